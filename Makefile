@@ -1,0 +1,217 @@
+# shapetrace: one non-recursive build.
+#   make              build/bin/shapetrace and build/lib/libshapetrace.so
+#   make check        every test (no GPU needed), sanitizer runs included
+#   make demo         the main job on a built-in example, on simulated ranks
+#   make bench        overhead and speed figures
+#   make check-gpu    the checks that need a real GPU (opt-in)
+#   make install      PREFIX=/usr/local DESTDIR=
+#   make format / format-check
+# Options: V=1 (show commands), DEBUG=1, SAN=address|undefined|thread, WERROR=1,
+#          CUDA_HOME (default /usr/local/cuda), NCCL_HOME (default CUDA_HOME).
+
+CC ?= cc
+PREFIX ?= /usr/local
+DESTDIR ?=
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+B := build
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+ifeq ($(DEBUG),1)
+OPT := -O0 -g3
+else
+OPT := -O2 -g
+endif
+SANFLAGS :=
+ifneq ($(SAN),)
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
+endif
+
+CFLAGS_BASE := -std=gnu11 $(OPT) $(WARN) $(SANFLAGS) -fno-strict-aliasing -MMD -MP
+CPPFLAGS_BASE := -Iinclude -Icommon
+GPU_INC := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
+
+# ---- shared code, built once with -fPIC for the preload and the tools ----
+COMMON_SRC := common/log.c common/ops.c
+COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
+
+# ---- the preload ----
+PRELOAD_SRC := preload/init.c preload/resolve.c preload/record.c preload/writer.c \
+               preload/stacks.c preload/nccl.c preload/cudart.c
+PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(B)/obj/%.o)
+PRELOAD := $(B)/lib/libshapetrace.so
+EXPORTS := $(B)/obj/preload/exports.map
+
+# ---- the command ----
+TOOLS_SRC := $(wildcard tools/*.c)
+TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/obj/%.o)
+TOOL := $(B)/bin/shapetrace
+TOOLS_LIBS := -ldw -lelf -lm -lstdc++
+
+# ---- test equipment ----
+DOUBLE_CUDART := $(B)/tests/libcudart.so.13
+DOUBLE_NCCL := $(B)/tests/libnccl.so.2
+TEST_PROGS := $(patsubst tests/load/%.c,$(B)/tests/%,$(wildcard tests/load/*.c))
+TEST_LIBS := $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.so \
+             $(B)/tests/libnext_b.so
+UNIT_PROGS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/*.c))
+EXAMPLE_PROGS := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
+
+all: $(TOOL) $(PRELOAD)
+
+$(B)/obj/common/%.o: common/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -fPIC -fvisibility=hidden -c $< -o $@
+
+$(B)/obj/preload/%.o: preload/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -fvisibility=hidden -c $< -o $@
+
+$(EXPORTS): preload/exports.map.c include/shapetrace/calls.h
+	@mkdir -p $(@D)
+	$(Q)$(CC) -E -P $(CPPFLAGS_BASE) -x c preload/exports.map.c -o $@
+
+$(B)/obj/preload/check_ptds.stamp: preload/check_ptds.c include/shapetrace/calls.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CHECK   $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fsyntax-only $< && touch $@
+
+$(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.stamp
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SANFLAGS) -shared -fPIC -Wl,--version-script=$(EXPORTS) -Wl,-z,defs \
+		-Wl,-soname,libshapetrace.so -o $@ $(PRELOAD_OBJ) $(COMMON_OBJ) -ldl -lpthread
+
+$(B)/obj/tools/%.o: tools/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools -c $< -o $@
+
+$(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(SANFLAGS) -o $@ $(TOOLS_OBJ) $(COMMON_OBJ) $(TOOLS_LIBS)
+
+# Test doubles of libcudart.so.13 and libnccl.so.2: built against the real headers, with the
+# real sonames, so that programs linked against them load them the way they load the real ones.
+$(DOUBLE_CUDART): tests/doubles/cudart.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  DOUBLE  $@")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
+		-Wl,-soname,libcudart.so.13 -o $@ $< -lpthread
+
+$(DOUBLE_NCCL): tests/doubles/nccl.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  DOUBLE  $@")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
+		-Wl,-soname,libnccl.so.2 -o $@ $< -lpthread -lm
+
+# Loading-path programs and unit tests link against the doubles by soname.
+TEST_LDFLAGS := -L$(B)/tests -Wl,-rpath,'$$ORIGIN'
+$(B)/tests/%: tests/load/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
+		-l:libnccl.so.2 -l:libcudart.so.13 -ldl -lpthread
+
+# The module test's main program must not link NCCL: only the module brings it in.
+$(B)/tests/local_module: tests/load/local_module.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
+
+$(B)/tests/missing: tests/load/missing.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
+
+$(B)/tests/ctor_main: tests/load/ctor_main.c $(B)/tests/libctor.so
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< $(TEST_LDFLAGS) -l:libctor.so
+
+$(B)/tests/mod_nccl.so: tests/load/lib/mod_nccl.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) \
+		-l:libnccl.so.2 -l:libcudart.so.13
+
+$(B)/tests/libctor.so: tests/load/lib/ctor.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) \
+		-l:libnccl.so.2 -l:libcudart.so.13
+
+$(B)/tests/libnext_b.so: tests/load/lib/next_b.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) -fPIC -shared -o $@ $<
+
+$(B)/tests/libnext_a.so: tests/load/lib/next_a.c $(B)/tests/libnext_b.so
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) -Wl,--no-as-needed \
+		-l:libnext_b.so
+
+$(B)/tests/test_doubles: tests/unit/test_doubles.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
+		-l:libnccl.so.2 -l:libcudart.so.13 -lm
+
+$(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/symbolize.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) -std=gnu11 -g -O0 $(WARN) $(SANFLAGS) -Itools -o $@ $^ -ldw -lelf
+
+$(B)/tests/test_%: tests/unit/test_%.c $(filter-out $(B)/obj/tools/main.o,$(TOOLS_OBJ)) \
+		$(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools $(SANFLAGS) -o $@ $^ $(TOOLS_LIBS)
+
+$(B)/examples/%: examples/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
+		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
+
+test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+
+# make check: the whole suite here, then the sanitizer builds in their own trees.
+check: test-build
+	$(Q)tests/run.sh $(B)
+ifeq ($(SAN),)
+	$(Q)$(MAKE) --no-print-directory B=build/asan SAN=address,undefined test-build
+	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
+endif
+
+demo: all $(EXAMPLE_PROGS)
+	$(Q)examples/demo.sh $(B)
+
+bench: all $(B)/tests/bench_overhead
+	$(Q)bench/run.sh $(B)
+
+check-gpu: all
+	$(Q)tests/gpu/run.sh $(B)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
+	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
+	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
+
+FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tests/*/*.[ch] examples/*.c \
+	include/shapetrace/*.h)
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf build
+
+.PHONY: all check test-build demo bench check-gpu install format format-check clean
+.SECONDARY:
+
+-include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -1,0 +1,293 @@
+/* shapetrace: the on-disk trace format, shared by the preload (writer) and the tools (reader).
+ *
+ * A trace is one file per process: a 4096-byte header page, then records. Every field has a fixed
+ * width, every record a size that is a multiple of 8, and no struct has implicit padding (each
+ * size is asserted below). Integers are in the writer's byte order, which the header states;
+ * the reader refuses the other one. SHP_TRACE_VERSION changes with any change of layout.
+ *
+ * Crash safety: the writer maps the file MAP_SHARED and reserves space by advancing `tail` in
+ * the mapped header, so the header always says how far records may go even after SIGKILL. A record
+ * is filled, then published by storing its first word (magic, type, size) last, with release
+ * order; `check` is a hash of the rest of the record. A reader that finds a word of zero or a bad
+ * check where a record should be has found a record whose writer died mid-way: it skips it (by
+ * its reserved size, or by scanning to the next valid record) and reports the trace incomplete.
+ */
+#ifndef SHAPETRACE_TRACE_H
+#define SHAPETRACE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHP_TRACE_MAGIC "SHPTRACE"
+#define SHP_TRACE_VERSION 1u
+#define SHP_BYTE_ORDER_MARK 0x01020304u
+#define SHP_HEADER_SIZE 4096u
+#define SHP_TRACE_SUFFIX ".shptrace"
+
+/* Header flags. */
+#define SHP_FILE_COMPLETE 0x1u /* the writer closed the trace at process exit */
+#define SHP_FILE_DISABLED 0x2u /* the writer switched itself off after an error of its own */
+
+/* Control words (ctl[]) that a tool may write into a live process's header (see attach). */
+#define SHP_CTL_ARMED 0    /* 1: record calls; 0: dormant (communicators and allocations only) */
+#define SHP_CTL_MARK_SEQ 1 /* bumped by a tool after writing mark_text; the writer emits a mark */
+
+struct shp_file_header {
+    char magic[8];        /* SHP_TRACE_MAGIC, no terminating NUL */
+    uint32_t version;     /* SHP_TRACE_VERSION */
+    uint32_t byte_order;  /* SHP_BYTE_ORDER_MARK as the writer stores it */
+    uint32_t header_size; /* SHP_HEADER_SIZE: records start here */
+    uint32_t flags;       /* SHP_FILE_* */
+    uint64_t pid;
+    uint64_t ppid;
+    uint64_t realtime_ns;    /* CLOCK_REALTIME when the trace was created */
+    uint64_t monotonic_ns;   /* CLOCK_MONOTONIC at the same moment: records' t_ns base */
+    int32_t env_rank;        /* RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; -1 */
+    int32_t first_comm_rank; /* rank in the first communicator joined; -1 */
+    int32_t local_rank;      /* LOCAL_RANK; -1 */
+    int32_t world_size;      /* WORLD_SIZE; -1 */
+    uint64_t tail;           /* end of reserved record space (file offset); updated atomically */
+    uint64_t allocated;      /* bytes of file allocated so far */
+    uint64_t cap;            /* event records stop here; bookkeeping may use cap + cap/16 */
+    uint64_t dropped;        /* records not written because of the cap or an error */
+    uint64_t dropped_bytes;
+    uint64_t stacks_dropped; /* stacks not stored (table full); the events keep stack 0 */
+    uint64_t ctl[8];         /* SHP_CTL_* words */
+    char mark_text[128];     /* text of the pending mark, NUL-terminated */
+    char host[64];           /* NUL-terminated */
+    char exe[256];           /* /proc/self/exe at creation, NUL-terminated, may be cut */
+    uint32_t stacks_mode;    /* SHP_STACKS_* */
+    uint32_t reserved0;
+};
+_Static_assert(sizeof(struct shp_file_header) == 640, "header layout");
+_Static_assert(sizeof(struct shp_file_header) <= SHP_HEADER_SIZE, "header fits its page");
+
+#define SHP_STACKS_NONE 0u
+#define SHP_STACKS_NATIVE 1u
+
+/* Record types. */
+enum shp_rec_type {
+    SHP_REC_RESERVED = 0, /* space reserved by a writer that had not published it yet */
+    SHP_REC_COMM = 1,
+    SHP_REC_COLL = 2,
+    SHP_REC_P2P = 3,
+    SHP_REC_GROUP = 4,
+    SHP_REC_COPY = 5,
+    SHP_REC_ALLOC = 6,
+    SHP_REC_GRAPH = 7,
+    SHP_REC_STACK = 8,
+    SHP_REC_MODULE = 9,
+    SHP_REC_MARK = 10,
+    SHP_REC_TYPE_COUNT
+};
+
+/* First word of every record: magic in the top byte, then the type, then size / 8. */
+#define SHP_REC_MAGIC 0xA7u
+#define SHP_REC_WORD(type, size) ((SHP_REC_MAGIC << 24) | ((uint32_t)(type) << 16) | ((size) / 8))
+#define SHP_REC_WORD_MAGIC(w) ((w) >> 24)
+#define SHP_REC_WORD_TYPE(w) (((w) >> 16) & 0xffu)
+#define SHP_REC_WORD_SIZE(w) (((w)&0xffffu) * 8)
+#define SHP_REC_MAX_SIZE (0xffffu * 8)
+
+struct shp_rec {
+    uint32_t word;  /* SHP_REC_WORD(type, size), stored last */
+    uint32_t check; /* shp_rec_check() of the bytes after this header */
+};
+_Static_assert(sizeof(struct shp_rec) == 8, "record header");
+
+/* Event flags. */
+#define SHP_EV_CAPTURED 0x1u      /* issued on a stream that was being captured into a graph */
+#define SHP_EV_KIND_DEFAULT 0x2u  /* copy asked for cudaMemcpyDefault; `kind` was resolved */
+#define SHP_EV_COMM_UNKNOWN 0x4u  /* communicator was never seen being created */
+#define SHP_EV_DROPPED_STACK 0x8u /* a stack was asked for but not stored */
+
+/* What every call record starts with. A call is published when it is entered, so that a trace
+ * shows the calls a process was inside when it hung or died; the fields from `result` on are
+ * completed when the real function returns, `dur_ns` last, and are not covered by `check`. */
+#define SHP_DUR_PENDING UINT64_MAX /* dur_ns of a call that had not returned */
+#define SHP_EV_CHECK_SKIP_LO 32    /* bytes [32, 64) of a call record are completed later */
+#define SHP_EV_CHECK_SKIP_HI 64
+struct shp_ev {
+    struct shp_rec h;
+    uint64_t t_ns; /* CLOCK_MONOTONIC at entry */
+    uint32_t tid;
+    uint16_t op;    /* enum shp_op */
+    uint16_t flags; /* SHP_EV_* */
+    uint32_t stack; /* stack id (SHP_REC_STACK), 0 if none */
+    uint32_t group; /* NCCL group depth of the calling thread at entry */
+    /* completed after the call */
+    int32_t result;  /* the real function's return value */
+    int32_t device;  /* current CUDA device (communicator's device for NCCL), -1 if unknown */
+    uint64_t dur_ns; /* time inside the real function; SHP_DUR_PENDING until it returns */
+    uint64_t out;    /* what the call produced: pointer, communicator handle, graph, exec */
+    int32_t aux[2];  /* communicator records: rank and nranks as the library reports them */
+};
+_Static_assert(sizeof(struct shp_ev) == 64, "event layout");
+
+/* Communicator kinds. */
+#define SHP_COMM_INIT 1
+#define SHP_COMM_SPLIT 2
+#define SHP_COMM_SHRINK 3
+#define SHP_COMM_FINALIZE 4
+#define SHP_COMM_DESTROY 5
+#define SHP_COMM_ABORT 6
+
+/* SHP_REC_COMM: a communicator created (the handle is ev.out) or ended (the handle is `handle`).
+ * A call that creates several communicators (ncclCommInitAll) writes one record for each. */
+struct shp_rec_comm {
+    struct shp_ev ev;
+    uint64_t id;     /* hash of the unique id(s); for a child, of parent, index and color */
+    uint64_t parent; /* parent id for a split or shrink, else 0 */
+    uint64_t handle; /* the ncclComm_t an ending call was given; creation: 0 (see ev.out) */
+    int32_t rank;    /* rank argument (-1 if the call takes none; see ev.aux[0]) */
+    int32_t nranks;  /* nranks argument (-1 if the call takes none; see ev.aux[1]) */
+    int32_t color;   /* split color; -2 for shrink */
+    int32_t key;     /* split key; excluded-rank count for shrink */
+    uint32_t index;  /* for a child: index of this split/shrink among the parent's */
+    uint8_t kind;    /* SHP_COMM_* */
+    uint8_t pad[3];
+};
+_Static_assert(sizeof(struct shp_rec_comm) == 112, "comm layout");
+
+/* Datatypes, as NCCL numbers them (ncclInt8 = 0 ... ncclFloat8e5m2 = 11). */
+#define SHP_DTYPE_COUNT 12
+/* Reduction operations, as NCCL numbers them; premulsum and beyond are user-created. */
+#define SHP_REDOP_NONE 255
+
+/* SHP_REC_COLL and SHP_REC_P2P. */
+struct shp_rec_coll {
+    struct shp_ev ev;
+    uint64_t comm;  /* communicator id */
+    uint64_t seq;   /* COLL: index among this rank's collectives on comm;
+                       P2P: index among this rank's sends (or receives) to (from) peer */
+    uint64_t count; /* the count argument as passed */
+    uint64_t sendbuf;
+    uint64_t recvbuf;
+    uint64_t stream;
+    uint64_t graph;    /* capture id when captured, else 0 */
+    int32_t root;      /* -1 when the op has none */
+    int32_t peer;      /* -1 when the op has none */
+    int32_t comm_rank; /* -1 if unknown */
+    int32_t nranks;    /* -1 if unknown */
+    uint8_t dtype;     /* NCCL datatype number */
+    uint8_t redop;     /* NCCL reduction number, SHP_REDOP_NONE when the op has none */
+    uint8_t pad[6];
+};
+_Static_assert(sizeof(struct shp_rec_coll) == 144, "coll layout");
+
+/* Copy kinds, as cudaMemcpyKind numbers them (H2H 0, H2D 1, D2H 2, D2D 3, default 4). */
+#define SHP_KIND_H2H 0
+#define SHP_KIND_H2D 1
+#define SHP_KIND_D2H 2
+#define SHP_KIND_D2D 3
+#define SHP_KIND_DEFAULT 4
+
+/* SHP_REC_COPY: a 1-D copy has height 1 and pitches equal to width. */
+struct shp_rec_copy {
+    struct shp_ev ev;
+    uint64_t dst;
+    uint64_t src;
+    uint64_t width;  /* bytes per row */
+    uint64_t height; /* rows */
+    uint64_t spitch;
+    uint64_t dpitch;
+    uint64_t stream;
+    uint64_t graph;  /* capture id when captured, else 0 */
+    int32_t src_dev; /* for peer copies, else -1 */
+    int32_t dst_dev;
+    uint8_t kind; /* SHP_KIND_*, resolved when the caller passed Default */
+    uint8_t pad[7];
+};
+_Static_assert(sizeof(struct shp_rec_copy) == 144, "copy layout");
+
+#define SHP_ALLOC_DEVICE 1
+#define SHP_ALLOC_PINNED 2
+
+/* SHP_REC_ALLOC: an allocation (the pointer is ev.out) or a free (op is a free; `ptr`). */
+struct shp_rec_alloc {
+    struct shp_ev ev;
+    uint64_t ptr;
+    uint64_t size;
+    uint64_t stream;
+    uint32_t flags;
+    uint8_t kind; /* SHP_ALLOC_* */
+    uint8_t pad[3];
+};
+_Static_assert(sizeof(struct shp_rec_alloc) == 96, "alloc layout");
+
+/* SHP_REC_GRAPH: capture begin/end (the graph is ev.out), instantiate (the exec is ev.out),
+ * launch. */
+struct shp_rec_graph {
+    struct shp_ev ev;
+    uint64_t stream;
+    uint64_t graph;   /* instantiate: the graph instantiated */
+    uint64_t exec;    /* launch: the exec launched */
+    uint64_t capture; /* capture id of begin/end capture */
+    uint32_t flags;   /* capture mode or instantiate flags */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct shp_rec_graph) == 104, "graph layout");
+
+/* SHP_REC_GROUP uses struct shp_ev alone; op says start or end, ev.group the depth at entry. */
+
+/* SHP_REC_STACK: a call stack, stored once; events refer to it by id. Frames are return
+ * addresses (innermost first), symbolized offline with the module records. */
+struct shp_rec_stack {
+    struct shp_rec h;
+    uint32_t id;
+    uint32_t nframes;
+    /* uint64_t frames[nframes]; */
+};
+_Static_assert(sizeof(struct shp_rec_stack) == 16, "stack layout");
+#define SHP_STACK_MAX_FRAMES 64
+
+/* SHP_REC_MODULE: a loaded object, for offline symbolization. */
+struct shp_rec_module {
+    struct shp_rec h;
+    uint64_t base; /* load bias (dlpi_addr) */
+    uint64_t lo;   /* lowest mapped address of its PT_LOAD segments */
+    uint64_t hi;   /* end of the highest */
+    uint8_t build_id_len;
+    uint8_t pad[5];
+    uint16_t path_len; /* bytes of path that follow build_id, without NUL */
+    uint8_t build_id[32];
+    /* char path[path_len], then zero padding to a multiple of 8 */
+};
+_Static_assert(sizeof(struct shp_rec_module) == 72, "module layout");
+
+/* SHP_REC_MARK: a text a user attached to the timeline (shapetrace attach --mark). */
+struct shp_rec_mark {
+    struct shp_rec h;
+    uint64_t t_ns;
+    char text[128]; /* NUL-terminated */
+};
+_Static_assert(sizeof(struct shp_rec_mark) == 144, "mark layout");
+
+/* True for record types that start with struct shp_ev. */
+static inline int shp_rec_is_call(unsigned type)
+{
+    return type == SHP_REC_COMM || type == SHP_REC_COLL || type == SHP_REC_P2P ||
+           type == SHP_REC_GROUP || type == SHP_REC_COPY || type == SHP_REC_ALLOC ||
+           type == SHP_REC_GRAPH;
+}
+
+/* The hash stored in shp_rec.check: over the record's bytes after the first 8, in 8-byte words,
+ * leaving out the part of a call record that is completed after the call. Inline so that writer
+ * and reader compute exactly the same thing. */
+static inline uint32_t shp_rec_check(const void *rec, unsigned type, size_t size)
+{
+    const unsigned char *p = (const unsigned char *)rec + 8;
+    int call = shp_rec_is_call(type);
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ size ^ ((uint64_t)type << 40);
+    for (size_t i = 8; i < size; i += 8, p += 8) {
+        uint64_t w;
+        if (call && i >= SHP_EV_CHECK_SKIP_LO && i < SHP_EV_CHECK_SKIP_HI)
+            continue;
+        __builtin_memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    return (uint32_t)(h ^ (h >> 29)) | 1u; /* never 0: a zero check marks an unwritten record */
+}
+
+#endif

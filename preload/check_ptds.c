@@ -1,0 +1,23 @@
+/* shapetrace preload: compile-time check that the per-thread-stream entries of the call list
+ * (`_ptds`, `_ptsz`) match cuda_runtime_api.h as it reads in that mode. Produces no code. */
+#define CUDA_API_PER_THREAD_DEFAULT_STREAM 1
+#include <cuda_runtime_api.h>
+
+#include "shapetrace/calls.h"
+
+/* In this mode the header's cudaMemcpy is cudaMemcpy_ptds, and so on. */
+#define SHP_CHECK(lib, cls, name, params, args, desc) typedef cudaError_t(check_##name##_t) params;
+SHP_CUDART_CALLS(SHP_CHECK)
+#undef SHP_CHECK
+
+#define SHP_SAME(a, b)                                                                             \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(a), check_##b##_t), #b)
+SHP_SAME(cudaMemcpy, cudaMemcpy_ptds);
+SHP_SAME(cudaMemcpyAsync, cudaMemcpyAsync_ptsz);
+SHP_SAME(cudaMemcpy2D, cudaMemcpy2D_ptds);
+SHP_SAME(cudaMemcpy2DAsync, cudaMemcpy2DAsync_ptsz);
+SHP_SAME(cudaMallocAsync, cudaMallocAsync_ptsz);
+SHP_SAME(cudaFreeAsync, cudaFreeAsync_ptsz);
+SHP_SAME(cudaStreamBeginCapture, cudaStreamBeginCapture_ptsz);
+SHP_SAME(cudaStreamEndCapture, cudaStreamEndCapture_ptsz);
+SHP_SAME(cudaGraphLaunch, cudaGraphLaunch_ptsz);

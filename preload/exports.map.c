@@ -1,0 +1,12 @@
+/* shapetrace preload: run through the C preprocessor to make the linker's version script, so
+ * that the exports are exactly the call list plus dlsym. */
+#define SHP_CALLS_LIST_ONLY
+#include "shapetrace/calls.h"
+#define SHP_EXPORT(lib, cls, name, params, args, desc) name;
+{
+global:
+    dlsym;
+    SHP_CALLS(SHP_EXPORT)
+local:
+    *;
+};

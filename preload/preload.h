@@ -1,0 +1,169 @@
+/* shapetrace preload: what the preload's files share. Nothing here is exported from the shared
+ * object except the wrappers and dlsym (see exports.map.c); everything else is hidden. */
+#ifndef SHAPETRACE_PRELOAD_H
+#define SHAPETRACE_PRELOAD_H
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "ops.h"
+#include "shapetrace/calls.h"
+#include "shapetrace/trace.h"
+
+#define SHP_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* Library slots: slot 0 is the library reached by ordinary symbol binding; slots 1.. are
+ * libraries whose functions a program looked up with dlsym(handle, name) (vLLM's pynccl, ctypes),
+ * each with its own copy of every wrapper so that two loaded copies of NCCL stay apart. */
+#define SHP_SLOTS 4
+
+#define SHP_LIB_NCCL 0
+#define SHP_LIB_CUDART 1
+
+/* One intercepted call, as the wrapper describes it (calls.h `desc`) plus the recorder's state. */
+struct shp_call {
+    unsigned op;
+    int cls;
+    int slot;
+    const void *a; /* collective send buffer, copy source, pointer freed */
+    const void *b; /* collective receive buffer, copy destination */
+    size_t count;
+    int dtype, redop, root, peer;
+    void *comm;
+    void *stream;
+    size_t width, height, spitch, dpitch;
+    int kind, src_dev, dst_dev;
+    void **out; /* where the call stores what it creates */
+    size_t size;
+    unsigned flags;
+    void *graph, *exec;
+    const void *uid;
+    int nuid, nranks, rank, color, key;
+    const int *devlist;
+    /* filled by shp_enter */
+    struct shp_ev *ev;
+    void *cstate; /* the communicator's state (struct comm_state), or NULL */
+    uint64_t t0;
+    uint64_t id; /* communicator id being created */
+    uint32_t index;
+};
+
+/* ---- init.c: configuration, state, logging ---- */
+
+enum { SHP_STATE_UNINIT, SHP_STATE_INITIALIZING, SHP_STATE_ON, SHP_STATE_OFF };
+
+struct shp_config {
+    char dir[PATH_MAX]; /* run directory, %h %p %r expanded */
+    char host[64];
+    unsigned stacks; /* SHP_STACKS_* */
+    uint64_t cap;    /* bytes of event records per process */
+    int env_rank, local_rank, world_size;
+    char libunwind[PATH_MAX]; /* SHAPETRACE_LIBUNWIND, may be empty */
+    char self_dir[PATH_MAX];  /* directory holding libshapetrace.so */
+};
+
+extern struct shp_config shp_cfg;
+extern struct shp_log shp_log;
+extern _Atomic int shp_state;
+extern SHP_TLS int shp_guard; /* >0 while this thread runs shapetrace's own code */
+
+/* Run the once-only initialisation if nobody has; safe from any thread and from constructors
+ * of other libraries. */
+void shp_init(void);
+
+/* True when this call should be recorded: tracing on and not inside shapetrace's own code. */
+static inline bool shp_active(void)
+{
+    if (__builtin_expect(shp_guard, 0))
+        return false;
+    int st = atomic_load_explicit(&shp_state, memory_order_acquire);
+    if (__builtin_expect(st != SHP_STATE_ON, 0)) {
+        if (st != SHP_STATE_UNINIT)
+            return false;
+        shp_init();
+        return atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
+    }
+    return true;
+}
+
+/* Switch tracing off for good after an error of ours; logs `why` once. */
+void shp_disable(const char *why);
+
+uint64_t shp_now_ns(void);
+uint32_t shp_tid(void);
+
+/* Update the log prefix (rank may be learned late; pid changes at fork). */
+void shp_log_prefix_update(void);
+
+/* ---- resolve.c: the real functions ---- */
+
+extern _Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
+
+/* Resolve op for slot 0 (RTLD_NEXT, then the loaded library, pnccl* first). NULL if absent. */
+void *shp_real_slow(unsigned op, int slot);
+
+static inline void *shp_real(unsigned op, int slot)
+{
+    void *p = atomic_load_explicit(&shp_real_tab[slot][op], memory_order_acquire);
+    return __builtin_expect(p != NULL, 1) ? p : shp_real_slow(op, slot);
+}
+
+/* Helpers of the library behind `slot` that are not intercepted. */
+enum shp_aux {
+    SHP_AUX_COMM_USER_RANK,
+    SHP_AUX_COMM_COUNT,
+    SHP_AUX_COMM_CU_DEVICE,
+    SHP_AUX_GET_DEVICE,
+    SHP_AUX_POINTER_ATTRIBUTES,
+    SHP_AUX_PEEK_ERROR,
+    SHP_AUX_GET_ERROR,
+    SHP_AUX_COUNT
+};
+void *shp_real_aux(int slot, enum shp_aux aux);
+
+/* A wrapper's real function was not found: warn once for op, return `err`. */
+int shp_missing(unsigned op, int err);
+
+/* True if addr lies in libshapetrace.so itself. */
+bool shp_is_self(const void *addr);
+
+/* ---- record.c: calls to records ---- */
+
+/* Before the real call: reserve and publish the call's record (or note why not). */
+void shp_enter(struct shp_call *c);
+/* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
+void shp_leave(struct shp_call *c, int result);
+/* Forget per-process state that a forked child must not inherit. */
+void shp_record_atfork_child(void);
+
+/* ---- writer.c: the trace file ---- */
+
+/* Reserve `size` bytes for a record of `type`. Bookkeeping records (communicators, stacks,
+ * modules, marks) may use the reserve beyond the cap. Returns NULL (and counts a drop) when the
+ * record cannot be written. Opens the trace on first use. Thread-safe, lock-free but for file
+ * growth. */
+void *shp_writer_reserve(unsigned type, size_t size);
+/* Publish a reserved record: compute its check, then store its first word (release). */
+void shp_writer_publish(void *rec, unsigned type, size_t size);
+/* Complete a published call record: result fields first, dur_ns last (release). */
+void shp_writer_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0,
+                         int aux1, uint64_t dur_ns);
+/* The mapped header, NULL until the trace is open. */
+struct shp_file_header *shp_writer_header(void);
+void shp_writer_close(void);
+void shp_writer_atfork_child(void);
+
+/* ---- stacks.c: call sites ---- */
+
+/* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the
+ * stack could not be stored. Call from a wrapper with the guard held. */
+uint32_t shp_stack_here(void);
+/* Write module records for objects loaded since the last call. */
+void shp_modules_sync(void);
+void shp_stacks_atfork_child(void);
+
+#endif

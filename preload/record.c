@@ -1,0 +1,588 @@
+/* shapetrace preload: from an intercepted call to its record. Keeps what a record needs and a
+ * call does not say: communicator identity and sequence numbers, group depth, which streams are
+ * being captured into graphs. Per-op facts live in tables indexed by the op. */
+#define _GNU_SOURCE
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+/* ---- per-op tables ---- */
+
+static const unsigned char rec_type_of_class[] = {
+    [SHP_CLS_COLL] = SHP_REC_COLL,       [SHP_CLS_P2P] = SHP_REC_P2P,
+    [SHP_CLS_GROUP] = SHP_REC_GROUP,     [SHP_CLS_COMM_INIT] = SHP_REC_COMM,
+    [SHP_CLS_COMM_SPLIT] = SHP_REC_COMM, [SHP_CLS_COMM_END] = SHP_REC_COMM,
+    [SHP_CLS_COPY] = SHP_REC_COPY,       [SHP_CLS_ALLOC] = SHP_REC_ALLOC,
+    [SHP_CLS_FREE] = SHP_REC_ALLOC,      [SHP_CLS_CAPTURE] = SHP_REC_GRAPH,
+    [SHP_CLS_GRAPH] = SHP_REC_GRAPH,
+};
+
+static const unsigned short rec_size_of_type[] = {
+    [SHP_REC_COMM] = sizeof(struct shp_rec_comm),   [SHP_REC_COLL] = sizeof(struct shp_rec_coll),
+    [SHP_REC_P2P] = sizeof(struct shp_rec_coll),    [SHP_REC_GROUP] = sizeof(struct shp_ev),
+    [SHP_REC_COPY] = sizeof(struct shp_rec_copy),   [SHP_REC_ALLOC] = sizeof(struct shp_rec_alloc),
+    [SHP_REC_GRAPH] = sizeof(struct shp_rec_graph),
+};
+
+static const unsigned char uses_root[SHP_OP_COUNT] = {
+    [SHP_OP_ncclBroadcast] = 1, [SHP_OP_ncclBcast] = 1,   [SHP_OP_ncclReduce] = 1,
+    [SHP_OP_ncclGather] = 1,    [SHP_OP_ncclScatter] = 1,
+};
+
+static const unsigned char uses_redop[SHP_OP_COUNT] = {
+    [SHP_OP_ncclAllReduce] = 1,
+    [SHP_OP_ncclReduce] = 1,
+    [SHP_OP_ncclReduceScatter] = 1,
+};
+
+static const unsigned char comm_kind_of_op[SHP_OP_COUNT] = {
+    [SHP_OP_ncclCommInitRank] = SHP_COMM_INIT,
+    [SHP_OP_ncclCommInitRankConfig] = SHP_COMM_INIT,
+    [SHP_OP_ncclCommInitAll] = SHP_COMM_INIT,
+    [SHP_OP_ncclCommInitRankScalable] = SHP_COMM_INIT,
+    [SHP_OP_ncclCommSplit] = SHP_COMM_SPLIT,
+    [SHP_OP_ncclCommShrink] = SHP_COMM_SHRINK,
+    [SHP_OP_ncclCommFinalize] = SHP_COMM_FINALIZE,
+    [SHP_OP_ncclCommDestroy] = SHP_COMM_DESTROY,
+    [SHP_OP_ncclCommAbort] = SHP_COMM_ABORT,
+};
+
+static const unsigned char is_capture_begin[SHP_OP_COUNT] = {
+    [SHP_OP_cudaStreamBeginCapture] = 1,
+    [SHP_OP_cudaStreamBeginCapture_ptsz] = 1,
+};
+
+static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
+    [SHP_OP_cudaMemcpyPeer] = 1,
+    [SHP_OP_cudaMemcpyPeerAsync] = 1,
+};
+
+/* ---- hashing ---- */
+
+static uint64_t mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* ---- communicators ---- */
+
+struct comm_state {
+    uint64_t id;
+    int rank, nranks, dev;
+    _Atomic uint64_t seq;
+    _Atomic uint32_t nsplits;
+    _Atomic uint64_t *p2p; /* [2 * nranks]: sends to peer i, then receives from peer i */
+};
+
+#define COMM_SLOTS 4096u
+static struct {
+    _Atomic(void *) key;
+    _Atomic(struct comm_state *) st;
+} comm_tab[COMM_SLOTS];
+static pthread_mutex_t comm_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t local_comm_counter;
+
+static struct comm_state *comm_lookup(const void *handle)
+{
+    uint64_t h = mix64((uint64_t)(uintptr_t)handle);
+    for (uint32_t i = 0; i < COMM_SLOTS; i++) {
+        uint32_t s = (uint32_t)(h + i) & (COMM_SLOTS - 1);
+        void *k = atomic_load_explicit(&comm_tab[s].key, memory_order_acquire);
+        if (k == handle)
+            return atomic_load_explicit(&comm_tab[s].st, memory_order_acquire);
+        if (!k)
+            return NULL;
+    }
+    return NULL;
+}
+
+static void comm_insert(void *handle, struct comm_state *st)
+{
+    uint64_t h = mix64((uint64_t)(uintptr_t)handle);
+    pthread_mutex_lock(&comm_mu);
+    for (uint32_t i = 0; i < COMM_SLOTS; i++) {
+        uint32_t s = (uint32_t)(h + i) & (COMM_SLOTS - 1);
+        void *k = atomic_load_explicit(&comm_tab[s].key, memory_order_acquire);
+        if (k == handle || !k) {
+            /* A handle reused after a destroy gets the new state. */
+            atomic_store_explicit(&comm_tab[s].st, st, memory_order_release);
+            atomic_store_explicit(&comm_tab[s].key, handle, memory_order_release);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&comm_mu);
+}
+
+typedef ncclResult_t (*comm_query_fn)(const ncclComm_t, int *);
+
+static int comm_query(int slot, enum shp_aux aux, void *comm)
+{
+    comm_query_fn f = (comm_query_fn)shp_real_aux(slot, aux);
+    int v = -1;
+    if (!f || !comm || f((const ncclComm_t)comm, &v) != ncclSuccess)
+        return -1;
+    return v;
+}
+
+static struct comm_state *comm_new(uint64_t id, int rank, int nranks, int dev)
+{
+    /* Communicator creation is rare and slow in NCCL itself; allocating here is fine. */
+    struct comm_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return NULL;
+    st->id = id;
+    st->rank = rank;
+    st->nranks = nranks;
+    st->dev = dev;
+    if (nranks > 0)
+        st->p2p = calloc(2 * (size_t)nranks, sizeof(*st->p2p));
+    return st;
+}
+
+static void note_first_rank(int rank)
+{
+    struct shp_file_header *h = shp_writer_header();
+    if (!h || rank < 0)
+        return;
+    int expect = -1;
+    if (__atomic_compare_exchange_n(&h->first_comm_rank, &expect, rank, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED) &&
+        shp_cfg.env_rank < 0)
+        shp_log_prefix_update();
+}
+
+static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
+static SHP_TLS uint32_t tls_group;
+
+/* A communicator used before we saw it created (made through a path we do not wrap): give it a
+ * process-local identity and say so. */
+static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
+{
+    int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+    int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+    int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+    uint64_t id = mix64(hash_bytes((uint64_t)getpid(), &comm, sizeof(comm)) ^
+                        hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
+    struct comm_state *st = comm_new(id, rank, nranks, dev);
+    if (!st)
+        return NULL;
+    comm_insert(comm, st);
+    struct shp_rec_comm *r = shp_writer_reserve(SHP_REC_COMM, sizeof(*r));
+    if (r) {
+        memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
+        fill_ev(&r->ev, c, SHP_EV_COMM_UNKNOWN);
+        r->ev.op = SHP_OP_NONE;
+        r->id = id;
+        r->rank = rank;
+        r->nranks = nranks;
+        r->kind = SHP_COMM_INIT;
+        shp_writer_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_writer_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
+    }
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_COMM, "communicator %p was created unseen", comm);
+    note_first_rank(rank);
+    return st;
+}
+
+static struct comm_state *comm_get(struct shp_call *c, void *comm)
+{
+    if (!comm)
+        return NULL;
+    struct comm_state *st = comm_lookup(comm);
+    return st ? st : comm_unknown(c, comm);
+}
+
+/* ---- captures ---- */
+
+#define MAX_CAPTURES 256
+static struct {
+    pthread_mutex_t mu;
+    _Atomic int n;
+    void *stream[MAX_CAPTURES];
+    uint64_t id[MAX_CAPTURES];
+} cap = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static _Atomic uint64_t capture_counter;
+
+static uint64_t capture_of(const void *stream)
+{
+    if (atomic_load_explicit(&cap.n, memory_order_acquire) == 0)
+        return 0;
+    uint64_t id = 0;
+    pthread_mutex_lock(&cap.mu);
+    for (int i = 0; i < cap.n; i++)
+        if (cap.stream[i] == stream)
+            id = cap.id[i];
+    pthread_mutex_unlock(&cap.mu);
+    return id;
+}
+
+static void capture_set(void *stream, uint64_t id)
+{
+    pthread_mutex_lock(&cap.mu);
+    int n = atomic_load(&cap.n);
+    for (int i = 0; i < n; i++) {
+        if (cap.stream[i] != stream)
+            continue;
+        if (id) {
+            cap.id[i] = id;
+        } else {
+            cap.stream[i] = cap.stream[n - 1];
+            cap.id[i] = cap.id[n - 1];
+            atomic_store(&cap.n, n - 1);
+        }
+        pthread_mutex_unlock(&cap.mu);
+        return;
+    }
+    if (id && n < MAX_CAPTURES) {
+        cap.stream[n] = stream;
+        cap.id[n] = id;
+        atomic_store(&cap.n, n + 1);
+    }
+    pthread_mutex_unlock(&cap.mu);
+}
+
+/* ---- copies ---- */
+
+typedef cudaError_t (*attrs_fn)(struct cudaPointerAttributes *, const void *);
+typedef cudaError_t (*error_fn)(void);
+typedef cudaError_t (*get_device_fn)(int *);
+
+static bool is_device_ptr(int slot, const void *p)
+{
+    attrs_fn attrs = (attrs_fn)shp_real_aux(slot, SHP_AUX_POINTER_ATTRIBUTES);
+    if (!attrs)
+        return false;
+    error_fn peek = (error_fn)shp_real_aux(slot, SHP_AUX_PEEK_ERROR);
+    cudaError_t before = peek ? peek() : cudaSuccess;
+    struct cudaPointerAttributes a;
+    memset(&a, 0, sizeof(a));
+    cudaError_t e = attrs(&a, p);
+    if (e != cudaSuccess) {
+        /* Leave CUDA's last error as the application had it. */
+        error_fn get = (error_fn)shp_real_aux(slot, SHP_AUX_GET_ERROR);
+        if (get && before == cudaSuccess)
+            get();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static int resolve_kind(int slot, const void *dst, const void *src)
+{
+    bool d = is_device_ptr(slot, dst), s = is_device_ptr(slot, src);
+    return s ? (d ? SHP_KIND_D2D : SHP_KIND_D2H) : (d ? SHP_KIND_H2D : SHP_KIND_H2H);
+}
+
+static int current_device(int slot)
+{
+    get_device_fn f = (get_device_fn)shp_real_aux(slot, SHP_AUX_GET_DEVICE);
+    int dev = -1;
+    if (!f || f(&dev) != cudaSuccess)
+        return -1;
+    return dev;
+}
+
+/* ---- records ---- */
+
+static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
+{
+    ev->t_ns = c->t0;
+    ev->tid = shp_tid();
+    ev->op = (uint16_t)c->op;
+    ev->flags = flags;
+    ev->stack = shp_stack_here();
+    if (shp_cfg.stacks != SHP_STACKS_NONE && !ev->stack)
+        ev->flags |= SHP_EV_DROPPED_STACK;
+    ev->group = tls_group;
+    ev->result = 0;
+    ev->device = -1;
+    ev->dur_ns = SHP_DUR_PENDING;
+    ev->out = 0;
+    ev->aux[0] = ev->aux[1] = -1;
+}
+
+static uint64_t comm_id_of_uids(const void *uid, int nuid)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (uid && nuid > 0)
+        h = hash_bytes(h, uid, (size_t)nuid * sizeof(ncclUniqueId));
+    return mix64(h);
+}
+
+static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
+{
+    r->kind = comm_kind_of_op[c->op];
+    r->rank = -1;
+    r->nranks = -1;
+    r->color = 0;
+    r->key = 0;
+    if (c->cls == SHP_CLS_COMM_INIT) {
+        c->id = c->op == SHP_OP_ncclCommInitAll
+                    ? mix64(atomic_fetch_add(&local_comm_counter, 1) ^ (uint64_t)getpid() ^
+                            hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)))
+                    : comm_id_of_uids(c->uid, c->nuid);
+        r->rank = c->rank;
+        r->nranks = c->nranks;
+    } else if (c->cls == SHP_CLS_COMM_SPLIT) {
+        struct comm_state *parent = comm_get(c, c->comm);
+        uint64_t pid = parent ? parent->id : 0;
+        c->index = parent ? atomic_fetch_add(&parent->nsplits, 1) : 0;
+        c->id = mix64(pid ^ mix64(((uint64_t)c->index << 32) ^ (uint32_t)c->color));
+        r->parent = pid;
+        r->color = c->color;
+        r->key = c->key;
+        r->index = c->index;
+    } else {
+        struct comm_state *st = comm_lookup(c->comm);
+        c->id = st ? st->id : 0;
+        r->handle = (uint64_t)(uintptr_t)c->comm;
+        if (st) {
+            r->rank = st->rank;
+            r->nranks = st->nranks;
+        }
+    }
+    r->id = c->id;
+}
+
+static void fill_coll(struct shp_rec_coll *r, struct shp_call *c)
+{
+    struct comm_state *st = comm_get(c, c->comm);
+    c->cstate = st;
+    r->comm = st ? st->id : 0;
+    r->count = c->count;
+    r->sendbuf = (uint64_t)(uintptr_t)c->a;
+    r->recvbuf = (uint64_t)(uintptr_t)c->b;
+    r->stream = (uint64_t)(uintptr_t)c->stream;
+    r->graph = capture_of(c->stream);
+    if (r->graph)
+        r->ev.flags |= SHP_EV_CAPTURED;
+    r->root = uses_root[c->op] ? c->root : -1;
+    r->peer = c->cls == SHP_CLS_P2P ? c->peer : -1;
+    r->comm_rank = st ? st->rank : -1;
+    r->nranks = st ? st->nranks : -1;
+    r->dtype = (uint8_t)c->dtype;
+    r->redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
+    if (!st) {
+        r->seq = UINT64_MAX;
+    } else if (c->cls == SHP_CLS_COLL) {
+        r->seq = atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
+    } else if (st->p2p && c->peer >= 0 && c->peer < st->nranks) {
+        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
+        r->seq = atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
+    } else {
+        r->seq = UINT64_MAX;
+    }
+}
+
+static void fill_copy(struct shp_rec_copy *r, struct shp_call *c)
+{
+    r->dst = (uint64_t)(uintptr_t)c->b;
+    r->src = (uint64_t)(uintptr_t)c->a;
+    r->width = c->width;
+    r->height = c->height;
+    r->spitch = c->spitch;
+    r->dpitch = c->dpitch;
+    r->stream = (uint64_t)(uintptr_t)c->stream;
+    r->graph = capture_of(c->stream);
+    if (r->graph)
+        r->ev.flags |= SHP_EV_CAPTURED;
+    r->src_dev = is_peer_copy[c->op] ? c->src_dev : -1;
+    r->dst_dev = is_peer_copy[c->op] ? c->dst_dev : -1;
+    int kind = c->kind;
+    if (kind == cudaMemcpyDefault) {
+        kind = resolve_kind(c->slot, c->b, c->a);
+        r->ev.flags |= SHP_EV_KIND_DEFAULT;
+    }
+    r->kind = (uint8_t)kind;
+}
+
+void shp_enter(struct shp_call *c)
+{
+    shp_guard++;
+    int saved = errno;
+    c->t0 = shp_now_ns();
+    c->ev = NULL;
+    c->cstate = NULL;
+    /* ncclCommInitAll makes several communicators: its records are written when it returns. */
+    if (c->op == SHP_OP_ncclCommInitAll)
+        goto out;
+    unsigned type = rec_type_of_class[c->cls];
+    size_t size = rec_size_of_type[type];
+    struct shp_ev *ev = shp_writer_reserve(type, size);
+    if (!ev)
+        goto out;
+    memset((char *)ev + sizeof(ev->h), 0, size - sizeof(ev->h));
+    fill_ev(ev, c, 0);
+    switch (type) {
+    case SHP_REC_COMM:
+        fill_comm((struct shp_rec_comm *)ev, c);
+        break;
+    case SHP_REC_COLL:
+    case SHP_REC_P2P:
+        fill_coll((struct shp_rec_coll *)ev, c);
+        break;
+    case SHP_REC_COPY:
+        fill_copy((struct shp_rec_copy *)ev, c);
+        break;
+    case SHP_REC_ALLOC: {
+        struct shp_rec_alloc *r = (struct shp_rec_alloc *)ev;
+        r->ptr = (uint64_t)(uintptr_t)c->a;
+        r->size = c->size;
+        r->stream = (uint64_t)(uintptr_t)c->stream;
+        r->flags = c->flags;
+        r->kind = (uint8_t)c->kind;
+        break;
+    }
+    case SHP_REC_GRAPH: {
+        struct shp_rec_graph *r = (struct shp_rec_graph *)ev;
+        r->stream = (uint64_t)(uintptr_t)c->stream;
+        r->graph = (uint64_t)(uintptr_t)c->graph;
+        r->exec = (uint64_t)(uintptr_t)c->exec;
+        r->flags = c->flags;
+        if (c->cls == SHP_CLS_CAPTURE) {
+            c->id = is_capture_begin[c->op] ? atomic_fetch_add(&capture_counter, 1) + 1
+                                            : capture_of(c->stream);
+            r->capture = c->id;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    shp_writer_publish(ev, type, size);
+    c->ev = ev;
+out:
+    errno = saved;
+    shp_guard--;
+}
+
+static void init_all_done(struct shp_call *c, int result)
+{
+    if (result != ncclSuccess || !c->out)
+        return;
+    uint64_t id = mix64(atomic_fetch_add(&local_comm_counter, 1) ^ ((uint64_t)getpid() << 20) ^
+                        hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
+    for (int i = 0; i < c->nranks; i++) {
+        void *comm = c->out[i];
+        int dev = c->devlist ? c->devlist[i] : i;
+        struct comm_state *st = comm_new(id, i, c->nranks, dev);
+        if (st)
+            comm_insert(comm, st);
+        struct shp_rec_comm *r = shp_writer_reserve(SHP_REC_COMM, sizeof(*r));
+        if (!r)
+            continue;
+        memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
+        fill_ev(&r->ev, c, 0);
+        r->id = id;
+        r->rank = i;
+        r->nranks = c->nranks;
+        r->kind = SHP_COMM_INIT;
+        shp_writer_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_writer_complete(&r->ev, result, dev, (uint64_t)(uintptr_t)comm, i, c->nranks,
+                            shp_now_ns() - c->t0);
+    }
+    note_first_rank(0);
+}
+
+void shp_leave(struct shp_call *c, int result)
+{
+    shp_guard++;
+    int saved = errno;
+    uint64_t dur = shp_now_ns() - c->t0;
+    int device = -1;
+    uint64_t out = 0;
+    int aux0 = -1, aux1 = -1;
+    bool ok = result == 0;
+
+    switch (c->cls) {
+    case SHP_CLS_GROUP:
+        if (c->op == SHP_OP_ncclGroupStart && ok)
+            tls_group++;
+        else if (c->op == SHP_OP_ncclGroupEnd && tls_group > 0)
+            tls_group--;
+        break;
+    case SHP_CLS_COLL:
+    case SHP_CLS_P2P:
+        if (c->cstate)
+            device = ((struct comm_state *)c->cstate)->dev;
+        break;
+    case SHP_CLS_COPY:
+        device = current_device(c->slot);
+        break;
+    case SHP_CLS_ALLOC:
+        if (ok && c->out)
+            out = (uint64_t)(uintptr_t)*c->out;
+        device = c->kind == SHP_ALLOC_DEVICE ? current_device(c->slot) : -1;
+        break;
+    case SHP_CLS_COMM_INIT:
+    case SHP_CLS_COMM_SPLIT: {
+        if (c->op == SHP_OP_ncclCommInitAll) {
+            init_all_done(c, result);
+            break;
+        }
+        /* ncclInProgress: a non-blocking communicator, usable once it finishes. */
+        if ((result != ncclSuccess && result != ncclInProgress) || !c->out || !*c->out)
+            break;
+        void *comm = *c->out;
+        out = (uint64_t)(uintptr_t)comm;
+        aux0 = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+        aux1 = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+        device = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+        int rank = aux0 >= 0 ? aux0 : c->cls == SHP_CLS_COMM_INIT ? c->rank : -1;
+        int nranks = aux1 > 0 ? aux1 : c->cls == SHP_CLS_COMM_INIT ? c->nranks : -1;
+        struct comm_state *st = comm_new(c->id, rank, nranks, device);
+        if (st)
+            comm_insert(comm, st);
+        if (c->cls == SHP_CLS_COMM_INIT)
+            note_first_rank(rank);
+        break;
+    }
+    case SHP_CLS_CAPTURE:
+        if (is_capture_begin[c->op]) {
+            if (ok)
+                capture_set(c->stream, c->id);
+        } else {
+            capture_set(c->stream, 0);
+            if (ok && c->out)
+                out = (uint64_t)(uintptr_t)*c->out;
+        }
+        break;
+    case SHP_CLS_GRAPH:
+        if (ok && c->out)
+            out = (uint64_t)(uintptr_t)*c->out;
+        break;
+    default:
+        break;
+    }
+    if (c->ev)
+        shp_writer_complete(c->ev, result, device, out, aux0, aux1, dur);
+    errno = saved;
+    shp_guard--;
+}
+
+void shp_record_atfork_child(void)
+{
+    pthread_mutex_init(&comm_mu, NULL);
+    pthread_mutex_init(&cap.mu, NULL);
+}

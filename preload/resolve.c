@@ -1,0 +1,296 @@
+/* shapetrace preload: finding the real functions, and the dlsym hook.
+ *
+ * torch loads libnccl as a dependency of a module opened RTLD_LOCAL, so dlsym(RTLD_NEXT, ...)
+ * from the preload finds nothing and a wrapper that trusted it crashed torch in
+ * ncclCommInitRankConfig. We fall back to the object that really defines the symbol, found by
+ * soname or by walking the loaded objects, and prefer NCCL's strong pncclX aliases there. vLLM's
+ * pynccl looks each NCCL function up with dlsym(handle, name), which a plain preload never sees:
+ * our dlsym returns a wrapper bound to that library's slot instead. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "preload.h"
+
+_Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
+
+/* Per slot: the library's load base and a handle to it (NULL for slot 0: RTLD_NEXT first). */
+static void *slot_base[SHP_SLOTS];
+static void *slot_handle[SHP_SLOTS];
+static _Atomic(void *) aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+
+extern void *const shp_nccl_variants[SHP_SLOTS][SHP_OP_COUNT];
+extern void *const shp_cudart_variants[SHP_SLOTS][SHP_OP_COUNT];
+
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* libc's dlsym; read by the assembly stub below, so not static. */
+__attribute__((visibility("hidden"))) _Atomic(dlsym_fn) shp_libc_dlsym_ptr;
+
+/* Called (from the stub) when libc's dlsym is not known yet. We must not define dlvsym ourselves:
+ * NCCL and cudart import it, and defining it recursed. */
+__attribute__((visibility("hidden"))) dlsym_fn shp_libc_dlsym_resolve(void);
+dlsym_fn shp_libc_dlsym_resolve(void)
+{
+    dlsym_fn f = atomic_load(&shp_libc_dlsym_ptr);
+    if (f)
+        return f;
+    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!f)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    atomic_store(&shp_libc_dlsym_ptr, f);
+    return f;
+}
+
+static void *libc_dlsym(void *handle, const char *name)
+{
+    dlsym_fn f = shp_libc_dlsym_resolve();
+    return f ? f(handle, name) : NULL;
+}
+
+static uintptr_t self_lo, self_hi;
+
+static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t want = (uintptr_t)data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    if (want >= lo && want < hi) {
+        self_lo = lo;
+        self_hi = hi;
+        return 1;
+    }
+    return 0;
+}
+
+bool shp_is_self(const void *addr)
+{
+    if (!self_hi)
+        dl_iterate_phdr(self_range_cb, (void *)(uintptr_t)shp_is_self);
+    return (uintptr_t)addr >= self_lo && (uintptr_t)addr < self_hi;
+}
+
+static const char *const nccl_sonames[] = {"libnccl.so.2", "libnccl.so", NULL};
+static const char *const cudart_sonames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
+                                             NULL};
+
+struct find_lib {
+    const char *prefix;
+    char path[PATH_MAX];
+};
+
+static int find_lib_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct find_lib *f = data;
+    const char *name = info->dlpi_name;
+    const char *base = name ? strrchr(name, '/') : NULL;
+    base = base ? base + 1 : name;
+    if (base && !strncmp(base, f->prefix, strlen(f->prefix))) {
+        snprintf(f->path, sizeof(f->path), "%s", name);
+        return 1;
+    }
+    return 0;
+}
+
+/* A handle to the already-loaded library `lib`, without loading anything. */
+static void *loaded_lib(int lib)
+{
+    static _Atomic(void *) cache[2];
+    void *h = atomic_load(&cache[lib]);
+    if (h)
+        return h;
+    for (const char *const *s = lib == SHP_LIB_NCCL ? nccl_sonames : cudart_sonames; *s && !h; s++)
+        h = dlopen(*s, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) {
+        struct find_lib f = {.prefix = lib == SHP_LIB_NCCL ? "libnccl." : "libcudart."};
+        if (dl_iterate_phdr(find_lib_cb, &f))
+            h = dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD);
+    }
+    if (h)
+        atomic_store(&cache[lib], h);
+    return h;
+}
+
+static int op_lib(unsigned op)
+{
+    return op <= SHP_OP_ncclCommAbort ? SHP_LIB_NCCL : SHP_LIB_CUDART;
+}
+
+/* Look `name` up in library `lib` for `slot`: RTLD_NEXT (slot 0), then the library itself,
+ * NCCL's pnccl alias first. Never returns one of our own functions. */
+static void *lookup(int slot, int lib, const char *name)
+{
+    void *p = NULL;
+    if (slot == 0) {
+        p = libc_dlsym(RTLD_NEXT, name);
+        if (p && !shp_is_self(p))
+            return p;
+        p = NULL;
+    }
+    void *h = slot == 0 ? loaded_lib(lib) : slot_handle[slot];
+    if (!h)
+        return NULL;
+    if (lib == SHP_LIB_NCCL) {
+        char pname[96];
+        snprintf(pname, sizeof(pname), "p%s", name);
+        p = libc_dlsym(h, pname);
+    }
+    if (!p)
+        p = libc_dlsym(h, name);
+    return p && !shp_is_self(p) ? p : NULL;
+}
+
+void *shp_real_slow(unsigned op, int slot)
+{
+    if (slot != 0 || op == SHP_OP_NONE || op >= SHP_OP_COUNT)
+        return NULL;
+    shp_guard++;
+    void *p = lookup(0, op_lib(op), shp_op_name(op));
+    if (p) {
+        atomic_store_explicit(&shp_real_tab[0][op], p, memory_order_release);
+        SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_RESOLVE, "%s resolved at %p", shp_op_name(op), p);
+    }
+    /* Not found is not cached: the library may be loaded later. */
+    shp_guard--;
+    return p;
+}
+
+static const char *const aux_names[SHP_AUX_COUNT] = {
+    [SHP_AUX_COMM_USER_RANK] = "ncclCommUserRank",
+    [SHP_AUX_COMM_COUNT] = "ncclCommCount",
+    [SHP_AUX_COMM_CU_DEVICE] = "ncclCommCuDevice",
+    [SHP_AUX_GET_DEVICE] = "cudaGetDevice",
+    [SHP_AUX_POINTER_ATTRIBUTES] = "cudaPointerGetAttributes",
+    [SHP_AUX_PEEK_ERROR] = "cudaPeekAtLastError",
+    [SHP_AUX_GET_ERROR] = "cudaGetLastError",
+};
+
+void *shp_real_aux(int slot, enum shp_aux aux)
+{
+    void *p = atomic_load_explicit(&aux_tab[slot][aux], memory_order_acquire);
+    if (p)
+        return p;
+    int lib = aux <= SHP_AUX_COMM_CU_DEVICE ? SHP_LIB_NCCL : SHP_LIB_CUDART;
+    /* A slot from dlsym(handle) is an NCCL or a cudart; its helpers of the other library come
+     * from the default binding. */
+    int from = slot;
+    if (slot != 0 && slot_handle[slot]) {
+        void *probe =
+            libc_dlsym(slot_handle[slot], lib == SHP_LIB_NCCL ? "ncclGetVersion" : "cudaGetDevice");
+        if (!probe)
+            from = 0;
+    }
+    p = lookup(from, lib, aux_names[aux]);
+    if (p)
+        atomic_store_explicit(&aux_tab[slot][aux], p, memory_order_release);
+    return p;
+}
+
+int shp_missing(unsigned op, int err)
+{
+    static _Atomic uint64_t warned;
+    uint64_t bit = 1ull << (op % 64);
+    if (!(atomic_fetch_or(&warned, bit) & bit))
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_RESOLVE,
+                "%s: the real function was not found in any loaded library; returning error %d",
+                shp_op_name(op), err);
+    return err;
+}
+
+/* The slot for the library that defines p (found through `handle`); -1 when all are taken. */
+static int slot_for(void *p, void *handle)
+{
+    Dl_info info;
+    if (!dladdr(p, &info) || !info.dli_fbase)
+        return -1;
+    int slot = -1;
+    pthread_mutex_lock(&slot_mu);
+    for (int s = 1; s < SHP_SLOTS; s++) {
+        if (slot_base[s] == info.dli_fbase) {
+            slot = s;
+            break;
+        }
+        if (!slot_base[s]) {
+            slot_base[s] = info.dli_fbase;
+            slot_handle[s] = handle;
+            slot = s;
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_RESOLVE, "slot %d: %s (via dlsym)", s,
+                    info.dli_fname);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&slot_mu);
+    return slot;
+}
+
+/* dlsym on a real handle: return a wrapper bound to the library's slot for the names we trace. */
+__attribute__((visibility("hidden"))) void *shp_dlsym_handle(void *handle, const char *name);
+void *shp_dlsym_handle(void *handle, const char *name)
+{
+    void *p = libc_dlsym(handle, name);
+    if (!p || !name || (strncmp(name, "nccl", 4) && strncmp(name, "cuda", 4)))
+        return p;
+    unsigned op = shp_op_lookup(name);
+    if (op == SHP_OP_NONE || shp_is_self(p))
+        return p;
+    int slot = slot_for(p, handle);
+    if (slot < 0) {
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_RESOLVE,
+                      "more than %d libraries looked up with dlsym; %s from another is not traced",
+                      SHP_SLOTS - 1, name);
+        return p;
+    }
+    atomic_store_explicit(&shp_real_tab[slot][op], p, memory_order_release);
+    void *w = shp_nccl_variants[slot][op];
+    return w ? w : shp_cudart_variants[slot][op];
+}
+
+/* dlsym itself. glibc gives RTLD_NEXT (and, for versioned lookups, RTLD_DEFAULT) its meaning
+ * from the caller's return address, so those lookups must reach libc's dlsym as a true tail
+ * call: a jump that leaves our caller's return address in place. Written in assembly so that
+ * no optimisation level can turn the jump into a call (a test checks the behaviour). */
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "    cmpq $-1, %rdi\n" /* RTLD_NEXT */
+        "    je 1f\n"
+        "    testq %rdi, %rdi\n" /* RTLD_DEFAULT */
+        "    je 1f\n"
+        "    jmp shp_dlsym_handle\n"
+        "1:  movq shp_libc_dlsym_ptr(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    je 2f\n"
+        "    jmp *%rax\n"
+        "2:  pushq %rdi\n"
+        "    pushq %rsi\n"
+        "    subq $8, %rsp\n"
+        "    call shp_libc_dlsym_resolve\n"
+        "    addq $8, %rsp\n"
+        "    popq %rsi\n"
+        "    popq %rdi\n"
+        "    testq %rax, %rax\n"
+        "    je 3f\n"
+        "    jmp *%rax\n"
+        "3:  xorl %eax, %eax\n"
+        "    ret\n"
+        ".size dlsym, .-dlsym\n");
+#else
+#error "the dlsym tail call is written for x86-64; port the stub in preload/resolve.c"
+#endif

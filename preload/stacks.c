@@ -1,0 +1,259 @@
+/* shapetrace preload: call sites. Raw return addresses, deduplicated into stack records, plus a
+ * module map; the tools symbolize offline (dladdr costs about 1.7 us an address, an unwind about
+ * 250 ns for 35 frames). libunwind is loaded RTLD_LOCAL: linked normally it took over the
+ * process's _Unwind_* and made C++ exceptions about 10x slower, and it exports a weak
+ * `backtrace` that would replace glibc's. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+typedef int (*unw_backtrace_fn)(void **, int);
+
+static struct {
+    pthread_once_t once;
+    unw_backtrace_fn unwind;
+    bool use_glibc;
+} uw = {.once = PTHREAD_ONCE_INIT};
+
+/* Stack table: open addressing on the frames' hash; an entry's id is published after its
+ * record, and a thread that finds the hash but no id yet waits for it (a few stores away). */
+#define STACK_SLOTS (1u << 16)
+struct stack_slot {
+    _Atomic uint64_t hash;
+    _Atomic uint32_t id;
+    uint32_t pad;
+};
+static struct stack_slot *stack_tab;
+static _Atomic uint32_t next_stack_id;
+
+/* Modules already written to this process's trace. */
+#define MAX_MODULES 2048
+static struct {
+    pthread_mutex_t mu;
+    uint64_t adds; /* dlpi_adds when last synced */
+    uint64_t key[MAX_MODULES];
+    unsigned n;
+} mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* 1 MiB, taken once, outside malloc: the wrappers may run inside an allocator's own calls. */
+static struct stack_slot *mmap_alloc_stack_table(void)
+{
+    void *p = mmap(NULL, sizeof(struct stack_slot) * STACK_SLOTS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void load_unwinder(void)
+{
+    char path[PATH_MAX + 32];
+    const char *tries[4] = {0};
+    int n = 0;
+    if (shp_cfg.libunwind[0])
+        tries[n++] = shp_cfg.libunwind;
+    snprintf(path, sizeof(path), "%s/libunwind.so.8", shp_cfg.self_dir);
+    tries[n++] = path;
+    tries[n++] = "libunwind.so.8";
+    tries[n++] = "libunwind.so";
+    for (int i = 0; i < n && !uw.unwind; i++) {
+        void *h = dlopen(tries[i], RTLD_LAZY | RTLD_LOCAL);
+        if (!h)
+            continue;
+        uw.unwind = (unw_backtrace_fn)dlsym(h, "unw_backtrace");
+        if (uw.unwind)
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "stacks through %s", tries[i]);
+    }
+    if (!uw.unwind) {
+        uw.use_glibc = true;
+        SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK,
+                "libunwind not found (SHAPETRACE_LIBUNWIND names it); stacks through glibc");
+    }
+    stack_tab = mmap_alloc_stack_table();
+}
+
+static uint64_t hash_frames(void *const *f, int n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uintptr_t)f[i];
+        h *= 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h ? h : 1;
+}
+
+static uint32_t store_stack(void *const *frames, int n)
+{
+    uint32_t id = atomic_fetch_add(&next_stack_id, 1) + 1;
+    size_t size = sizeof(struct shp_rec_stack) + (size_t)n * 8;
+    struct shp_rec_stack *r = shp_writer_reserve(SHP_REC_STACK, size);
+    if (!r)
+        return 0;
+    r->id = id;
+    r->nframes = (uint32_t)n;
+    uint64_t *out = (uint64_t *)(r + 1);
+    for (int i = 0; i < n; i++)
+        out[i] = (uint64_t)(uintptr_t)frames[i];
+    shp_writer_publish(r, SHP_REC_STACK, size);
+    return id;
+}
+
+uint32_t shp_stack_here(void)
+{
+    if (shp_cfg.stacks == SHP_STACKS_NONE)
+        return 0;
+    pthread_once(&uw.once, load_unwinder);
+    if (!stack_tab)
+        return 0;
+    void *buf[SHP_STACK_MAX_FRAMES + 8];
+    int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
+                      : backtrace(buf, (int)(sizeof(buf) / sizeof(buf[0])));
+    int skip = 0;
+    while (skip < n && shp_is_self(buf[skip]))
+        skip++;
+    void **frames = buf + skip;
+    n -= skip;
+    if (n > SHP_STACK_MAX_FRAMES)
+        n = SHP_STACK_MAX_FRAMES;
+    if (n <= 0)
+        return 0;
+    uint64_t h = hash_frames(frames, n);
+    for (uint32_t i = 0; i < STACK_SLOTS; i++) {
+        struct stack_slot *s = &stack_tab[(h + i) & (STACK_SLOTS - 1)];
+        uint64_t cur = atomic_load_explicit(&s->hash, memory_order_acquire);
+        if (cur == 0) {
+            if (!atomic_compare_exchange_strong(&s->hash, &cur, h)) {
+                if (cur != h)
+                    continue;
+                goto found;
+            }
+            shp_modules_sync();
+            uint32_t id = store_stack(frames, n);
+            /* id 0 (not stored) is published as UINT32_MAX so that waiters stop waiting. */
+            atomic_store_explicit(&s->id, id ? id : UINT32_MAX, memory_order_release);
+            return id;
+        }
+        if (cur != h)
+            continue;
+    found:
+        for (;;) {
+            uint32_t id = atomic_load_explicit(&s->id, memory_order_acquire);
+            if (id)
+                return id == UINT32_MAX ? 0 : id;
+            sched_yield();
+        }
+    }
+    struct shp_file_header *hdr = shp_writer_header();
+    if (hdr)
+        __atomic_fetch_add(&hdr->stacks_dropped, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static int adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    *(uint64_t *)data = info->dlpi_adds;
+    return 1;
+}
+
+static void note_build_id(const struct dl_phdr_info *info, struct shp_rec_module *r)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const unsigned char *p = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
+        const unsigned char *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            size_t namesz = (nh->n_namesz + 3) & ~3u, descsz = (nh->n_descsz + 3) & ~3u;
+            const unsigned char *name = p + sizeof(*nh), *desc = name + namesz;
+            if (desc + descsz > end)
+                break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
+                size_t len =
+                    nh->n_descsz < sizeof(r->build_id) ? nh->n_descsz : sizeof(r->build_id);
+                memcpy(r->build_id, desc, len);
+                r->build_id_len = (uint8_t)len;
+                return;
+            }
+            p = desc + descsz;
+        }
+    }
+}
+
+static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uint64_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (!hi)
+        return 0;
+    uint64_t key = lo ^ (hi << 1);
+    for (unsigned i = 0; i < mods.n; i++)
+        if (mods.key[i] == key)
+            return 0;
+    if (mods.n == MAX_MODULES)
+        return 0;
+    char exe[PATH_MAX];
+    const char *path = info->dlpi_name;
+    if (!path || !*path) {
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        exe[n > 0 ? n : 0] = 0;
+        path = exe;
+    }
+    size_t plen = strnlen(path, 4000);
+    size_t rsize = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
+    struct shp_rec_module *r = shp_writer_reserve(SHP_REC_MODULE, rsize);
+    if (!r)
+        return 0;
+    memset((char *)r + sizeof(r->h), 0, rsize - sizeof(r->h));
+    r->base = info->dlpi_addr;
+    r->lo = lo;
+    r->hi = hi;
+    r->path_len = (uint16_t)plen;
+    note_build_id(info, r);
+    memcpy(r + 1, path, plen);
+    shp_writer_publish(r, SHP_REC_MODULE, rsize);
+    mods.key[mods.n++] = key;
+    return 0;
+}
+
+void shp_modules_sync(void)
+{
+    uint64_t adds = 0;
+    dl_iterate_phdr(adds_cb, &adds);
+    pthread_mutex_lock(&mods.mu);
+    if (adds != mods.adds || mods.n == 0) {
+        dl_iterate_phdr(module_cb, NULL);
+        mods.adds = adds;
+    }
+    pthread_mutex_unlock(&mods.mu);
+}
+
+void shp_stacks_atfork_child(void)
+{
+    /* The child's trace starts empty: its stacks and modules must be written again. */
+    if (stack_tab)
+        memset(stack_tab, 0, sizeof(*stack_tab) * STACK_SLOTS);
+    atomic_store(&next_stack_id, 0);
+    pthread_mutex_init(&mods.mu, NULL);
+    mods.n = 0;
+    mods.adds = 0;
+}

@@ -1,0 +1,59 @@
+/* shapetrace preload: the generated wrapper. One body for every function of the call list; a
+ * function needing more than the body gives it through its class (record.c), not its own code.
+ *
+ * Each function gets SHP_SLOTS copies: the exported one (slot 0, reached by symbol binding) and
+ * hidden ones that the dlsym hook hands out for libraries looked up by handle (resolve.c). */
+#ifndef SHAPETRACE_WRAP_H
+#define SHAPETRACE_WRAP_H
+
+#include "preload.h"
+
+#define SHP_UNPAREN(...) __VA_ARGS__
+
+#define SHP_RET_NCCL ncclResult_t
+#define SHP_RET_CUDART cudaError_t
+/* What a wrapper returns when the real function cannot be found. */
+#define SHP_ERR_NCCL ncclSystemError
+#define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
+
+#define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
+    {                                                                                              \
+        name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
+        if (__builtin_expect(!real, 0))                                                            \
+            return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
+        if (!shp_active())                                                                         \
+            return real args;                                                                      \
+        struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
+        shp_enter(&c);                                                                             \
+        SHP_RET_##lib r = real args;                                                               \
+        shp_leave(&c, (int)r);                                                                     \
+        return r;                                                                                  \
+    }
+
+/* Types and prototypes: the compiler checks each against the library's own declaration. */
+#define SHP_DECLARE(lib, cls, name, params, args, desc)                                            \
+    typedef SHP_RET_##lib(*name##_fn) params;                                                      \
+    __attribute__((visibility("default"))) SHP_RET_##lib name params;
+
+#define SHP_DEFINE(lib, cls, name, params, args, desc)                                             \
+    SHP_RET_##lib name params SHP_BODY(0, lib, cls, name, args,                                    \
+                                       desc) static SHP_RET_##lib name##_s1 params                 \
+        SHP_BODY(1, lib, cls, name, args, desc) static SHP_RET_##lib name##_s2 params SHP_BODY(    \
+            2, lib, cls, name, args,                                                               \
+            desc) static SHP_RET_##lib name##_s3 params SHP_BODY(3, lib, cls, name, args, desc)
+
+_Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
+
+#define SHP_VARIANT0(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name,
+#define SHP_VARIANT1(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
+#define SHP_VARIANT2(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
+#define SHP_VARIANT3(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
+#define SHP_VARIANTS(list)                                                                         \
+    {                                                                                              \
+        {list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)},                          \
+        {                                                                                          \
+            list(SHP_VARIANT3)                                                                     \
+        }                                                                                          \
+    }
+
+#endif

@@ -1,0 +1,268 @@
+/* shapetrace preload: the trace file. One file per process, created at the first record, mapped
+ * MAP_SHARED so that a record is in the page cache (and survives SIGKILL) as soon as it is
+ * stored, with no system call per record. Space is reserved by a CAS on the header's tail; the
+ * file grows in chunks under a mutex, the only lock, taken once per chunk. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+enum { W_CLOSED, W_OPEN, W_FAILED };
+
+static struct {
+    _Atomic int state;
+    pthread_mutex_t mu;
+    int fd;
+    struct shp_file_header *hdr;
+    unsigned char *base;
+    size_t map_len;
+    uint64_t cap;      /* end offset for call records */
+    uint64_t meta_cap; /* end offset for bookkeeping records */
+    char path[PATH_MAX + 256];
+} w = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+#define CHUNK_MIN (1ull << 20)
+#define CHUNK_MAX (64ull << 20)
+
+struct shp_file_header *shp_writer_header(void)
+{
+    return atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN ? w.hdr : NULL;
+}
+
+/* mkdir -p, new directories 0700. */
+static int make_dirs(const char *dir)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof(buf), "%s", dir);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int grow(uint64_t need)
+{
+    int rc = 0;
+    pthread_mutex_lock(&w.mu);
+    uint64_t have = __atomic_load_n(&w.hdr->allocated, __ATOMIC_ACQUIRE);
+    if (need > have) {
+        uint64_t chunk = have < CHUNK_MIN ? CHUNK_MIN : have > CHUNK_MAX ? CHUNK_MAX : have;
+        uint64_t want = need + chunk;
+        if (want > w.map_len)
+            want = w.map_len;
+        /* fallocate, not ftruncate: a full disk then fails here, with an error we can handle,
+         * instead of as SIGBUS on the first store into a hole. */
+        int e = posix_fallocate(w.fd, (off_t)have, (off_t)(want - have));
+        if (e != 0)
+            rc = -e;
+        else
+            __atomic_store_n(&w.hdr->allocated, want, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&w.mu);
+    return rc;
+}
+
+static void write_header(struct shp_file_header *h)
+{
+    struct timespec rt, mono;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    h->version = SHP_TRACE_VERSION;
+    h->byte_order = SHP_BYTE_ORDER_MARK;
+    h->header_size = SHP_HEADER_SIZE;
+    h->pid = (uint64_t)getpid();
+    h->ppid = (uint64_t)getppid();
+    h->realtime_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+    h->monotonic_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec;
+    h->env_rank = shp_cfg.env_rank;
+    h->first_comm_rank = -1;
+    h->local_rank = shp_cfg.local_rank;
+    h->world_size = shp_cfg.world_size;
+    h->cap = w.cap;
+    h->ctl[SHP_CTL_ARMED] = 1;
+    h->stacks_mode = shp_cfg.stacks;
+    snprintf(h->host, sizeof(h->host), "%s", shp_cfg.host);
+    ssize_t n = readlink("/proc/self/exe", h->exe, sizeof(h->exe) - 1);
+    h->exe[n > 0 ? n : 0] = 0;
+    __atomic_store_n(&h->tail, (uint64_t)SHP_HEADER_SIZE, __ATOMIC_RELAXED);
+    /* The magic last: a reader never takes a half-written header for a trace. */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(h->magic, SHP_TRACE_MAGIC, 8);
+}
+
+static int open_file(void)
+{
+    int rc = make_dirs(shp_cfg.dir);
+    if (rc < 0) {
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot create %s: %s", shp_cfg.dir,
+                strerror(-rc));
+        return rc;
+    }
+    int fd = -1;
+    for (int i = 0; i < 100 && fd < 0; i++) {
+        if (i == 0)
+            snprintf(w.path, sizeof(w.path), "%s/%s-%ld%s", shp_cfg.dir, shp_cfg.host,
+                     (long)getpid(), SHP_TRACE_SUFFIX);
+        else
+            snprintf(w.path, sizeof(w.path), "%s/%s-%ld.%d%s", shp_cfg.dir, shp_cfg.host,
+                     (long)getpid(), i, SHP_TRACE_SUFFIX);
+        fd = open(w.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        rc = -errno;
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot create %s: %s", w.path,
+                strerror(errno));
+        return rc;
+    }
+    w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
+    w.meta_cap = w.cap + shp_cfg.cap / 16;
+    w.map_len = w.meta_cap;
+    int e = posix_fallocate(fd, 0, (off_t)CHUNK_MIN);
+    if (e != 0) {
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    void *m = mmap(NULL, w.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        rc = -errno;
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot map %s: %s", w.path,
+                strerror(errno));
+        close(fd);
+        return rc;
+    }
+    w.fd = fd;
+    w.base = m;
+    w.hdr = m;
+    w.hdr->allocated = CHUNK_MIN;
+    write_header(w.hdr);
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
+    return 0;
+}
+
+static int ensure_open(void)
+{
+    int st = atomic_load_explicit(&w.state, memory_order_acquire);
+    if (__builtin_expect(st == W_OPEN, 1))
+        return 0;
+    if (st == W_FAILED)
+        return -EIO;
+    pthread_mutex_lock(&w.mu);
+    int rc = 0;
+    st = atomic_load_explicit(&w.state, memory_order_acquire);
+    if (st == W_CLOSED) {
+        rc = open_file();
+        atomic_store_explicit(&w.state, rc == 0 ? W_OPEN : W_FAILED, memory_order_release);
+    } else if (st == W_FAILED) {
+        rc = -EIO;
+    }
+    pthread_mutex_unlock(&w.mu);
+    if (rc < 0) {
+        shp_disable("the trace file could not be created");
+        return rc;
+    }
+    /* Module records right after the header, so that every stack can be symbolized. */
+    if (st == W_CLOSED && shp_cfg.stacks != SHP_STACKS_NONE)
+        shp_modules_sync();
+    return 0;
+}
+
+static bool is_bookkeeping(unsigned type)
+{
+    return type == SHP_REC_COMM || type == SHP_REC_STACK || type == SHP_REC_MODULE ||
+           type == SHP_REC_MARK;
+}
+
+void *shp_writer_reserve(unsigned type, size_t size)
+{
+    if (ensure_open() < 0)
+        return NULL;
+    struct shp_file_header *h = w.hdr;
+    uint64_t limit = is_bookkeeping(type) ? w.meta_cap : w.cap;
+    uint64_t off = __atomic_load_n(&h->tail, __ATOMIC_RELAXED), end;
+    do {
+        end = off + size;
+        if (end > limit) {
+            __atomic_fetch_add(&h->dropped, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
+            SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
+                          "trace cap of %llu MiB reached: later records are dropped and counted "
+                          "(SHAPETRACE_MAX_MB raises it)",
+                          (unsigned long long)(shp_cfg.cap >> 20));
+            return NULL;
+        }
+    } while (!__atomic_compare_exchange_n(&h->tail, &off, end, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    if (end > __atomic_load_n(&h->allocated, __ATOMIC_ACQUIRE)) {
+        int rc = grow(end);
+        if (rc < 0) {
+            __atomic_fetch_add(&h->dropped, 1, __ATOMIC_RELAXED);
+            __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
+            shp_disable(rc == -ENOSPC ? "no space left for the trace" : "the trace cannot grow");
+            return NULL;
+        }
+    }
+    struct shp_rec *r = (struct shp_rec *)(w.base + off);
+    /* The reserved size first, so a reader can step over this record if we die filling it. */
+    __atomic_store_n(&r->word, SHP_REC_WORD(SHP_REC_RESERVED, size), __ATOMIC_RELAXED);
+    return r;
+}
+
+void shp_writer_publish(void *rec, unsigned type, size_t size)
+{
+    struct shp_rec *r = rec;
+    r->check = shp_rec_check(rec, type, size);
+    __atomic_store_n(&r->word, SHP_REC_WORD(type, size), __ATOMIC_RELEASE);
+}
+
+void shp_writer_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0,
+                         int aux1, uint64_t dur_ns)
+{
+    ev->result = result;
+    ev->device = device;
+    ev->out = out;
+    ev->aux[0] = aux0;
+    ev->aux[1] = aux1;
+    if (dur_ns == SHP_DUR_PENDING)
+        dur_ns--;
+    __atomic_store_n(&ev->dur_ns, dur_ns, __ATOMIC_RELEASE);
+}
+
+void shp_writer_close(void)
+{
+    /* The mapping stays: destructors that run after ours (NCCL's, torch's) may still be traced,
+     * and their records land after the flag, which readers accept. */
+    if (atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN)
+        __atomic_or_fetch(&w.hdr->flags, SHP_FILE_COMPLETE, __ATOMIC_RELEASE);
+}
+
+void shp_writer_atfork_child(void)
+{
+    /* The parent's file is the parent's: the child unmaps it and opens its own at its first
+     * record. */
+    if (atomic_load(&w.state) == W_OPEN) {
+        munmap(w.base, w.map_len);
+        close(w.fd);
+    }
+    w.fd = -1;
+    w.base = NULL;
+    w.hdr = NULL;
+    pthread_mutex_init(&w.mu, NULL);
+    atomic_store(&w.state, W_CLOSED);
+}

@@ -1,0 +1,1211 @@
+/* Test double of libcudart.so.13: device and pinned memory, checked copies, devices, streams,
+ * events and graphs, without a GPU. Defined against the real cuda_runtime_api.h, so the compiler
+ * holds every definition to CUDA's own prototype. See README.md for what it does not simulate. */
+#define _GNU_SOURCE
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cudart_ptds.h"
+#include "shp_double.h"
+
+/* Everything not static is CUDA API; keep it exported even in a -fvisibility=hidden build. */
+#pragma GCC visibility push(default)
+
+#define GIB ((size_t)1 << 30)
+#define ALLOC_ALIGN 256 /* what cudaMalloc guarantees */
+#define COMMIT_CHUNK ((size_t)64 << 20)
+#define RELEASE_MIN ((size_t)1 << 20) /* free spans at least this big give their pages back */
+
+/* A span of an arena: handed out (used) or free. The spans of an arena are kept sorted and tile
+ * [0, top) exactly, so a lookup is a binary search and a free merges with its neighbours. */
+struct block {
+    size_t off;
+    size_t span;      /* bytes the allocator set aside: the request rounded up to ALLOC_ALIGN */
+    size_t requested; /* bytes asked for: copies are checked against this, not the span */
+    int device;
+    bool used;
+};
+
+/* One reserved address range. Reserved PROT_NONE and made writable only as far as it has been
+ * used, so a large reservation costs nothing under strict overcommit and a stray access beyond the
+ * high-water mark faults instead of reading zeroes. The fixed hints make device pointers look the
+ * same in every run and every process, which keeps golden outputs stable. */
+struct arena {
+    uintptr_t hint;
+    size_t want;
+    char *base;
+    size_t cap;
+    size_t top;
+    size_t committed;
+    struct block *blocks;
+    size_t nblocks;
+    size_t blocks_cap;
+};
+
+static struct arena device_arena = {.hint = 0x7d0000000000, .want = 64 * GIB};
+static struct arena pinned_arena = {.hint = 0x7c0000000000, .want = 16 * GIB};
+
+/* Guards both arenas and the handle registry. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static int device_count;
+static int initial_device;
+
+static _Thread_local cudaError_t last_error = cudaSuccess;
+static _Thread_local int current_device = -1;
+
+/* CUDA's handle types are pointers to these structs, which its headers leave incomplete. Every
+ * live handle is on the registry list, so a stale or foreign handle is refused, not dereferenced.
+ */
+enum obj_kind { OBJ_STREAM = 1, OBJ_EVENT, OBJ_GRAPH, OBJ_EXEC };
+
+struct obj {
+    enum obj_kind kind;
+    struct obj *next;
+};
+
+enum capture_state { CAPTURE_NONE, CAPTURE_ACTIVE, CAPTURE_INVALIDATED };
+
+struct CUstream_st {
+    struct obj obj;
+    unsigned int flags;
+    int device;
+    bool legacy; /* the NULL stream: CUDA refuses to capture it */
+    enum capture_state capture;
+    enum cudaStreamCaptureMode mode;
+    pthread_t capturer;
+};
+
+struct CUevent_st {
+    struct obj obj;
+    bool recorded;
+};
+
+struct CUgraph_st {
+    struct obj obj;
+    unsigned long long id;
+};
+
+struct CUgraphExec_st {
+    struct obj obj;
+    unsigned long long graph_id;
+};
+
+static struct obj *registry;
+static unsigned long long next_graph_id = 1;
+static struct CUstream_st legacy_stream = {.legacy = true};
+static _Thread_local struct CUstream_st thread_stream;
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* Like the runtime, every failing call leaves its error for cudaGetLastError. */
+static cudaError_t status(cudaError_t e)
+{
+    if (e != cudaSuccess)
+        last_error = e;
+    return e;
+}
+
+#define CUDA_ERRORS(X)                                                                             \
+    X(cudaSuccess, "no error")                                                                     \
+    X(cudaErrorInvalidValue, "invalid argument")                                                   \
+    X(cudaErrorMemoryAllocation, "out of memory")                                                  \
+    X(cudaErrorInitializationError, "initialization error")                                        \
+    X(cudaErrorCudartUnloading, "driver shutting down")                                            \
+    X(cudaErrorInvalidConfiguration, "invalid configuration argument")                             \
+    X(cudaErrorInvalidPitchValue, "invalid pitch argument")                                        \
+    X(cudaErrorInvalidSymbol, "invalid device symbol")                                             \
+    X(cudaErrorInvalidHostPointer, "invalid host pointer")                                         \
+    X(cudaErrorInvalidDevicePointer, "invalid device pointer")                                     \
+    X(cudaErrorInvalidMemcpyDirection, "invalid copy direction for memcpy")                        \
+    X(cudaErrorInsufficientDriver, "CUDA driver version is insufficient for CUDA runtime version") \
+    X(cudaErrorNoDevice, "no CUDA-capable device is detected")                                     \
+    X(cudaErrorInvalidDevice, "invalid device ordinal")                                            \
+    X(cudaErrorInvalidResourceHandle, "invalid resource handle")                                   \
+    X(cudaErrorIllegalState, "the operation cannot be performed in the present state")             \
+    X(cudaErrorNotReady, "device not ready")                                                       \
+    X(cudaErrorIllegalAddress, "an illegal memory access was encountered")                         \
+    X(cudaErrorLaunchFailure, "unspecified launch failure")                                        \
+    X(cudaErrorNotPermitted, "operation not permitted")                                            \
+    X(cudaErrorNotSupported, "operation not supported")                                            \
+    X(cudaErrorStreamCaptureUnsupported, "operation not permitted when stream is capturing")       \
+    X(cudaErrorStreamCaptureInvalidated,                                                           \
+      "operation failed due to a previous error during capture")                                   \
+    X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began")     \
+    X(cudaErrorStreamCaptureImplicit,                                                              \
+      "operation would make the legacy stream depend on a capturing blocking stream")              \
+    X(cudaErrorStreamCaptureWrongThread,                                                           \
+      "attempt to terminate a thread-local capture sequence from another thread")                  \
+    X(cudaErrorUnknown, "unknown error")
+
+const char *cudaGetErrorName(cudaError_t error)
+{
+    switch (error) {
+#define NAME_CASE(code, text)                                                                      \
+    case code:                                                                                     \
+        return #code;
+        CUDA_ERRORS(NAME_CASE)
+#undef NAME_CASE
+    default:
+        return "unrecognized error code";
+    }
+}
+
+const char *cudaGetErrorString(cudaError_t error)
+{
+    switch (error) {
+#define TEXT_CASE(code, text)                                                                      \
+    case code:                                                                                     \
+        return text;
+        CUDA_ERRORS(TEXT_CASE)
+#undef TEXT_CASE
+    default:
+        return "unrecognized error code";
+    }
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+    return last_error;
+}
+
+/* ---- devices --------------------------------------------------------------------------------- */
+
+static int env_int(const char *name, int fallback, int lo, int hi)
+{
+    const char *s = getenv(name);
+    char *end;
+    long v;
+
+    if (!s || !*s)
+        return fallback;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return fallback;
+    return (int)v;
+}
+
+static void read_env(void)
+{
+    device_count = env_int("SHAPETRACE_DOUBLE_DEVICES", 8, 0, 4096);
+    /* torchrun's LOCAL_RANK is what a real job passes to cudaSetDevice; starting there lets a
+     * program that never calls it still spread its ranks over devices. */
+    initial_device = env_int("LOCAL_RANK", 0, 0, device_count > 0 ? device_count - 1 : 0);
+}
+
+static int ndevices(void)
+{
+    pthread_once(&env_once, read_env);
+    return device_count;
+}
+
+static int get_device(void)
+{
+    if (current_device < 0) {
+        pthread_once(&env_once, read_env);
+        current_device = initial_device;
+    }
+    return current_device;
+}
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    if (!count)
+        return status(cudaErrorInvalidValue);
+    *count = ndevices();
+    return status(*count > 0 ? cudaSuccess : cudaErrorNoDevice);
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    if (device < 0 || device >= ndevices())
+        return status(cudaErrorInvalidDevice);
+    current_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device)
+{
+    if (!device)
+        return status(cudaErrorInvalidValue);
+    *device = get_device();
+    return cudaSuccess;
+}
+
+/* Copies finish before they return, so there is never anything to wait for. */
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return status(cudaErrorInvalidValue);
+    *driverVersion = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
+{
+    if (!runtimeVersion)
+        return status(cudaErrorInvalidValue);
+    *runtimeVersion = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+/* ---- arenas (caller holds lock) -------------------------------------------------------------- */
+
+static size_t round_up(size_t v, size_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+static int reserve(struct arena *a)
+{
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    size_t len;
+
+    /* A ulimit -v can refuse the full reservation; a smaller arena still serves most tests. */
+    for (len = a->want; len >= GIB / 4; len /= 2) {
+        void *p = mmap((void *)a->hint, len, PROT_NONE, flags, -1, 0);
+
+        if (p != MAP_FAILED) {
+            a->base = p;
+            a->cap = len;
+            return 0;
+        }
+    }
+    return -ENOMEM;
+}
+
+static bool in_arena(const struct arena *a, uintptr_t p)
+{
+    return a->base && p >= (uintptr_t)a->base && p - (uintptr_t)a->base < a->cap;
+}
+
+/* Index of the block that holds offset off; off must be below top. */
+static size_t find_block(const struct arena *a, size_t off)
+{
+    size_t lo = 0, hi = a->nblocks;
+
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (a->blocks[mid].off <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static const struct block *find_live(const struct arena *a, const void *p)
+{
+    const struct block *b;
+    size_t off;
+
+    if (!in_arena(a, (uintptr_t)p))
+        return NULL;
+    off = (uintptr_t)p - (uintptr_t)a->base;
+    if (off >= a->top)
+        return NULL;
+    b = &a->blocks[find_block(a, off)];
+    if (!b->used || off - b->off >= b->requested)
+        return NULL;
+    return b;
+}
+
+static int insert_block(struct arena *a, size_t i, struct block b)
+{
+    if (a->nblocks == a->blocks_cap) {
+        size_t cap = a->blocks_cap ? 2 * a->blocks_cap : 64;
+        struct block *nb = realloc(a->blocks, cap * sizeof(*nb));
+
+        if (!nb)
+            return -ENOMEM;
+        a->blocks = nb;
+        a->blocks_cap = cap;
+    }
+    memmove(&a->blocks[i + 1], &a->blocks[i], (a->nblocks - i) * sizeof(*a->blocks));
+    a->blocks[i] = b;
+    a->nblocks++;
+    return 0;
+}
+
+static void remove_block(struct arena *a, size_t i)
+{
+    memmove(&a->blocks[i], &a->blocks[i + 1], (a->nblocks - i - 1) * sizeof(*a->blocks));
+    a->nblocks--;
+}
+
+static int commit(struct arena *a, size_t end)
+{
+    size_t to;
+
+    if (end <= a->committed)
+        return 0;
+    to = round_up(end, COMMIT_CHUNK);
+    if (to > a->cap)
+        to = a->cap;
+    if (mprotect(a->base + a->committed, to - a->committed, PROT_READ | PROT_WRITE))
+        return -errno;
+    a->committed = to;
+    return 0;
+}
+
+/* First fit over the free blocks, else a new block at the top. */
+static int arena_alloc(struct arena *a, size_t size, int device, void **out)
+{
+    size_t need, i;
+    int err;
+
+    if (size > SIZE_MAX - ALLOC_ALIGN)
+        return -ENOMEM;
+    need = round_up(size, ALLOC_ALIGN);
+    if (!a->base && (err = reserve(a)) < 0)
+        return err;
+    for (i = 0; i < a->nblocks; i++) {
+        struct block *b = &a->blocks[i];
+
+        if (b->used || b->span < need)
+            continue;
+        if (b->span > need) {
+            struct block rest = {.off = b->off + need, .span = b->span - need, .device = -1};
+
+            if ((err = insert_block(a, i + 1, rest)) < 0)
+                return err;
+            b = &a->blocks[i];
+        }
+        b->span = need;
+        b->requested = size;
+        b->device = device;
+        b->used = true;
+        *out = a->base + b->off;
+        return 0;
+    }
+    if (need > a->cap - a->top)
+        return -ENOMEM;
+    if ((err = commit(a, a->top + need)) < 0)
+        return err;
+    err = insert_block(
+        a, a->nblocks,
+        (struct block){
+            .off = a->top, .span = need, .requested = size, .device = device, .used = true});
+    if (err < 0)
+        return err;
+    *out = a->base + a->top;
+    a->top += need;
+    return 0;
+}
+
+/* Hands back the pages wholly inside a free span, so long tests do not grow without bound. */
+static void release_pages(struct arena *a, size_t off, size_t span)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t start = round_up(off, page);
+    size_t end = (off + span) / page * page;
+
+    if (end > start && end - start >= RELEASE_MIN)
+        madvise(a->base + start, end - start, MADV_DONTNEED);
+}
+
+static int arena_free(struct arena *a, const void *p)
+{
+    size_t off, i;
+    struct block *b;
+
+    if (!in_arena(a, (uintptr_t)p))
+        return -EINVAL;
+    off = (uintptr_t)p - (uintptr_t)a->base;
+    if (off >= a->top)
+        return -EINVAL;
+    i = find_block(a, off);
+    b = &a->blocks[i];
+    if (b->off != off || !b->used)
+        return -EINVAL;
+    b->used = false;
+    b->device = -1;
+    if (i + 1 < a->nblocks && !a->blocks[i + 1].used) {
+        b->span += a->blocks[i + 1].span;
+        remove_block(a, i + 1);
+    }
+    if (i > 0 && !a->blocks[i - 1].used) {
+        a->blocks[i - 1].span += a->blocks[i].span;
+        remove_block(a, i);
+        i--;
+    }
+    b = &a->blocks[i];
+    release_pages(a, b->off, b->span);
+    if (i == a->nblocks - 1) {
+        a->top = b->off;
+        remove_block(a, i);
+    }
+    return 0;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static cudaError_t alloc_in(struct arena *a, void **p, size_t size)
+{
+    int err;
+
+    if (!p)
+        return cudaErrorInvalidValue;
+    *p = NULL;
+    /* cudaMalloc(&p, 0) succeeds and gives NULL. */
+    if (size == 0)
+        return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    err = arena_alloc(a, size, get_device(), p);
+    pthread_mutex_unlock(&lock);
+    return err < 0 ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+
+static cudaError_t free_in(struct arena *a, void *p)
+{
+    int err;
+
+    if (!p)
+        return cudaSuccess;
+    pthread_mutex_lock(&lock);
+    err = arena_free(a, p);
+    pthread_mutex_unlock(&lock);
+    return err < 0 ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+static bool live_obj(const void *p, enum obj_kind kind)
+{
+    const struct obj *o;
+
+    for (o = registry; o; o = o->next)
+        if (o == p && o->kind == kind)
+            return true;
+    return false;
+}
+
+/* The stream a handle names. 0 is the legacy stream, except for the _ptsz entry points, which
+ * programs built with per-thread default streams call, where it is the calling thread's stream.
+ * Returns NULL for a handle that is not a live stream. Caller holds lock. */
+static struct CUstream_st *resolve_stream(cudaStream_t s, bool per_thread)
+{
+    if (s == cudaStreamPerThread || (!s && per_thread))
+        return &thread_stream;
+    if (!s || s == cudaStreamLegacy)
+        return &legacy_stream;
+    return live_obj(s, OBJ_STREAM) ? s : NULL;
+}
+
+static cudaError_t check_stream(cudaStream_t s, bool per_thread)
+{
+    struct CUstream_st *st;
+
+    pthread_mutex_lock(&lock);
+    st = resolve_stream(s, per_thread);
+    pthread_mutex_unlock(&lock);
+    return st ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    return status(alloc_in(&device_arena, devPtr, size));
+}
+
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t hStream, bool per_thread)
+{
+    cudaError_t e = check_stream(hStream, per_thread);
+
+    if (e == cudaSuccess)
+        e = alloc_in(&device_arena, devPtr, size);
+    return status(e);
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return malloc_async(devPtr, size, hStream, false);
+}
+
+cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return malloc_async(devPtr, size, hStream, true);
+}
+
+cudaError_t cudaFree(void *devPtr)
+{
+    return status(free_in(&device_arena, devPtr));
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t hStream, bool per_thread)
+{
+    cudaError_t e = check_stream(hStream, per_thread);
+
+    if (e == cudaSuccess)
+        e = free_in(&device_arena, devPtr);
+    return status(e);
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    return free_async(devPtr, hStream, false);
+}
+
+cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return free_async(devPtr, hStream, true);
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    return status(alloc_in(&pinned_arena, ptr, size));
+}
+
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    unsigned int known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+
+    if (flags & ~known)
+        return status(cudaErrorInvalidValue);
+    return status(alloc_in(&pinned_arena, pHost, size));
+}
+
+cudaError_t cudaFreeHost(void *ptr)
+{
+    return status(free_in(&pinned_arena, ptr));
+}
+
+/* What [p, p + extent) is. MEM_BAD: it starts in one of our ranges but not in a live allocation,
+ * or runs past the end of the allocation it starts in. */
+enum mem { MEM_HOST, MEM_PINNED, MEM_DEVICE, MEM_BAD };
+
+static enum mem classify(const void *p, size_t extent, int *device)
+{
+    struct arena *arenas[] = {&device_arena, &pinned_arena};
+    enum mem kinds[] = {MEM_DEVICE, MEM_PINNED};
+    enum mem m = MEM_HOST;
+
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < 2; i++) {
+        const struct block *b;
+
+        if (!in_arena(arenas[i], (uintptr_t)p))
+            continue;
+        b = find_live(arenas[i], p);
+        m = MEM_BAD;
+        if (b && extent <= b->requested - ((uintptr_t)p - (uintptr_t)arenas[i]->base - b->off)) {
+            m = kinds[i];
+            if (device)
+                *device = b->device;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return m;
+}
+
+int shp_double_is_device(const void *p)
+{
+    int in;
+
+    pthread_mutex_lock(&lock);
+    in = in_arena(&device_arena, (uintptr_t)p);
+    pthread_mutex_unlock(&lock);
+    return in;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+{
+    int device = -2;
+    enum mem m;
+
+    if (!attributes)
+        return status(cudaErrorInvalidValue);
+    memset(attributes, 0, sizeof(*attributes));
+    m = classify(ptr, 1, &device);
+    switch (m) {
+    case MEM_DEVICE:
+        attributes->type = cudaMemoryTypeDevice;
+        attributes->devicePointer = (void *)ptr;
+        break;
+    case MEM_PINNED:
+        /* Pinned memory is mapped: the device sees it at the same address (UVA). */
+        attributes->type = cudaMemoryTypeHost;
+        attributes->devicePointer = (void *)ptr;
+        attributes->hostPointer = (void *)ptr;
+        break;
+    case MEM_HOST:
+        /* Since CUDA 11 an unregistered host pointer is a success, not an error. */
+        attributes->type = cudaMemoryTypeUnregistered;
+        break;
+    case MEM_BAD:
+        return status(cudaErrorInvalidValue);
+    }
+    attributes->device = device;
+    return cudaSuccess;
+}
+
+static cudaError_t memset_checked(void *devPtr, int value, size_t count)
+{
+    if (count == 0)
+        return cudaSuccess;
+    if (!devPtr || classify(devPtr, count, NULL) != MEM_DEVICE)
+        return cudaErrorInvalidValue;
+    memset(devPtr, value, count);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+    return status(memset_checked(devPtr, value, count));
+}
+
+cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
+{
+    return status(memset_checked(devPtr, value, count));
+}
+
+static cudaError_t memset_async(void *devPtr, int value, size_t count, cudaStream_t stream,
+                                bool per_thread)
+{
+    cudaError_t e = check_stream(stream, per_thread);
+
+    if (e == cudaSuccess)
+        e = memset_checked(devPtr, value, count);
+    return status(e);
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    return memset_async(devPtr, value, count, stream, false);
+}
+
+cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    return memset_async(devPtr, value, count, stream, true);
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+/* Bytes a pitched region covers: every row but the last is a whole pitch. */
+static bool pitched_extent(size_t pitch, size_t width, size_t height, size_t *out)
+{
+    if (height - 1 > 0 && pitch > (SIZE_MAX - width) / (height - 1))
+        return false;
+    *out = pitch * (height - 1) + width;
+    return true;
+}
+
+/* Every copy comes here; a 1-D copy is one row. With an explicit kind each side must be the
+ * memory the kind names (device = a live cudaMalloc allocation; host = anything else that is not
+ * ours, or pinned memory), as the runtime checks under unified addressing; cudaMemcpyDefault
+ * infers it. Neither side may run past the end of the allocation it starts in. */
+static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, enum cudaMemcpyKind kind)
+{
+    bool dst_dev = false, src_dev = false;
+    size_t dext, sext;
+    enum mem dm, sm;
+
+    switch (kind) {
+    case cudaMemcpyHostToHost:
+        break;
+    case cudaMemcpyHostToDevice:
+        dst_dev = true;
+        break;
+    case cudaMemcpyDeviceToHost:
+        src_dev = true;
+        break;
+    case cudaMemcpyDeviceToDevice:
+        dst_dev = src_dev = true;
+        break;
+    case cudaMemcpyDefault:
+        break;
+    default:
+        return cudaErrorInvalidMemcpyDirection;
+    }
+    if (dpitch < width || spitch < width)
+        return cudaErrorInvalidPitchValue;
+    if (width == 0 || height == 0)
+        return cudaSuccess;
+    if (!dst || !src)
+        return cudaErrorInvalidValue;
+    if (!pitched_extent(dpitch, width, height, &dext) ||
+        !pitched_extent(spitch, width, height, &sext))
+        return cudaErrorInvalidValue;
+    dm = classify(dst, dext, NULL);
+    sm = classify(src, sext, NULL);
+    if (dm == MEM_BAD || sm == MEM_BAD)
+        return cudaErrorInvalidValue;
+    if (kind != cudaMemcpyDefault &&
+        ((dm == MEM_DEVICE) != dst_dev || (sm == MEM_DEVICE) != src_dev))
+        return cudaErrorInvalidValue;
+    for (size_t row = 0; row < height; row++)
+        memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    return status(copy_2d(dst, count, src, count, count, 1, kind));
+}
+
+cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    return status(copy_2d(dst, count, src, count, count, 1, kind));
+}
+
+static cudaError_t copy_async(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t stream, bool per_thread)
+{
+    cudaError_t e = check_stream(stream, per_thread);
+
+    if (e == cudaSuccess)
+        e = copy_2d(dst, dpitch, src, spitch, width, height, kind);
+    return status(e);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream)
+{
+    return copy_async(dst, count, src, count, count, 1, kind, stream, false);
+}
+
+cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                                 cudaStream_t stream)
+{
+    return copy_async(dst, count, src, count, count, 1, kind, stream, true);
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind)
+{
+    return status(copy_2d(dst, dpitch, src, spitch, width, height, kind));
+}
+
+cudaError_t cudaMemcpy2D_ptds(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind)
+{
+    return status(copy_2d(dst, dpitch, src, spitch, width, height, kind));
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t stream)
+{
+    return copy_async(dst, dpitch, src, spitch, width, height, kind, stream, false);
+}
+
+cudaError_t cudaMemcpy2DAsync_ptsz(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind kind,
+                                   cudaStream_t stream)
+{
+    return copy_async(dst, dpitch, src, spitch, width, height, kind, stream, true);
+}
+
+/* Both sides must be device memory; which device owns each allocation is not checked, since
+ * with peer access enabled CUDA copies between any two. */
+static cudaError_t copy_peer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+    int n = ndevices();
+
+    if (dstDevice < 0 || dstDevice >= n || srcDevice < 0 || srcDevice >= n)
+        return cudaErrorInvalidDevice;
+    return copy_2d(dst, count, src, count, count, 1, cudaMemcpyDeviceToDevice);
+}
+
+cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count)
+{
+    return status(copy_peer(dst, dstDevice, src, srcDevice, count));
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice,
+                                size_t count, cudaStream_t stream)
+{
+    cudaError_t e = check_stream(stream, false);
+
+    if (e == cudaSuccess)
+        e = copy_peer(dst, dstDevice, src, srcDevice, count);
+    return status(e);
+}
+
+/* ---- streams and events ---------------------------------------------------------------------- */
+
+static void register_obj(struct obj *o, enum obj_kind kind)
+{
+    o->kind = kind;
+    o->next = registry;
+    registry = o;
+}
+
+static bool unregister_obj(const void *p, enum obj_kind kind)
+{
+    struct obj **link;
+
+    for (link = &registry; *link; link = &(*link)->next) {
+        if (*link == p && (*link)->kind == kind) {
+            *link = (*link)->next;
+            return true;
+        }
+    }
+    return false;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    struct CUstream_st *s;
+
+    if (!pStream || (flags & ~(unsigned int)cudaStreamNonBlocking))
+        return status(cudaErrorInvalidValue);
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return status(cudaErrorMemoryAllocation);
+    s->flags = flags;
+    s->device = get_device();
+    pthread_mutex_lock(&lock);
+    register_obj(&s->obj, OBJ_STREAM);
+    pthread_mutex_unlock(&lock);
+    *pStream = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+    return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    bool found;
+
+    pthread_mutex_lock(&lock);
+    found = stream && unregister_obj(stream, OBJ_STREAM);
+    pthread_mutex_unlock(&lock);
+    if (!found)
+        return status(cudaErrorInvalidResourceHandle);
+    free(stream);
+    return cudaSuccess;
+}
+
+/* Nothing is ever pending, but waiting on a capturing stream is illegal and, as in CUDA, it
+ * invalidates the capture. */
+static cudaError_t stream_wait(cudaStream_t stream, bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+    } else if (s->capture != CAPTURE_NONE) {
+        s->capture = CAPTURE_INVALIDATED;
+        e = cudaErrorStreamCaptureUnsupported;
+    }
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+    return stream_wait(stream, false);
+}
+
+cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
+{
+    return stream_wait(stream, true);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+    return stream_wait(stream, false);
+}
+
+cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
+{
+    return stream_wait(stream, true);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+    struct CUevent_st *ev;
+
+    if (!event)
+        return status(cudaErrorInvalidValue);
+    ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return status(cudaErrorMemoryAllocation);
+    pthread_mutex_lock(&lock);
+    register_obj(&ev->obj, OBJ_EVENT);
+    pthread_mutex_unlock(&lock);
+    *event = ev;
+    return cudaSuccess;
+}
+
+static cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+
+    pthread_mutex_lock(&lock);
+    if (!event || !live_obj(event, OBJ_EVENT) || !resolve_stream(stream, per_thread))
+        e = cudaErrorInvalidResourceHandle;
+    else
+        event->recorded = true;
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+    return event_record(event, stream, false);
+}
+
+cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
+{
+    return event_record(event, stream, true);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    bool ok;
+
+    pthread_mutex_lock(&lock);
+    ok = event && live_obj(event, OBJ_EVENT);
+    pthread_mutex_unlock(&lock);
+    return status(ok ? cudaSuccess : cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    bool found;
+
+    pthread_mutex_lock(&lock);
+    found = event && unregister_obj(event, OBJ_EVENT);
+    pthread_mutex_unlock(&lock);
+    if (!found)
+        return status(cudaErrorInvalidResourceHandle);
+    free(event);
+    return cudaSuccess;
+}
+
+/* ---- capture and graphs ---------------------------------------------------------------------- */
+
+/* Work issued while a stream captures runs at once, as outside a capture, and a launched graph
+ * replays nothing: tests see the calls a real capture makes, and the data of one execution. */
+static cudaError_t begin_capture(cudaStream_t stream, enum cudaStreamCaptureMode mode,
+                                 bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+
+    if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+        mode != cudaStreamCaptureModeRelaxed)
+        return status(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+    } else if (s->legacy) {
+        e = cudaErrorStreamCaptureUnsupported;
+    } else if (s->capture != CAPTURE_NONE) {
+        e = cudaErrorIllegalState;
+    } else {
+        s->capture = CAPTURE_ACTIVE;
+        s->mode = mode;
+        s->capturer = pthread_self();
+    }
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    return begin_capture(stream, mode, false);
+}
+
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    return begin_capture(stream, mode, true);
+}
+
+static cudaError_t end_capture(cudaStream_t stream, cudaGraph_t *pGraph, bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+    struct CUgraph_st *g = NULL;
+
+    if (!pGraph)
+        return status(cudaErrorInvalidValue);
+    *pGraph = NULL;
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+    } else if (s->capture == CAPTURE_NONE) {
+        e = cudaErrorIllegalState;
+    } else if (s->mode != cudaStreamCaptureModeRelaxed &&
+               !pthread_equal(s->capturer, pthread_self())) {
+        e = cudaErrorStreamCaptureWrongThread;
+    } else if (s->capture == CAPTURE_INVALIDATED) {
+        s->capture = CAPTURE_NONE;
+        e = cudaErrorStreamCaptureInvalidated;
+    } else if (!(g = calloc(1, sizeof(*g)))) {
+        e = cudaErrorMemoryAllocation;
+    } else {
+        s->capture = CAPTURE_NONE;
+        g->id = next_graph_id++;
+        register_obj(&g->obj, OBJ_GRAPH);
+        *pGraph = g;
+    }
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return end_capture(stream, pGraph, false);
+}
+
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    return end_capture(stream, pGraph, true);
+}
+
+static cudaError_t is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus,
+                                bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+
+    if (!pCaptureStatus)
+        return status(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s)
+        e = cudaErrorInvalidResourceHandle;
+    else if (s->capture == CAPTURE_ACTIVE)
+        *pCaptureStatus = cudaStreamCaptureStatusActive;
+    else if (s->capture == CAPTURE_INVALIDATED)
+        *pCaptureStatus = cudaStreamCaptureStatusInvalidated;
+    else
+        *pCaptureStatus = cudaStreamCaptureStatusNone;
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+    return is_capturing(stream, pCaptureStatus, false);
+}
+
+cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream,
+                                       enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+    return is_capturing(stream, pCaptureStatus, true);
+}
+
+static cudaError_t instantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUgraphExec_st *x;
+
+    if (!pGraphExec || !graph)
+        return status(cudaErrorInvalidValue);
+    x = calloc(1, sizeof(*x));
+    if (!x)
+        return status(cudaErrorMemoryAllocation);
+    pthread_mutex_lock(&lock);
+    if (!live_obj(graph, OBJ_GRAPH)) {
+        e = cudaErrorInvalidValue;
+    } else {
+        x->graph_id = graph->id;
+        register_obj(&x->obj, OBJ_EXEC);
+        *pGraphExec = x;
+    }
+    pthread_mutex_unlock(&lock);
+    if (e != cudaSuccess)
+        free(x);
+    return status(e);
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags)
+{
+    (void)flags;
+    return instantiate(pGraphExec, graph);
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags)
+{
+    (void)flags;
+    return instantiate(pGraphExec, graph);
+}
+
+static cudaError_t graph_launch(cudaGraphExec_t graphExec, cudaStream_t stream, bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+
+    if (!graphExec)
+        return status(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    if (!live_obj(graphExec, OBJ_EXEC))
+        e = cudaErrorInvalidValue;
+    else if (!resolve_stream(stream, per_thread))
+        e = cudaErrorInvalidResourceHandle;
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return graph_launch(graphExec, stream, false);
+}
+
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+    return graph_launch(graphExec, stream, true);
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    bool found;
+
+    pthread_mutex_lock(&lock);
+    found = graphExec && unregister_obj(graphExec, OBJ_EXEC);
+    pthread_mutex_unlock(&lock);
+    if (!found)
+        return status(cudaErrorInvalidValue);
+    free(graphExec);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    bool found;
+
+    pthread_mutex_lock(&lock);
+    found = graph && unregister_obj(graph, OBJ_GRAPH);
+    pthread_mutex_unlock(&lock);
+    if (!found)
+        return status(cudaErrorInvalidValue);
+    free(graph);
+    return cudaSuccess;
+}
+
+#pragma GCC visibility pop

@@ -1,0 +1,201 @@
+/* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
+ * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
+ * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind | ptds */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CHECK_CUDA(x)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #x, (int)e_);                   \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define CHECK_NCCL(x)                                                                              \
+    do {                                                                                           \
+        ncclResult_t r_ = (x);                                                                     \
+        if (r_ != ncclSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #x, (int)r_);                   \
+            exit(4);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static ncclComm_t one_rank_comm(void)
+{
+    ncclUniqueId id;
+    ncclComm_t comm;
+    CHECK_NCCL(ncclGetUniqueId(&id));
+    CHECK_NCCL(ncclCommInitRank(&comm, 1, id, 0));
+    return comm;
+}
+
+/* Named so that tests can find it as the call site of the all-gather. */
+__attribute__((noinline)) static void gather_rows(ncclComm_t comm, float *in, float *out, size_t n,
+                                                  cudaStream_t s)
+{
+    CHECK_NCCL(ncclAllGather(in, out, n, ncclFloat32, comm, s));
+}
+
+static int basic(void)
+{
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreate(&s));
+    float host[1024], back[1024];
+    for (int i = 0; i < 1024; i++)
+        host[i] = (float)i;
+    float *a, *b;
+    CHECK_CUDA(cudaMalloc((void **)&a, sizeof(host)));
+    CHECK_CUDA(cudaMalloc((void **)&b, sizeof(host)));
+    CHECK_CUDA(cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice));
+    ncclComm_t comm = one_rank_comm();
+    CHECK_NCCL(ncclAllReduce(a, b, 1024, ncclFloat32, ncclSum, comm, s));
+    gather_rows(comm, a, b, 512, s);
+    CHECK_NCCL(ncclBroadcast(a, b, 256, ncclBfloat16, 0, comm, s));
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclSend(a, 100, ncclInt32, 0, comm, s));
+    CHECK_NCCL(ncclRecv(b, 100, ncclInt32, 0, comm, s));
+    CHECK_NCCL(ncclGroupEnd());
+    CHECK_CUDA(cudaMemcpyAsync(back, b, sizeof(back), cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    /* 2-D: 8 rows of 64 bytes out of rows of 256. */
+    CHECK_CUDA(cudaMemcpy2D(back, 64, a, 256, 64, 8, cudaMemcpyDeviceToHost));
+    ncclComm_t child;
+    CHECK_NCCL(ncclCommSplit(comm, 7, 0, &child, NULL));
+    CHECK_NCCL(ncclAllReduce(a, b, 16, ncclFloat16, ncclMax, child, s));
+    CHECK_NCCL(ncclCommDestroy(child));
+    CHECK_NCCL(ncclCommDestroy(comm));
+    CHECK_CUDA(cudaFree(a));
+    CHECK_CUDA(cudaFree(b));
+    /* A failing call is still traced, with its result. */
+    cudaError_t e = cudaMemcpy(back, host, 16, cudaMemcpyDeviceToHost);
+    printf("basic ok %d\n", (int)e != 0);
+    return 0;
+}
+
+struct worker {
+    int id, iters;
+    float *dev;
+    ncclComm_t comm;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    float host[64];
+    for (int i = 0; i < w->iters; i++) {
+        host[0] = (float)i;
+        CHECK_CUDA(cudaMemcpy(w->dev + w->id * 64, host, sizeof(host), cudaMemcpyHostToDevice));
+        CHECK_NCCL(ncclAllReduce(w->dev, w->dev, 8, ncclFloat32, ncclSum, w->comm, 0));
+    }
+    return NULL;
+}
+
+static int threads(int n, int iters)
+{
+    float *dev;
+    CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * 64 * sizeof(float)));
+    ncclComm_t comm = one_rank_comm();
+    pthread_t t[64];
+    struct worker w[64];
+    if (n > 64)
+        n = 64;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct worker){.id = i, .iters = iters, .dev = dev, .comm = comm};
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    printf("threads ok\n");
+    return 0;
+}
+
+static int do_fork(void)
+{
+    float *dev, host[16] = {0};
+    CHECK_CUDA(cudaMalloc((void **)&dev, sizeof(host)));
+    CHECK_CUDA(cudaMemcpy(dev, host, sizeof(host), cudaMemcpyHostToDevice));
+    pid_t pid = fork();
+    if (pid == 0) {
+        CHECK_CUDA(cudaMemcpy(host, dev, 12, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(host, dev, 12, cudaMemcpyDeviceToHost));
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK_CUDA(cudaMemcpy(host, dev, 8, cudaMemcpyDeviceToHost));
+    printf("fork ok\n");
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
+static int kill_after(int n)
+{
+    float *dev, host[16] = {0};
+    CHECK_CUDA(cudaMalloc((void **)&dev, sizeof(host)));
+    for (int i = 0; i < n; i++)
+        CHECK_CUDA(cudaMemcpy(dev, host, (size_t)(i % 16 + 1) * 4, cudaMemcpyHostToDevice));
+    fflush(stdout);
+    kill(getpid(), SIGKILL);
+    return 0;
+}
+
+static int graph(void)
+{
+    cudaStream_t s;
+    CHECK_CUDA(cudaStreamCreate(&s));
+    float *a;
+    CHECK_CUDA(cudaMalloc((void **)&a, 4096));
+    ncclComm_t comm = one_rank_comm();
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK_NCCL(ncclAllReduce(a, a, 1024, ncclFloat32, ncclSum, comm, s));
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    for (int i = 0; i < 5; i++)
+        CHECK_CUDA(cudaGraphLaunch(exec, s));
+    CHECK_NCCL(ncclAllReduce(a, a, 1024, ncclFloat32, ncclSum, comm, s));
+    printf("graph ok\n");
+    return 0;
+}
+
+static int default_kind(void)
+{
+    float *a, *pinned, host[32] = {0};
+    CHECK_CUDA(cudaMalloc((void **)&a, sizeof(host)));
+    CHECK_CUDA(cudaMallocHost((void **)&pinned, sizeof(host)));
+    CHECK_CUDA(cudaMemcpy(a, host, sizeof(host), cudaMemcpyDefault));      /* H2D */
+    CHECK_CUDA(cudaMemcpy(pinned, a, sizeof(host), cudaMemcpyDefault));    /* D2H */
+    CHECK_CUDA(cudaMemcpy(a, a, sizeof(host), cudaMemcpyDefault));         /* D2D */
+    CHECK_CUDA(cudaMemcpy(host, pinned, sizeof(host), cudaMemcpyDefault)); /* H2H */
+    CHECK_CUDA(cudaFreeHost(pinned));
+    /* The application's view of CUDA's last error is untouched by our own queries. */
+    printf("default-kind ok %d\n", (int)cudaPeekAtLastError());
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(what, "basic"))
+        return basic();
+    if (!strcmp(what, "threads"))
+        return threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 1000);
+    if (!strcmp(what, "fork"))
+        return do_fork();
+    if (!strcmp(what, "kill"))
+        return kill_after(argc > 2 ? atoi(argv[2]) : 1000);
+    if (!strcmp(what, "graph"))
+        return graph();
+    if (!strcmp(what, "default-kind"))
+        return default_kind();
+    fprintf(stderr, "scenario: unknown '%s'\n", what);
+    return 2;
+}

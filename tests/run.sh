@@ -1,0 +1,46 @@
+#!/bin/sh
+# shapetrace tests: everything `make check` runs, against one build tree. Each suite prints
+# 'N passed, M failed'; this script adds them up and prints the total the same way.
+set -u
+B=${1:-build}
+total_pass=0
+total_fail=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+suite() {
+    name=$1
+    shift
+    echo "== $name"
+    "$@" >"$out" 2>&1
+    rc=$?
+    cat "$out"
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*([0-9]+) passed.*/\1/;s/[^0-9]//g')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/;s/[^0-9]//g')
+    if [ -z "$line" ]; then
+        echo "$name: no result line (exit $rc)"
+        p=0
+        f=1
+    elif [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+        echo "$name: exit $rc"
+        f=1
+    fi
+    total_pass=$((total_pass + ${p:-0}))
+    total_fail=$((total_fail + ${f:-0}))
+}
+
+for t in "$B"/tests/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *.so | *.d) continue ;; esac
+    if [ "${SHAPETRACE_SANITIZED:-0}" = 1 ]; then
+        suite "$(basename "$t") (sanitized)" env ASAN_OPTIONS=detect_leaks=1 "$t"
+    else
+        suite "$(basename "$t")" "$t"
+    fi
+done
+suite "preload and tools" python3 tests/test_preload.py "$B"
+
+echo "== total ($B)"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

@@ -1,0 +1,22 @@
+/* shapetrace tools: the subcommands and what they share. */
+#ifndef SHAPETRACE_CMD_H
+#define SHAPETRACE_CMD_H
+
+#include <stdio.h>
+
+/* Exit statuses of the tools (the README lists them). */
+#define SHP_EXIT_OK 0
+#define SHP_EXIT_FINDINGS 1
+#define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */
+#define SHP_EXIT_RUN_FAILED 125 /* `run` could not start the command's environment */
+
+int shp_cmd_run(int argc, char **argv);
+int shp_cmd_dump(int argc, char **argv);
+
+/* "shapetrace: <text>" on stderr, one line. */
+void shp_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* JSON string with escapes, or null for NULL. */
+void shp_json_str(FILE *f, const char *s);
+
+#endif

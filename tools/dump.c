@@ -1,0 +1,305 @@
+/* shapetrace dump: print traces, as a table for a person or as JSON Lines for programs (the keys
+ * are a contract: see DESIGN's output contracts). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "event.h"
+#include "ops.h"
+#include "stacks.h"
+#include "trace_read.h"
+
+static void dump_usage(FILE *f)
+{
+    fputs("usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
+          "\n"
+          "Prints every event of the traces in PATH (trace files or run directories).\n"
+          "  --json       JSON Lines, one event per line (keys in the README)\n"
+          "  --no-stacks  leave call sites out (faster on large traces)\n"
+          "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
+          "printed).\n",
+          f);
+}
+
+static void json_u64(FILE *f, const char *key, uint64_t v)
+{
+    if (v == SHP_NONE)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":%" PRIu64, key, v);
+}
+
+static void json_int(FILE *f, const char *key, int v)
+{
+    if (v < 0)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":%d", key, v);
+}
+
+static void json_hex(FILE *f, const char *key, uint64_t v)
+{
+    if (v == SHP_NONE)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":\"0x%" PRIx64 "\"", key, v);
+}
+
+static void json_name(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, ",\"%s\":", key);
+    shp_json_str(f, v);
+}
+
+static void comm_id(char *buf, size_t len, uint64_t id)
+{
+    snprintf(buf, len, "%016" PRIx64, id);
+}
+
+static void print_json(FILE *f, struct shp_trace *t, struct shp_stacks *st,
+                       const struct shp_event *e)
+{
+    const struct shp_file_header *h = t->hdr;
+    fputs("{\"file\":", f);
+    shp_json_str(f, t->path);
+    fprintf(f, ",\"index\":%" PRIu64, e->index);
+    json_name(f, "host", h->host);
+    fprintf(f, ",\"pid\":%" PRIu64 ",\"tid\":%u", h->pid, e->tid);
+    json_int(f, "rank", shp_trace_rank(t));
+    fprintf(f, ",\"t_ns\":%" PRIu64, e->t_ns);
+    json_u64(f, "dur_ns", e->dur_ns);
+    json_name(f, "op", e->mark ? "mark" : shp_op_name(e->op));
+    if (e->comm) {
+        char id[24];
+        comm_id(id, sizeof(id), e->comm);
+        json_name(f, "comm", id);
+    } else {
+        fputs(",\"comm\":null", f);
+    }
+    json_int(f, "comm_rank", e->comm_rank);
+    json_int(f, "nranks", e->nranks);
+    json_u64(f, "seq", e->seq);
+    json_u64(f, "count", e->count);
+    json_name(f, "dtype", e->dtype >= 0 ? shp_dtype_name((unsigned)e->dtype) : NULL);
+    json_u64(f, "bytes", e->bytes);
+    json_u64(f, "send_bytes", e->send_bytes);
+    json_u64(f, "recv_bytes", e->recv_bytes);
+    json_int(f, "peer", e->peer);
+    json_int(f, "root", e->root);
+    json_name(f, "redop", e->redop >= 0 ? shp_redop_name((unsigned)e->redop) : NULL);
+    json_hex(f, "src", e->src);
+    json_hex(f, "dst", e->dst);
+    json_name(f, "kind", e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : NULL);
+    json_u64(f, "width", e->width);
+    json_u64(f, "height", e->height);
+    json_u64(f, "spitch", e->spitch);
+    json_u64(f, "dpitch", e->dpitch);
+    json_hex(f, "stream", e->stream);
+    if (e->mark)
+        fputs(",\"captured\":null", f);
+    else
+        fprintf(f, ",\"captured\":%s", e->flags & SHP_EV_CAPTURED ? "true" : "false");
+    json_hex(f, "graph", e->graph);
+    if (e->mark || e->dur_ns == SHP_NONE)
+        fputs(",\"result\":null", f);
+    else
+        fprintf(f, ",\"result\":%d", e->result);
+    /* Keys beyond DESIGN's list. */
+    json_int(f, "device", e->device);
+    fprintf(f, ",\"pending\":%s", !e->mark && e->dur_ns == SHP_NONE ? "true" : "false");
+    if (e->type == SHP_REC_COMM) {
+        json_name(f, "comm_kind", shp_comm_kind_names[e->comm_kind < 7 ? e->comm_kind : 0]);
+        if (e->parent != SHP_NONE) {
+            char id[24];
+            comm_id(id, sizeof(id), e->parent);
+            json_name(f, "parent", id);
+        }
+        json_hex(f, "handle", e->handle);
+    }
+    if (e->type == SHP_REC_ALLOC) {
+        json_hex(f, "ptr", e->ptr);
+        json_u64(f, "size", e->size);
+    }
+    if (e->type == SHP_REC_GRAPH) {
+        json_hex(f, "exec", e->exec);
+        json_u64(f, "capture", e->capture);
+    }
+    if (e->mark)
+        json_name(f, "mark", e->mark);
+    fputs(",\"stack\":", f);
+    shp_stacks_json(f, st, e->stack);
+    fputs("}\n", f);
+}
+
+static void fmt_count(char *buf, size_t len, uint64_t v)
+{
+    if (v == SHP_NONE)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%" PRIu64, v);
+}
+
+static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e, uint64_t t0)
+{
+    char when[32], what[96], count[32], bytes[32], bufs[80];
+    snprintf(when, sizeof(when), "%.6f", (double)(e->t_ns - t0) / 1e9);
+    what[0] = bufs[0] = 0;
+    fmt_count(count, sizeof(count), e->count);
+    fmt_count(bytes, sizeof(bytes), e->bytes);
+    const char *op = e->mark ? "mark" : shp_op_name(e->op);
+    switch (e->type) {
+    case SHP_REC_COLL:
+    case SHP_REC_P2P:
+        snprintf(what, sizeof(what), "comm %.8" PRIx64 " r%d/%d seq %" PRIu64, e->comm >> 32,
+                 e->comm_rank, e->nranks, e->seq);
+        if (e->peer >= 0)
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " peer %d", e->peer);
+        if (e->root >= 0)
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " root %d", e->root);
+        snprintf(bufs, sizeof(bufs), "%s %s", shp_dtype_name((unsigned)e->dtype),
+                 e->redop >= 0 ? shp_redop_name((unsigned)e->redop) : "");
+        break;
+    case SHP_REC_COPY:
+        snprintf(what, sizeof(what), "%s 0x%" PRIx64 " -> 0x%" PRIx64,
+                 e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : "?", e->src, e->dst);
+        if (e->height != 1)
+            snprintf(bufs, sizeof(bufs), "2D %" PRIu64 "x%" PRIu64 " pitch %" PRIu64 "/%" PRIu64,
+                     e->height, e->width, e->spitch, e->dpitch);
+        break;
+    case SHP_REC_COMM:
+        snprintf(what, sizeof(what), "comm %.8" PRIx64 " %s r%d/%d", e->comm >> 32,
+                 shp_comm_kind_names[e->comm_kind < 7 ? e->comm_kind : 0], e->comm_rank, e->nranks);
+        if (e->parent != SHP_NONE)
+            snprintf(bufs, sizeof(bufs), "parent %.8" PRIx64, e->parent >> 32);
+        break;
+    case SHP_REC_ALLOC:
+        snprintf(what, sizeof(what), "ptr 0x%" PRIx64, e->ptr);
+        break;
+    case SHP_REC_GRAPH:
+        snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRId64, e->stream,
+                 e->capture == SHP_NONE ? (int64_t)-1 : (int64_t)e->capture);
+        break;
+    case SHP_REC_MARK:
+        snprintf(what, sizeof(what), "%s", e->mark);
+        break;
+    default:
+        break;
+    }
+    char site[512];
+    shp_stacks_site(st, e->stack, site, sizeof(site));
+    char status[24] = "";
+    if (e->dur_ns == SHP_NONE && !e->mark)
+        snprintf(status, sizeof(status), " [in flight]");
+    else if (e->result != 0)
+        snprintf(status, sizeof(status), " [error %d]", e->result);
+    fprintf(f, "%6" PRIu64 " %11s %7u %-24s %-40s %10s %-10s %11s %s%s%s%s\n", e->index, when,
+            e->tid, op, what, count, bufs, bytes, e->flags & SHP_EV_CAPTURED ? "[captured] " : "",
+            site, status, "");
+}
+
+static int dump_one(const char *path, bool json, bool stacks)
+{
+    struct shp_trace t;
+    char err[256];
+    if (shp_trace_open(&t, path, err, sizeof(err)) < 0) {
+        shp_err("%s: %s", path, err);
+        return -1;
+    }
+    struct shp_stacks *st = shp_stacks_load(&t, stacks);
+    uint64_t off = 0, index = 0, t0 = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    if (!json)
+        fprintf(stdout,
+                "== %s\n   host %s  pid %" PRIu64 "  rank %d  exe %s\n"
+                "%6s %11s %7s %-24s %-40s %10s %-10s %11s %s\n",
+                t.path, t.hdr->host, t.hdr->pid, shp_trace_rank(&t), t.hdr->exe, "index", "t(s)",
+                "tid", "op", "what", "count", "dtype", "bytes", "site");
+    while ((r = shp_trace_next(&t, &off, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(&t, r, type, &e))
+            continue;
+        e.index = index++;
+        if (!t0)
+            t0 = e.t_ns;
+        if (json)
+            print_json(stdout, &t, st, &e);
+        else
+            print_row(stdout, st, &e, t0);
+    }
+    bool complete = shp_trace_complete(&t);
+    const struct shp_file_header *h = t.hdr;
+    if (!json) {
+        fprintf(stdout, "   %" PRIu64 " events; %s", index,
+                complete ? "complete" : "INCOMPLETE (the process did not exit normally)");
+        if (t.torn)
+            fprintf(stdout, "; %" PRIu64 " torn record%s skipped", t.torn, t.torn == 1 ? "" : "s");
+        if (h->dropped)
+            fprintf(stdout, "; %" PRIu64 " records DROPPED at the cap", h->dropped);
+        if (h->flags & SHP_FILE_DISABLED)
+            fputs("; tracing switched itself off (see the process's stderr)", stdout);
+        fputc('\n', stdout);
+    }
+    if (!complete || h->dropped)
+        fprintf(stderr, "shapetrace: %s: %s%s%s\n", path,
+                complete ? "" : "incomplete trace (writer did not exit normally)",
+                !complete && h->dropped ? "; " : "", h->dropped ? "records were dropped" : "");
+    shp_stacks_free(st);
+    shp_trace_close(&t);
+    return 0;
+}
+
+int shp_cmd_dump(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'},
+        {"no-stacks", no_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    bool json = false, stacks = true;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'j')
+            json = true;
+        else if (c == 'n')
+            stacks = false;
+        else if (c == 'h') {
+            dump_usage(stdout);
+            return SHP_EXIT_OK;
+        } else {
+            dump_usage(stderr);
+            return SHP_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        shp_err("dump: no trace given (shapetrace dump PATH...)");
+        return SHP_EXIT_USAGE;
+    }
+    int status = SHP_EXIT_OK;
+    for (int i = optind; i < argc; i++) {
+        char **files = NULL;
+        size_t n = 0;
+        int rc = shp_trace_collect(argv[i], &files, &n);
+        if (rc < 0) {
+            shp_err("%s: %s", argv[i],
+                    rc == -ENOENT && n == 0 ? "no such file, or no traces in it" : strerror(-rc));
+            status = SHP_EXIT_USAGE;
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (dump_one(files[k], json, stacks) < 0)
+                status = SHP_EXIT_USAGE;
+            free(files[k]);
+        }
+        free(files);
+    }
+    return status;
+}

@@ -1,0 +1,135 @@
+/* shapetrace tools: decoding records into events, with each op's size rule applied. */
+#include "event.h"
+
+#include <string.h>
+
+#include "ops.h"
+
+const char *const shp_kind_names[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
+const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shrink",
+                                            "finalize", "destroy", "abort"};
+
+static void clear(struct shp_event *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->dur_ns = e->seq = e->count = e->bytes = e->send_bytes = e->recv_bytes = SHP_NONE;
+    e->src = e->dst = e->width = e->height = e->spitch = e->dpitch = e->stream = SHP_NONE;
+    e->graph = e->ptr = e->size = e->exec = e->capture = e->parent = e->handle = SHP_NONE;
+    e->comm_rank = e->nranks = e->dtype = e->redop = e->root = e->peer = e->kind = -1;
+    e->device = -1;
+}
+
+static void decode_ev(const struct shp_trace *t, const struct shp_ev *ev, struct shp_event *e)
+{
+    e->op = ev->op;
+    e->cls = shp_op_class(ev->op);
+    e->tid = ev->tid;
+    e->t_ns = shp_trace_wall_ns(t, ev->t_ns);
+    uint64_t dur = __atomic_load_n(&ev->dur_ns, __ATOMIC_ACQUIRE);
+    e->dur_ns = dur == SHP_DUR_PENDING ? SHP_NONE : dur;
+    e->flags = ev->flags;
+    e->stack = ev->stack;
+    e->result = ev->result;
+    e->device = ev->device;
+    e->group = ev->group;
+}
+
+bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
+                      struct shp_event *e)
+{
+    clear(e);
+    e->type = type;
+    switch (type) {
+    case SHP_REC_COLL:
+    case SHP_REC_P2P: {
+        const struct shp_rec_coll *c = (const void *)r;
+        decode_ev(t, &c->ev, e);
+        e->comm = c->comm;
+        e->seq = c->seq;
+        e->count = c->count;
+        e->comm_rank = c->comm_rank;
+        e->nranks = c->nranks;
+        e->dtype = c->dtype;
+        e->redop = c->redop == SHP_REDOP_NONE ? -1 : c->redop;
+        e->root = c->root;
+        e->peer = c->peer;
+        e->stream = c->stream;
+        e->graph = c->graph ? c->graph : SHP_NONE;
+        unsigned es = shp_dtype_size(c->dtype);
+        uint64_t send, recv;
+        shp_op_elems(c->ev.op, c->count, c->nranks, &send, &recv);
+        e->bytes = c->count * es;
+        e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
+        e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
+        /* A send has no receive buffer and a receive no send buffer. */
+        e->src = e->send_bytes == SHP_NONE ? SHP_NONE : c->sendbuf;
+        e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : c->recvbuf;
+        return true;
+    }
+    case SHP_REC_COPY: {
+        const struct shp_rec_copy *c = (const void *)r;
+        decode_ev(t, &c->ev, e);
+        e->src = c->src;
+        e->dst = c->dst;
+        e->width = c->width;
+        e->height = c->height;
+        e->spitch = c->spitch;
+        e->dpitch = c->dpitch;
+        e->bytes = c->width * c->height;
+        e->kind = c->kind;
+        e->stream = c->stream;
+        e->graph = c->graph ? c->graph : SHP_NONE;
+        return true;
+    }
+    case SHP_REC_COMM: {
+        const struct shp_rec_comm *c = (const void *)r;
+        decode_ev(t, &c->ev, e);
+        e->comm = c->id;
+        e->comm_kind = c->kind;
+        e->parent = c->parent ? c->parent : SHP_NONE;
+        e->handle = c->handle ? c->handle : c->ev.out ? c->ev.out : SHP_NONE;
+        /* What the library reported after creation wins over the arguments. */
+        e->comm_rank = c->ev.aux[0] >= 0 ? c->ev.aux[0] : c->rank;
+        e->nranks = c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks;
+        if (c->kind == SHP_COMM_SPLIT || c->kind == SHP_COMM_SHRINK) {
+            e->root = -1;
+        }
+        return true;
+    }
+    case SHP_REC_GROUP: {
+        decode_ev(t, (const void *)r, e);
+        return true;
+    }
+    case SHP_REC_ALLOC: {
+        const struct shp_rec_alloc *c = (const void *)r;
+        decode_ev(t, &c->ev, e);
+        bool is_free = e->cls == SHP_CLS_FREE;
+        e->ptr = is_free ? c->ptr : (c->ev.dur_ns == SHP_DUR_PENDING ? SHP_NONE : c->ev.out);
+        e->size = is_free ? SHP_NONE : c->size;
+        e->bytes = e->size;
+        e->stream = c->stream ? c->stream : SHP_NONE;
+        return true;
+    }
+    case SHP_REC_GRAPH: {
+        const struct shp_rec_graph *c = (const void *)r;
+        decode_ev(t, &c->ev, e);
+        e->stream = c->stream;
+        e->capture = c->capture ? c->capture : SHP_NONE;
+        e->graph = c->graph ? c->graph
+                            : (c->ev.out && e->op != SHP_OP_cudaGraphInstantiate &&
+                                       e->op != SHP_OP_cudaGraphInstantiateWithFlags
+                                   ? c->ev.out
+                                   : SHP_NONE);
+        e->exec = c->exec ? c->exec : (c->ev.out && e->graph == c->graph ? c->ev.out : SHP_NONE);
+        return true;
+    }
+    case SHP_REC_MARK: {
+        const struct shp_rec_mark *m = (const void *)r;
+        e->t_ns = shp_trace_wall_ns(t, m->t_ns);
+        e->mark = m->text;
+        return true;
+    }
+    default:
+        return false;
+    }
+}

@@ -1,0 +1,56 @@
+/* shapetrace tools: one decoded event, the form every command works with. */
+#ifndef SHAPETRACE_EVENT_H
+#define SHAPETRACE_EVENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "trace_read.h"
+
+/* Unset integer fields are -1 (signed) or SHP_NONE (unsigned); has_* says which apply. */
+#define SHP_NONE UINT64_MAX
+
+struct shp_event {
+    unsigned type;  /* SHP_REC_* */
+    unsigned op;    /* enum shp_op; SHP_OP_NONE for a communicator seen unborn, marks */
+    int cls;        /* SHP_CLS_*, 0 for marks */
+    uint64_t index; /* position among the file's events */
+    uint32_t tid;
+    uint64_t t_ns;   /* wall clock */
+    uint64_t dur_ns; /* SHP_NONE while the call had not returned */
+    uint16_t flags;  /* SHP_EV_* */
+    uint32_t stack;
+    int32_t result;
+    int32_t device;
+    uint32_t group;
+    /* collectives, p2p, communicators */
+    uint64_t comm; /* id; 0 if none */
+    int comm_rank, nranks;
+    uint64_t seq;                           /* SHP_NONE if none */
+    uint64_t count;                         /* SHP_NONE if none */
+    int dtype;                              /* -1 if none */
+    int redop;                              /* -1 if none */
+    int root, peer;                         /* -1 if none */
+    uint64_t bytes, send_bytes, recv_bytes; /* SHP_NONE if none */
+    /* buffers and copies */
+    uint64_t src, dst;                      /* SHP_NONE if none */
+    int kind;                               /* SHP_KIND_*, -1 if none */
+    uint64_t width, height, spitch, dpitch; /* SHP_NONE if none */
+    uint64_t stream;                        /* SHP_NONE if none */
+    uint64_t graph;                         /* capture id (calls) or graph handle (graph records) */
+    /* communicator records */
+    int comm_kind;
+    uint64_t parent, handle;
+    /* allocations and graphs */
+    uint64_t ptr, size, exec, capture;
+    const char *mark;
+};
+
+/* Decode a call or mark record; returns false for bookkeeping records (stacks, modules). */
+bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
+                      struct shp_event *e);
+
+extern const char *const shp_kind_names[5];
+extern const char *const shp_comm_kind_names[7];
+
+#endif

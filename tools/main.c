@@ -1,0 +1,77 @@
+/* shapetrace: the command. Dispatches to run, dump and the commands that read traces. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+
+#ifndef SHP_VERSION
+#define SHP_VERSION "0.1.0"
+#endif
+
+void shp_err(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "shapetrace: %s\n", buf);
+}
+
+void shp_json_str(FILE *f, const char *s)
+{
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: shapetrace COMMAND [ARGS]\n"
+          "\n"
+          "  run [OPTIONS] -- CMD ARGS...   run CMD with every process traced\n"
+          "  dump [--json] PATH...          print traces (files or run directories)\n"
+          "\n"
+          "  shapetrace COMMAND --help      options of one command\n"
+          "  shapetrace --version\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return SHP_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return SHP_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("shapetrace %s\n", SHP_VERSION);
+        return SHP_EXIT_OK;
+    }
+    if (!strcmp(cmd, "run"))
+        return shp_cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "dump"))
+        return shp_cmd_dump(argc - 1, argv + 1);
+    shp_err("unknown command '%s' (shapetrace --help lists them)", cmd);
+    return SHP_EXIT_USAGE;
+}

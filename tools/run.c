@@ -1,0 +1,270 @@
+/* shapetrace run: run a command with the preload in every process it starts. Our own words go
+ * to stderr only; the command's stdin, stdout and exit status pass through untouched. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "trace_read.h"
+
+#ifndef SHP_PREFIX
+#define SHP_PREFIX "/usr/local"
+#endif
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: shapetrace run [OPTIONS] -- CMD ARGS...\n"
+          "\n"
+          "Runs CMD with libshapetrace.so preloaded; every process that calls NCCL or the CUDA\n"
+          "runtime writes one trace into the run directory, printed at the end (stderr).\n"
+          "Returns CMD's exit status.\n"
+          "\n"
+          "  --dir DIR            run directory (default ./shapetrace-YYYYMMDD-HHMMSS)\n"
+          "  --stacks none|native call sites to record (default native)\n"
+          "  --max-mb N           trace cap per process in MiB (default 1024)\n"
+          "  --debug LEVEL        WARN, INFO or TRACE (SHAPETRACE_DEBUG)\n"
+          "  --preload PATH       the preload to use (default: next to this command)\n",
+          f);
+}
+
+static int find_preload(char *out, size_t len)
+{
+    char exe[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(out, len, "%s/../lib/libshapetrace.so", exe);
+            if (access(out, R_OK) == 0)
+                return 0;
+        }
+    }
+    snprintf(out, len, "%s/lib/libshapetrace.so", SHP_PREFIX);
+    return access(out, R_OK) == 0 ? 0 : -ENOENT;
+}
+
+static int default_dir(char *out, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+    for (int i = 0; i < 100; i++) {
+        if (i == 0)
+            snprintf(out, len, "shapetrace-%s", stamp);
+        else
+            snprintf(out, len, "shapetrace-%s.%d", stamp, i);
+        if (mkdir(out, 0700) == 0)
+            return 0;
+        if (errno != EEXIST)
+            return -errno;
+    }
+    return -EEXIST;
+}
+
+/* Sanitizer runtimes must come first in LD_PRELOAD; ours goes right after them. */
+static char *make_ld_preload(const char *preload)
+{
+    const char *old = getenv("LD_PRELOAD");
+    size_t len = strlen(preload) + (old ? strlen(old) : 0) + 2;
+    char *s = malloc(len);
+    if (!s)
+        return NULL;
+    if (!old || !*old) {
+        snprintf(s, len, "%s", preload);
+        return s;
+    }
+    bool san = strstr(old, "libasan") || strstr(old, "libtsan") || strstr(old, "libubsan") ||
+               strstr(old, "clang_rt.asan");
+    if (!san) {
+        snprintf(s, len, "%s:%s", preload, old);
+        return s;
+    }
+    /* Keep the first entry (the runtime) in front. */
+    size_t first = strcspn(old, ": ");
+    snprintf(s, len, "%.*s:%s%s%s", (int)first, old, preload, old[first] ? ":" : "",
+             old[first] ? old + first + 1 : "");
+    return s;
+}
+
+static volatile pid_t child_pid;
+
+static void forward(int sig)
+{
+    if (child_pid > 0)
+        kill(child_pid, sig);
+}
+
+int shp_cmd_run(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"dir", required_argument, 0, 'd'},
+        {"stacks", required_argument, 0, 's'},
+        {"max-mb", required_argument, 0, 'm'},
+        {"debug", required_argument, 0, 'g'},
+        {"preload", required_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *dir = NULL, *stacks = NULL, *maxmb = NULL, *debug = NULL, *preload_opt = NULL;
+    int c;
+    optind = 1;
+    /* '+': stop at the first non-option, so CMD's own options are never ours. */
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            dir = optarg;
+            break;
+        case 's':
+            stacks = optarg;
+            if (strcmp(stacks, "none") && strcmp(stacks, "native")) {
+                shp_err("--stacks takes none or native, not '%s'", stacks);
+                return SHP_EXIT_USAGE;
+            }
+            break;
+        case 'm': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 1 << 20) {
+                shp_err("--max-mb takes a number of MiB from 1 to 1048576, not '%s'", optarg);
+                return SHP_EXIT_USAGE;
+            }
+            maxmb = optarg;
+            break;
+        }
+        case 'g':
+            debug = optarg;
+            break;
+        case 'p':
+            preload_opt = optarg;
+            break;
+        case 'h':
+            run_usage(stdout);
+            return SHP_EXIT_OK;
+        default:
+            run_usage(stderr);
+            return SHP_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        shp_err("run: no command given (shapetrace run -- CMD ARGS...)");
+        return SHP_EXIT_USAGE;
+    }
+    char **cmd = argv + optind;
+
+    char preload[PATH_MAX], real_preload[PATH_MAX];
+    if (preload_opt)
+        snprintf(preload, sizeof(preload), "%s", preload_opt);
+    else if (find_preload(preload, sizeof(preload)) < 0) {
+        shp_err("cannot find libshapetrace.so next to this command or in %s/lib", SHP_PREFIX);
+        return SHP_EXIT_RUN_FAILED;
+    }
+    if (!realpath(preload, real_preload)) {
+        shp_err("%s: %s", preload, strerror(errno));
+        return SHP_EXIT_RUN_FAILED;
+    }
+
+    char dirbuf[PATH_MAX], absdir[PATH_MAX];
+    if (dir) {
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            shp_err("cannot create %s: %s", dir, strerror(errno));
+            return SHP_EXIT_RUN_FAILED;
+        }
+        snprintf(dirbuf, sizeof(dirbuf), "%s", dir);
+    } else {
+        int rc = default_dir(dirbuf, sizeof(dirbuf));
+        if (rc < 0) {
+            shp_err("cannot create a run directory here: %s", strerror(-rc));
+            return SHP_EXIT_RUN_FAILED;
+        }
+    }
+    if (!realpath(dirbuf, absdir)) {
+        shp_err("%s: %s", dirbuf, strerror(errno));
+        return SHP_EXIT_RUN_FAILED;
+    }
+
+    char *ldp = make_ld_preload(real_preload);
+    if (!ldp) {
+        shp_err("out of memory");
+        return SHP_EXIT_RUN_FAILED;
+    }
+    setenv("LD_PRELOAD", ldp, 1);
+    free(ldp);
+    setenv("SHAPETRACE_DIR", absdir, 1);
+    if (stacks)
+        setenv("SHAPETRACE_STACKS", stacks, 1);
+    if (maxmb)
+        setenv("SHAPETRACE_MAX_MB", maxmb, 1);
+    if (debug)
+        setenv("SHAPETRACE_DEBUG", debug, 1);
+
+    /* The terminal sends SIGINT and SIGQUIT to the whole group, the command included; we wait
+     * for it to finish so the run directory is printed. Others are passed on. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, fwd = {.sa_handler = forward};
+    struct sigaction old_int, old_quit;
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGQUIT, &ign, &old_quit);
+    sigaction(SIGTERM, &fwd, NULL);
+    sigaction(SIGHUP, &fwd, NULL);
+    sigaction(SIGUSR1, &fwd, NULL);
+    sigaction(SIGUSR2, &fwd, NULL);
+
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        shp_err("fork: %s", strerror(errno));
+        return SHP_EXIT_RUN_FAILED;
+    }
+    if (pid == 0) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGQUIT, &old_quit, NULL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGUSR1, SIG_DFL);
+        signal(SIGUSR2, SIG_DFL);
+        execvp(cmd[0], cmd);
+        int e = errno;
+        shp_err("cannot run %s: %s", cmd[0], strerror(e));
+        _exit(e == ENOENT ? 127 : 126);
+    }
+    child_pid = pid;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+
+    char **files = NULL;
+    size_t nfiles = 0;
+    shp_trace_collect(absdir, &files, &nfiles);
+    fprintf(stderr, "shapetrace: %zu trace%s in %s\n", nfiles, nfiles == 1 ? "" : "s", absdir);
+    for (size_t i = 0; i < nfiles; i++)
+        free(files[i]);
+    free(files);
+
+    if (WIFSIGNALED(status)) {
+        /* Die the same way, without a core of our own, so the caller sees the same status. */
+        int sig = WTERMSIG(status);
+        struct rlimit nocore = {0, 0};
+        setrlimit(RLIMIT_CORE, &nocore);
+        signal(sig, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        raise(sig);
+        return 128 + sig;
+    }
+    return WEXITSTATUS(status);
+}

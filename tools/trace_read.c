@@ -1,0 +1,207 @@
+/* shapetrace tools: the trace reader. Files are mapped read-only; a live trace may grow while it
+ * is read, and only what its header's tail covered at open is read. */
+#define _GNU_SOURCE
+#include "trace_read.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const size_t min_size[SHP_REC_TYPE_COUNT] = {
+    [SHP_REC_RESERVED] = 8,
+    [SHP_REC_COMM] = sizeof(struct shp_rec_comm),
+    [SHP_REC_COLL] = sizeof(struct shp_rec_coll),
+    [SHP_REC_P2P] = sizeof(struct shp_rec_coll),
+    [SHP_REC_GROUP] = sizeof(struct shp_ev),
+    [SHP_REC_COPY] = sizeof(struct shp_rec_copy),
+    [SHP_REC_ALLOC] = sizeof(struct shp_rec_alloc),
+    [SHP_REC_GRAPH] = sizeof(struct shp_rec_graph),
+    [SHP_REC_STACK] = sizeof(struct shp_rec_stack),
+    [SHP_REC_MODULE] = sizeof(struct shp_rec_module),
+    [SHP_REC_MARK] = sizeof(struct shp_rec_mark),
+};
+
+int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s", strerror(e));
+        return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "not a regular file");
+        return -EINVAL;
+    }
+    if ((size_t)st.st_size < SHP_HEADER_SIZE) {
+        close(fd);
+        snprintf(err, errlen, "not a shapetrace trace (%lld bytes, shorter than a header)",
+                 (long long)st.st_size);
+        return -EINVAL;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map: %s", strerror(e));
+        return -e;
+    }
+    t->map = m;
+    t->size = (size_t)st.st_size;
+    t->hdr = m;
+    const struct shp_file_header *h = t->hdr;
+    int rc = -EINVAL;
+    if (memcmp(h->magic, SHP_TRACE_MAGIC, 8) != 0) {
+        snprintf(err, errlen, "not a shapetrace trace (bad magic)");
+    } else if (h->byte_order != SHP_BYTE_ORDER_MARK) {
+        snprintf(err, errlen, "written on a machine of the other byte order; read it there");
+    } else if (h->version != SHP_TRACE_VERSION) {
+        snprintf(err, errlen, "trace format version %u; this shapetrace reads version %u",
+                 h->version, SHP_TRACE_VERSION);
+    } else if (h->header_size != SHP_HEADER_SIZE) {
+        snprintf(err, errlen, "corrupt header (header size %u)", h->header_size);
+    } else {
+        rc = 0;
+    }
+    if (rc < 0) {
+        munmap(m, t->size);
+        memset(t, 0, sizeof(*t));
+        return rc;
+    }
+    uint64_t tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
+    t->end = tail < t->size ? tail : t->size;
+    t->truncated = tail > t->size && (h->flags & SHP_FILE_COMPLETE);
+    if (t->end < SHP_HEADER_SIZE)
+        t->end = SHP_HEADER_SIZE;
+    t->path = strdup(path);
+    return 0;
+}
+
+void shp_trace_close(struct shp_trace *t)
+{
+    if (t->map)
+        munmap((void *)t->map, t->size);
+    free(t->path);
+    memset(t, 0, sizeof(*t));
+}
+
+/* A published record of a known type whose size fits and whose check matches. */
+static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
+{
+    if (off + 8 > t->end)
+        return false;
+    const struct shp_rec *r = (const struct shp_rec *)(t->map + off);
+    uint32_t w = __atomic_load_n(&r->word, __ATOMIC_ACQUIRE);
+    if (SHP_REC_WORD_MAGIC(w) != SHP_REC_MAGIC)
+        return false;
+    unsigned ty = SHP_REC_WORD_TYPE(w);
+    size_t sz = SHP_REC_WORD_SIZE(w);
+    if (ty == SHP_REC_RESERVED || ty >= SHP_REC_TYPE_COUNT || sz < min_size[ty] ||
+        off + sz > t->end)
+        return false;
+    if (r->check != shp_rec_check(r, ty, sz))
+        return false;
+    *type = ty;
+    *size = sz;
+    return true;
+}
+
+const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigned *type,
+                                     size_t *size)
+{
+    uint64_t o = *off < SHP_HEADER_SIZE ? SHP_HEADER_SIZE : *off;
+    while (o + 8 <= t->end) {
+        if (valid_at(t, o, type, size)) {
+            *off = o + *size;
+            return (const struct shp_rec *)(t->map + o);
+        }
+        t->torn++;
+        const struct shp_rec *r = (const struct shp_rec *)(t->map + o);
+        uint32_t w = __atomic_load_n(&r->word, __ATOMIC_ACQUIRE);
+        size_t sz = SHP_REC_WORD_SIZE(w);
+        if (SHP_REC_WORD_MAGIC(w) == SHP_REC_MAGIC && sz >= 8 && o + sz <= t->end) {
+            /* Reserved (or published and damaged): its size is known, step over it. */
+            o += sz;
+            continue;
+        }
+        /* A writer died between reserving and marking its space: find the next record. */
+        uint64_t s = o + 8;
+        while (s + 8 <= t->end && !valid_at(t, s, type, size))
+            s += 8;
+        o = s;
+    }
+    *off = t->end;
+    return NULL;
+}
+
+bool shp_trace_complete(const struct shp_trace *t)
+{
+    return (t->hdr->flags & SHP_FILE_COMPLETE) && !t->torn && !t->truncated;
+}
+
+int shp_trace_rank(const struct shp_trace *t)
+{
+    return t->hdr->env_rank >= 0 ? t->hdr->env_rank : t->hdr->first_comm_rank;
+}
+
+uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t t_ns)
+{
+    return t->hdr->realtime_ns + (t_ns - t->hdr->monotonic_ns);
+}
+
+static int push(char ***files, size_t *n, const char *path)
+{
+    char **f = realloc(*files, (*n + 1) * sizeof(**files));
+    if (!f)
+        return -ENOMEM;
+    *files = f;
+    if (!(f[*n] = strdup(path)))
+        return -ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int shp_trace_collect(const char *path, char ***files, size_t *n)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return push(files, n, path);
+    DIR *d = opendir(path);
+    if (!d)
+        return -errno;
+    size_t first = *n;
+    int rc = 0;
+    struct dirent *de;
+    size_t slen = strlen(SHP_TRACE_SUFFIX);
+    while ((de = readdir(d)) && rc == 0) {
+        size_t len = strlen(de->d_name);
+        if (len <= slen || strcmp(de->d_name + len - slen, SHP_TRACE_SUFFIX))
+            continue;
+        char full[PATH_MAX];
+        if (snprintf(full, sizeof(full), "%s/%s", path, de->d_name) >= (int)sizeof(full))
+            continue;
+        rc = push(files, n, full);
+    }
+    closedir(d);
+    if (rc == 0 && *n == first)
+        rc = -ENOENT;
+    if (rc == 0)
+        qsort(*files + first, *n - first, sizeof(**files), cmp_str);
+    return rc;
+}
