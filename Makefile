@@ -187,10 +187,15 @@ ifeq ($(SAN),)
 	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
 endif
 
-demo: all $(EXAMPLE_PROGS)
+demo: all $(EXAMPLE_PROGS) $(B)/tests/scenario
 	$(Q)examples/demo.sh $(B)
 
-bench: all $(B)/tests/bench_overhead
+$(B)/bench/overhead: bench/overhead.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
+		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13
+
+bench: all $(B)/bench/overhead
 	$(Q)bench/run.sh $(B)
 
 check-gpu: all

@@ -16,8 +16,8 @@ suite() {
     rc=$?
     cat "$out"
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*([0-9]+) passed.*/\1/;s/[^0-9]//g')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/;s/[^0-9]//g')
+    p=$(echo "$line" | awk '{for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) print $i}')
+    f=$(echo "$line" | awk '{for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) print $i}')
     if [ -z "$line" ]; then
         echo "$name: no result line (exit $rc)"
         p=0

@@ -15,8 +15,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-/* nccl.h declares ncclGroupStart() and three others with empty parentheses: a prototype in C++,
- * an old-style declaration that -Wstrict-prototypes rejects in C. */
+/* nccl.h declares ncclGroupStart, ncclGroupEnd and ncclResetDebugInit (and their pnccl twins)
+ * with empty parentheses: a prototype in C++, an old-style declaration to -Wstrict-prototypes in C
+ * (the Makefile's -isystem hides it; a plain -I build does not). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <nccl.h>
@@ -611,8 +612,11 @@ static ncclResult_t run_scatter(struct op *const *m, int n)
 /* members[0] is the send, members[1] its recv. */
 static ncclResult_t run_send_recv(struct op *const *m, int n)
 {
+    size_t bytes = m[0]->count * elem_size(m[0]);
+
     (void)n;
-    memmove(m[1]->recvbuff, m[0]->sendbuff, m[0]->count * elem_size(m[0]));
+    if (bytes)
+        memmove(m[1]->recvbuff, m[0]->sendbuff, bytes);
     return ncclSuccess;
 }
 
@@ -1073,7 +1077,7 @@ static ncclResult_t flush(void)
     for (size_t i = 0; r == ncclSuccess && i < njobs; i++)
         if (jobs[i].family != FAM_P2P)
             r = check_job(&jobs[i]);
-    if (r == ncclSuccess)
+    if (r == ncclSuccess && njobs > 1)
         qsort(jobs, njobs, sizeof(*jobs), by_first);
     for (size_t i = 0; r == ncclSuccess && i < njobs; i++) {
         struct job *j = &jobs[i];
