@@ -111,11 +111,11 @@ $(DOUBLE_CUDART): tests/doubles/cudart.c
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
 		-Wl,-soname,libcudart.so.13 -o $@ $< -lpthread
 
-$(DOUBLE_NCCL): tests/doubles/nccl.c
+$(DOUBLE_NCCL): tests/doubles/nccl.c $(wildcard tests/doubles/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  DOUBLE  $@")
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
-		-Wl,-soname,libnccl.so.2 -o $@ $< -lpthread -lm
+		-Wl,-soname,libnccl.so.2 -o $@ $< -lpthread -lm -lrt
 
 # Loading-path programs and unit tests link against the doubles by soname.
 TEST_LDFLAGS := -L$(B)/tests -Wl,-rpath,'$$ORIGIN'
@@ -157,6 +157,17 @@ $(B)/tests/libnext_a.so: tests/load/lib/next_a.c $(B)/tests/libnext_b.so
 	$(Q)$(CC) $(CFLAGS_BASE) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) -Wl,--no-as-needed \
 		-l:libnext_b.so
 
+# The launcher that runs N simulated ranks like torchrun (test equipment).
+$(B)/tests/shp_launch: tests/doubles/launch.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
+
+$(B)/tests/test_multirank: tests/unit/test_multirank.c $(DOUBLE_CUDART) $(DOUBLE_NCCL) \
+		$(B)/tests/shp_launch
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
+		-l:libnccl.so.2 -l:libcudart.so.13 -lpthread
+
 $(B)/tests/test_doubles: tests/unit/test_doubles.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
@@ -177,7 +188,8 @@ $(B)/examples/%: examples/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
-test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) \
+	$(if $(wildcard tests/doubles/launch.c),$(B)/tests/shp_launch) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
 # make check: the whole suite here, then the sanitizer builds in their own trees.
 check: test-build
@@ -206,7 +218,7 @@ install: all
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
 	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
 
-FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tests/*/*.[ch] examples/*.c \
+FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
 	include/shapetrace/*.h)
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -20,17 +20,19 @@ measure() { # label, then the command prefix
     done
     c=$(for i in 1 2 3 4 5; do awk '/^copy/ {print $2}' "$tmp/out.$i"; done | median)
     a=$(for i in 1 2 3 4 5; do awk '/^allreduce/ {print $2}' "$tmp/out.$i"; done | median)
-    printf "%-28s %12s %14s\n" "$label" "$c" "$a"
+    l=$(for i in 1 2 3 4 5; do awk '/^launch/ {print $2}' "$tmp/out.$i"; done | median)
+    printf "%-28s %12s %14s %16s\n" "$label" "$c" "$a" "$l"
 }
-printf "%-28s %12s %14s\n" "configuration" "copy ns/call" "allreduce ns"
+printf "%-28s %12s %14s %16s\n" "configuration" "copy ns/call" "allreduce ns" "graph launch ns"
 measure "untraced" env
 measure "traced, stacks native" "$TOOL" run --dir "$tmp/run" --
 measure "traced, stacks none" "$TOOL" run --dir "$tmp/run" --stacks none --
+measure "dormant (not armed)" "$TOOL" run --dir "$tmp/run" --dormant --
 rm -rf "$tmp/run"
 "$TOOL" run --dir "$tmp/run" -- "$prog" "$N" >/dev/null 2>&1
 f=$(ls "$tmp"/run/*.shptrace)
 bytes=$(stat -c %s "$f")
-events=$((4 * N + 3))
+events=$((14 * N + 8))
 echo "trace size: $bytes bytes for $events events ($((bytes / events)) bytes/event, file grown in chunks)"
 t0=$(date +%s%N)
 "$TOOL" dump --json --no-stacks "$f" | wc -l >/dev/null

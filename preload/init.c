@@ -18,6 +18,8 @@ struct shp_config shp_cfg;
 struct shp_log shp_log = {
     .level = SHP_LOG_WARN, .subsys = SHP_SUB_ALL, .fd = 2, .prefix = "shapetrace"};
 _Atomic int shp_state = SHP_STATE_UNINIT;
+static uint64_t ctl_local[8] = {[SHP_CTL_ARMED] = 1};
+volatile uint64_t *shp_ctl = ctl_local;
 SHP_TLS int shp_guard;
 static SHP_TLS uint32_t tls_tid;
 
@@ -139,6 +141,8 @@ static void self_dir(void)
 static void atfork_child(void)
 {
     tls_tid = 0;
+    ctl_local[SHP_CTL_ARMED] = __atomic_load_n(&shp_ctl, __ATOMIC_RELAXED)[SHP_CTL_ARMED];
+    __atomic_store_n(&shp_ctl, ctl_local, __ATOMIC_RELEASE);
     shp_writer_atfork_child();
     shp_stacks_atfork_child();
     shp_record_atfork_child();
@@ -173,15 +177,19 @@ static void init_once(void)
     shp_cfg.cap = (uint64_t)env_int("SHAPETRACE_MAX_MB", SHP_DEFAULT_CAP_MB) << 20;
     if (shp_cfg.cap < (1u << 20))
         shp_cfg.cap = 1u << 20;
+    const char *dormant = getenv("SHAPETRACE_DORMANT");
+    shp_cfg.dormant = dormant && *dormant && strcmp(dormant, "0");
+    if (shp_cfg.dormant)
+        ctl_local[SHP_CTL_ARMED] = 0;
     const char *uw = getenv("SHAPETRACE_LIBUNWIND");
     if (uw)
         snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);
     self_dir();
 
     pthread_atfork(NULL, NULL, atfork_child);
-    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT, "tracing into %s, stacks %s, cap %llu MiB",
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT, "tracing into %s, stacks %s, cap %llu MiB%s",
             shp_cfg.dir, shp_cfg.stacks ? "native" : "none",
-            (unsigned long long)(shp_cfg.cap >> 20));
+            (unsigned long long)(shp_cfg.cap >> 20), shp_cfg.dormant ? ", dormant" : "");
 }
 
 void shp_init(void)
@@ -201,6 +209,20 @@ void shp_init(void)
     /* Another thread is initialising: wait for it; it does not call back into us. */
     while (atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_INITIALIZING)
         sched_yield();
+}
+
+bool shp_armed_slow(void)
+{
+    /* Dormant and no file yet: make it now, once, so that attach can find this process. */
+    static _Atomic int tried;
+    if (__atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE) != ctl_local || atomic_exchange(&tried, 1))
+        return false;
+    shp_guard++;
+    int saved = errno;
+    shp_writer_open();
+    errno = saved;
+    shp_guard--;
+    return __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE)[SHP_CTL_ARMED] != 0;
 }
 
 void shp_disable(const char *why)

@@ -64,6 +64,7 @@ struct shp_config {
     int env_rank, local_rank, world_size;
     char libunwind[PATH_MAX]; /* SHAPETRACE_LIBUNWIND, may be empty */
     char self_dir[PATH_MAX];  /* directory holding libshapetrace.so */
+    bool dormant;             /* SHAPETRACE_DORMANT: start with recording off */
 };
 
 extern struct shp_config shp_cfg;
@@ -88,6 +89,26 @@ static inline bool shp_active(void)
         return atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
     }
     return true;
+}
+
+/* Control words (SHP_CTL_*): the trace header's once the file is open, so that `shapetrace
+ * attach` can flip them from outside; a process-local copy before that. */
+extern volatile uint64_t *shp_ctl;
+bool shp_armed_slow(void);
+
+/* Classes still recorded while dormant: later records cannot be understood without them. */
+static inline bool shp_kept_dormant(int cls)
+{
+    return cls == SHP_CLS_COMM_INIT || cls == SHP_CLS_COMM_SPLIT || cls == SHP_CLS_COMM_END ||
+           cls == SHP_CLS_ALLOC || cls == SHP_CLS_FREE || cls == SHP_CLS_CAPTURE ||
+           cls == SHP_CLS_GRAPH;
+}
+
+/* True when calls are being recorded (not dormant). One load on the fast path. */
+static inline bool shp_armed(void)
+{
+    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
+    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) || shp_armed_slow();
 }
 
 /* Switch tracing off for good after an error of ours; logs `why` once. */
@@ -137,6 +158,10 @@ bool shp_is_self(const void *addr);
 void shp_enter(struct shp_call *c);
 /* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
 void shp_leave(struct shp_call *c, int result);
+/* While dormant: keep counting a collective's seq (so ranks armed at different moments still
+ * line up), and the calling thread's group depth. */
+void shp_dormant_count(struct shp_call *c);
+void shp_dormant_group(unsigned op, int result);
 /* Forget per-process state that a forked child must not inherit. */
 void shp_record_atfork_child(void);
 
@@ -155,6 +180,9 @@ void shp_writer_complete(struct shp_ev *ev, int result, int device, uint64_t out
 /* The mapped header, NULL until the trace is open. */
 struct shp_file_header *shp_writer_header(void);
 void shp_writer_close(void);
+/* Open the trace now if it is not (a dormant process makes its file early, so that attach can
+ * find it). Returns 0 or a negative errno. */
+int shp_writer_open(void);
 void shp_writer_atfork_child(void);
 
 /* ---- stacks.c: call sites ---- */

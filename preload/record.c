@@ -20,7 +20,7 @@ static const unsigned char rec_type_of_class[] = {
     [SHP_CLS_COMM_SPLIT] = SHP_REC_COMM, [SHP_CLS_COMM_END] = SHP_REC_COMM,
     [SHP_CLS_COPY] = SHP_REC_COPY,       [SHP_CLS_ALLOC] = SHP_REC_ALLOC,
     [SHP_CLS_FREE] = SHP_REC_ALLOC,      [SHP_CLS_CAPTURE] = SHP_REC_GRAPH,
-    [SHP_CLS_GRAPH] = SHP_REC_GRAPH,
+    [SHP_CLS_GRAPH] = SHP_REC_GRAPH,     [SHP_CLS_LAUNCH] = SHP_REC_GRAPH,
 };
 
 static const unsigned short rec_size_of_type[] = {
@@ -569,6 +569,7 @@ void shp_leave(struct shp_call *c, int result)
         }
         break;
     case SHP_CLS_GRAPH:
+    case SHP_CLS_LAUNCH:
         if (ok && c->out)
             out = (uint64_t)(uintptr_t)*c->out;
         break;
@@ -579,6 +580,29 @@ void shp_leave(struct shp_call *c, int result)
         shp_writer_complete(c->ev, result, device, out, aux0, aux1, dur);
     errno = saved;
     shp_guard--;
+}
+
+void shp_dormant_count(struct shp_call *c)
+{
+    shp_guard++;
+    int saved = errno;
+    struct comm_state *st = comm_get(c, c->comm);
+    if (st && c->cls == SHP_CLS_COLL) {
+        atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
+    } else if (st && st->p2p && c->peer >= 0 && c->peer < st->nranks) {
+        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
+        atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
+    }
+    errno = saved;
+    shp_guard--;
+}
+
+void shp_dormant_group(unsigned op, int result)
+{
+    if (op == SHP_OP_ncclGroupStart && result == 0)
+        tls_group++;
+    else if (op == SHP_OP_ncclGroupEnd && tls_group > 0)
+        tls_group--;
 }
 
 void shp_record_atfork_child(void)

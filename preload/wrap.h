@@ -16,6 +16,31 @@
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
 
+/* The recording half: out of line, so that the exported wrapper stays a few loads and a jump
+ * when nothing is recorded (dormant, or inside our own code). */
+#define SHP_RECORD(slot_, lib, cls_, name, params, args, desc)                                     \
+    static __attribute__((noinline)) SHP_RET_##lib name##_rec##slot_ params                        \
+    {                                                                                              \
+        name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
+        struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
+        if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P) {                                     \
+                shp_dormant_count(&c);                                                             \
+            } else if (cls_ == SHP_CLS_GROUP) {                                                    \
+                SHP_RET_##lib r = real args;                                                       \
+                shp_dormant_group(SHP_OP_##name, (int)r);                                          \
+                return r;                                                                          \
+            }                                                                                      \
+            return real args;                                                                      \
+        }                                                                                          \
+        shp_enter(&c);                                                                             \
+        SHP_RET_##lib r = real args;                                                               \
+        shp_leave(&c, (int)r);                                                                     \
+        return r;                                                                                  \
+    }
+
+/* The wrapper proper. While dormant, collectives, p2p and groups still take the recording half
+ * (it counts their seq and group depth); everything else not kept passes straight through. */
 #define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
@@ -23,11 +48,10 @@
             return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
         if (!shp_active())                                                                         \
             return real args;                                                                      \
-        struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
-        shp_enter(&c);                                                                             \
-        SHP_RET_##lib r = real args;                                                               \
-        shp_leave(&c, (int)r);                                                                     \
-        return r;                                                                                  \
+        if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
+            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0))                          \
+            return real args;                                                                      \
+        return name##_rec##slot_ args;                                                             \
     }
 
 /* Types and prototypes: the compiler checks each against the library's own declaration. */
@@ -35,12 +59,16 @@
     typedef SHP_RET_##lib(*name##_fn) params;                                                      \
     __attribute__((visibility("default"))) SHP_RET_##lib name params;
 
+/* clang-format off */
 #define SHP_DEFINE(lib, cls, name, params, args, desc)                                             \
-    SHP_RET_##lib name params SHP_BODY(0, lib, cls, name, args,                                    \
-                                       desc) static SHP_RET_##lib name##_s1 params                 \
-        SHP_BODY(1, lib, cls, name, args, desc) static SHP_RET_##lib name##_s2 params SHP_BODY(    \
-            2, lib, cls, name, args,                                                               \
-            desc) static SHP_RET_##lib name##_s3 params SHP_BODY(3, lib, cls, name, args, desc)
+    SHP_RECORD(0, lib, cls, name, params, args, desc)                                              \
+    SHP_RECORD(1, lib, cls, name, params, args, desc)                                              \
+    SHP_RECORD(2, lib, cls, name, params, args, desc)                                              \
+    SHP_RECORD(3, lib, cls, name, params, args, desc)                                              \
+    SHP_RET_##lib name params SHP_BODY(0, lib, cls, name, args, desc)                              \
+    static SHP_RET_##lib name##_s1 params SHP_BODY(1, lib, cls, name, args, desc)                  \
+    static SHP_RET_##lib name##_s2 params SHP_BODY(2, lib, cls, name, args, desc)                  \
+    static SHP_RET_##lib name##_s3 params SHP_BODY(3, lib, cls, name, args, desc)
 
 _Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
 
@@ -48,12 +76,8 @@ _Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
 #define SHP_VARIANT1(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
 #define SHP_VARIANT2(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
 #define SHP_VARIANT3(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
-#define SHP_VARIANTS(list)                                                                         \
-    {                                                                                              \
-        {list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)},                          \
-        {                                                                                          \
-            list(SHP_VARIANT3)                                                                     \
-        }                                                                                          \
-    }
+#define SHP_VARIANTS(list) \
+    {{list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)}, {list(SHP_VARIANT3)}}
+/* clang-format on */
 
 #endif

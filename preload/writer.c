@@ -76,6 +76,24 @@ static int grow(uint64_t need)
     return rc;
 }
 
+/* `shapetrace attach RUN_DIR` leaves the run's wish in RUN_DIR/control ("armed 0|1"), for the
+ * processes whose traces did not exist yet when it ran. */
+static uint64_t run_armed(uint64_t dflt)
+{
+    char path[PATH_MAX + 16], buf[64];
+    snprintf(path, sizeof(path), "%s/control", shp_cfg.dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return dflt;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return dflt;
+    buf[n] = 0;
+    const char *a = strstr(buf, "armed ");
+    return a ? (uint64_t)(a[6] == '1') : dflt;
+}
+
 static void write_header(struct shp_file_header *h)
 {
     struct timespec rt, mono;
@@ -93,7 +111,7 @@ static void write_header(struct shp_file_header *h)
     h->local_rank = shp_cfg.local_rank;
     h->world_size = shp_cfg.world_size;
     h->cap = w.cap;
-    h->ctl[SHP_CTL_ARMED] = 1;
+    h->ctl[SHP_CTL_ARMED] = run_armed(shp_ctl[SHP_CTL_ARMED]);
     h->stacks_mode = shp_cfg.stacks;
     snprintf(h->host, sizeof(h->host), "%s", shp_cfg.host);
     ssize_t n = readlink("/proc/self/exe", h->exe, sizeof(h->exe) - 1);
@@ -152,6 +170,8 @@ static int open_file(void)
     w.hdr = m;
     w.hdr->allocated = CHUNK_MIN;
     write_header(w.hdr);
+    /* From now on the header's control words are the ones a tool can flip. */
+    __atomic_store_n(&shp_ctl, w.hdr->ctl, __ATOMIC_RELEASE);
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
     return 0;
 }
@@ -181,6 +201,11 @@ static int ensure_open(void)
     if (st == W_CLOSED && shp_cfg.stacks != SHP_STACKS_NONE)
         shp_modules_sync();
     return 0;
+}
+
+int shp_writer_open(void)
+{
+    return ensure_open();
 }
 
 static bool is_bookkeeping(unsigned type)

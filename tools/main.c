@@ -47,6 +47,9 @@ static void usage(FILE *f)
           "\n"
           "  run [OPTIONS] -- CMD ARGS...   run CMD with every process traced\n"
           "  dump [--json] PATH...          print traces (files or run directories)\n"
+          "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
+          "  attach DIR|PID [--on|--off|--mark TEXT]\n"
+          "                                 switch recording, or mark the timeline, live\n"
           "\n"
           "  shapetrace COMMAND --help      options of one command\n"
           "  shapetrace --version\n",
@@ -72,6 +75,10 @@ int main(int argc, char **argv)
         return shp_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "dump"))
         return shp_cmd_dump(argc - 1, argv + 1);
+    if (!strcmp(cmd, "status"))
+        return shp_cmd_status(argc - 1, argv + 1);
+    if (!strcmp(cmd, "attach"))
+        return shp_cmd_attach(argc - 1, argv + 1);
     shp_err("unknown command '%s' (shapetrace --help lists them)", cmd);
     return SHP_EXIT_USAGE;
 }

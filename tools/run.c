@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ static void run_usage(FILE *f)
           "  --stacks none|native call sites to record (default native)\n"
           "  --max-mb N           trace cap per process in MiB (default 1024)\n"
           "  --debug LEVEL        WARN, INFO or TRACE (SHAPETRACE_DEBUG)\n"
+          "  --dormant            start with recording off (shapetrace attach turns it on);\n"
+          "                       communicator and allocation records are still kept\n"
           "  --preload PATH       the preload to use (default: next to this command)\n",
           f);
 }
@@ -111,14 +114,12 @@ static void forward(int sig)
 int shp_cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"dir", required_argument, 0, 'd'},
-        {"stacks", required_argument, 0, 's'},
-        {"max-mb", required_argument, 0, 'm'},
-        {"debug", required_argument, 0, 'g'},
-        {"preload", required_argument, 0, 'p'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"dir", required_argument, 0, 'd'},     {"stacks", required_argument, 0, 's'},
+        {"max-mb", required_argument, 0, 'm'},  {"debug", required_argument, 0, 'g'},
+        {"preload", required_argument, 0, 'p'}, {"help", no_argument, 0, 'h'},
+        {"dormant", no_argument, 0, 'D'},       {0, 0, 0, 0},
     };
+    bool dormant = false;
     const char *dir = NULL, *stacks = NULL, *maxmb = NULL, *debug = NULL, *preload_opt = NULL;
     int c;
     optind = 1;
@@ -150,6 +151,9 @@ int shp_cmd_run(int argc, char **argv)
             break;
         case 'p':
             preload_opt = optarg;
+            break;
+        case 'D':
+            dormant = true;
             break;
         case 'h':
             run_usage(stdout);
@@ -210,6 +214,10 @@ int shp_cmd_run(int argc, char **argv)
         setenv("SHAPETRACE_MAX_MB", maxmb, 1);
     if (debug)
         setenv("SHAPETRACE_DEBUG", debug, 1);
+    if (dormant)
+        setenv("SHAPETRACE_DORMANT", "1", 1);
+    else
+        unsetenv("SHAPETRACE_DORMANT");
 
     /* The terminal sends SIGINT and SIGQUIT to the whole group, the command included; we wait
      * for it to finish so the run directory is printed. Others are passed on. */

@@ -124,6 +124,10 @@ const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigne
             *off = o + *size;
             return (const struct shp_rec *)(t->map + o);
         }
+        if (t->live) {
+            *off = o;
+            return NULL;
+        }
         t->torn++;
         const struct shp_rec *r = (const struct shp_rec *)(t->map + o);
         uint32_t w = __atomic_load_n(&r->word, __ATOMIC_ACQUIRE);

@@ -16,6 +16,7 @@ struct shp_trace {
     uint64_t end;                      /* end of records: min(tail, file size) */
     uint64_t torn;                     /* records skipped by shp_trace_next so far */
     bool truncated;                    /* the file is shorter than its header says */
+    bool live;                         /* set by the caller: the writer may still be running */
 };
 
 /* Map and validate the trace at `path`. On error returns a negative errno and writes a one-line
@@ -25,7 +26,8 @@ void shp_trace_close(struct shp_trace *t);
 
 /* The next whole record at or after *off (start with *off = 0), stepping over records whose
  * writer died before publishing them (counted in t->torn). Returns NULL at the end. Sets *type
- * and *size; advances *off past the record. */
+ * and *size; advances *off past the record. With t->live set, an unpublished record is one still
+ * being written: the walk stops before it (NULL, *off left there) so a later call can resume. */
 const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigned *type,
                                      size_t *size);
 

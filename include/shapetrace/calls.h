@@ -30,7 +30,8 @@
 #define SHP_CLS_ALLOC 8      /* cudaMalloc family */
 #define SHP_CLS_FREE 9       /* cudaFree family */
 #define SHP_CLS_CAPTURE 10   /* stream capture begin/end */
-#define SHP_CLS_GRAPH 11     /* graph instantiate and launch */
+#define SHP_CLS_GRAPH 11     /* graph instantiate */
+#define SHP_CLS_LAUNCH 12    /* graph launch: one per replay, not kept while dormant */
 
 #define SHP_COPY_DESC(d, s, n, k, st)                                                              \
     .a = (s), .b = (d), .width = (n), .height = 1, .spitch = (n), .dpitch = (n), .kind = (k),      \
@@ -186,9 +187,9 @@ X(CUDART, SHP_CLS_GRAPH, cudaGraphInstantiate, \
 X(CUDART, SHP_CLS_GRAPH, cudaGraphInstantiateWithFlags, \
   (cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags), (pGraphExec, graph, flags), \
   (.out = (void **)pGraphExec, .graph = graph, .flags = (unsigned)flags)) \
-X(CUDART, SHP_CLS_GRAPH, cudaGraphLaunch, (cudaGraphExec_t graphExec, cudaStream_t stream), \
+X(CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch, (cudaGraphExec_t graphExec, cudaStream_t stream), \
   (graphExec, stream), (.exec = graphExec, .stream = stream)) \
-X(CUDART, SHP_CLS_GRAPH, cudaGraphLaunch_ptsz, (cudaGraphExec_t graphExec, cudaStream_t stream), \
+X(CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch_ptsz, (cudaGraphExec_t graphExec, cudaStream_t stream), \
   (graphExec, stream), (.exec = graphExec, .stream = stream))
 /* clang-format on */
 

@@ -908,7 +908,7 @@ static ncclResult_t add_job(struct job **jobs, size_t *njobs, const struct job *
 }
 
 /* Gathers the calls of every rank of a clique that must run together: the k-th collective (or
- * split, or shrink) of each rank. */
+ * split, or shrink) of each rank. Quadratic in the group's length, which is small in tests. */
 static ncclResult_t match_collectives(struct job **jobs, size_t *njobs)
 {
     for (size_t i = 0; i < queue_len; i++) {
@@ -948,6 +948,7 @@ static ncclResult_t match_p2p(struct job **jobs, size_t *njobs)
 
     for (size_t i = 0; i < queue_len; i++) {
         struct op *s = &queue[i];
+        struct job nj = {.kind = OP_SEND, .family = FAM_P2P};
         size_t seq = 0, k = 0;
         struct op *recv = NULL;
         ncclResult_t r;
@@ -981,18 +982,13 @@ static ncclResult_t match_p2p(struct job **jobs, size_t *njobs)
                         recv->count * elem_size(recv));
         }
         s->matched = recv->matched = true;
-        {
-            struct job nj = {.kind = OP_SEND,
-                             .first = i < (size_t)(recv - queue) ? i : (size_t)(recv - queue),
-                             .clique = s->comm->clique,
-                             .family = FAM_P2P};
-
-            if ((r = add_job(jobs, njobs, &nj, 2)) != ncclSuccess)
-                return r;
-            (*jobs)[*njobs - 1].members[0] = s;
-            (*jobs)[*njobs - 1].members[1] = recv;
-            (*jobs)[*njobs - 1].nmembers = 2;
-        }
+        nj.first = i < (size_t)(recv - queue) ? i : (size_t)(recv - queue);
+        nj.clique = s->comm->clique;
+        if ((r = add_job(jobs, njobs, &nj, 2)) != ncclSuccess)
+            return r;
+        (*jobs)[*njobs - 1].members[0] = s;
+        (*jobs)[*njobs - 1].members[1] = recv;
+        (*jobs)[*njobs - 1].nmembers = 2;
     }
     for (size_t i = 0; i < queue_len; i++) {
         if (!queue[i].matched) {

@@ -1,6 +1,9 @@
 /* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
  * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
- * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind | ptds */
+ * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind
+ *        | phases GO_FILE NPROC K STALL_RANK (NPROC processes share one communicator id; each
+ *          makes K copies and all-reduces, STALL_RANK three fewer, says "ready", waits for
+ *          GO_FILE to exist, then makes 5 more of each) */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -181,6 +184,59 @@ static int default_kind(void)
     return 0;
 }
 
+/* Every process of `phases` joins a one-rank communicator made from the same unique id, so the
+ * traces agree on its id as a real job's ranks would. */
+static int phases_child(const char *go, int k, int rank, int stall)
+{
+    float *dev, host[16] = {0};
+    CHECK_CUDA(cudaMalloc((void **)&dev, sizeof(host)));
+    ncclUniqueId id;
+    memset(&id, 0x5a, sizeof(id));
+    ncclComm_t comm;
+    CHECK_NCCL(ncclCommInitRank(&comm, 1, id, 0));
+    int n = rank == stall ? k - 3 : k;
+    for (int i = 0; i < n; i++) {
+        CHECK_CUDA(cudaMemcpy(dev, host, sizeof(host), cudaMemcpyHostToDevice));
+        CHECK_NCCL(ncclAllReduce(dev, dev, 4, ncclFloat32, ncclSum, comm, 0));
+    }
+    printf("ready %d %d\n", rank, (int)getpid());
+    fflush(stdout);
+    for (int waited = 0; access(go, F_OK) != 0; waited++) {
+        if (waited > 6000)
+            return 5;
+        usleep(10000);
+    }
+    for (int i = 0; i < 5; i++) {
+        CHECK_CUDA(cudaMemcpy(dev, host, sizeof(host), cudaMemcpyHostToDevice));
+        CHECK_NCCL(ncclAllReduce(dev, dev, 4, ncclFloat32, ncclSum, comm, 0));
+    }
+    return 0;
+}
+
+static int phases(char **argv, const char *go, int nproc, const char *k, const char *stall)
+{
+    pid_t pids[64];
+    if (nproc > 64)
+        nproc = 64;
+    for (int r = 0; r < nproc; r++) {
+        char rank[16];
+        snprintf(rank, sizeof(rank), "%d", r);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            setenv("RANK", rank, 1);
+            execl("/proc/self/exe", argv[0], "phases-child", go, k, rank, stall, (char *)NULL);
+            _exit(127);
+        }
+    }
+    int bad = 0;
+    for (int r = 0; r < nproc; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -196,6 +252,10 @@ int main(int argc, char **argv)
         return graph();
     if (!strcmp(what, "default-kind"))
         return default_kind();
+    if (!strcmp(what, "phases") && argc > 5)
+        return phases(argv, argv[2], atoi(argv[3]), argv[4], argv[5]);
+    if (!strcmp(what, "phases-child") && argc > 5)
+        return phases_child(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     fprintf(stderr, "scenario: unknown '%s'\n", what);
     return 2;
 }

@@ -1,0 +1,343 @@
+/* shapetrace status: which rank is where, while the job runs. Reads the trace files as they are
+ * written (shared mappings of the page cache, so a record is visible as soon as it is stored)
+ * and never touches the processes; --watch redraws and reads only what was added since. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "event.h"
+#include "ops.h"
+#include "trace_read.h"
+
+struct comm_pos {
+    uint64_t id;
+    uint64_t seq;
+    unsigned op;
+    bool in_flight;
+};
+
+struct proc {
+    char *path;
+    char host[64];
+    uint64_t pid;
+    int rank;
+    uint64_t off; /* where the next read resumes */
+    uint64_t events;
+    uint64_t last_t_ns; /* monotonic, the writer's clock */
+    uint64_t start_mono, start_real;
+    unsigned last_op;
+    bool last_in_flight;
+    bool complete, alive_known, alive, behind;
+    const char *mark;
+    char last_mark[128];
+    struct comm_pos *comms;
+    size_t ncomms;
+};
+
+static void status_usage(FILE *f)
+{
+    fputs("usage: shapetrace status [--json] [--watch [SECONDS]] RUN_DIR\n"
+          "\n"
+          "Per process: rank, whether it is alive, seconds since its last call, its last call,\n"
+          "and per communicator the last collective it entered (seq, op). A rank whose seq on a\n"
+          "communicator is lower than another member's is BEHIND.\n"
+          "  --json           one JSON object (keys in the README)\n"
+          "  --watch [S]      redraw every S seconds (default 1) until interrupted\n",
+          f);
+}
+
+static uint64_t clock_ns(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct comm_pos *comm_of(struct proc *p, uint64_t id)
+{
+    for (size_t i = 0; i < p->ncomms; i++)
+        if (p->comms[i].id == id)
+            return &p->comms[i];
+    struct comm_pos *n = realloc(p->comms, (p->ncomms + 1) * sizeof(*n));
+    if (!n)
+        return NULL;
+    p->comms = n;
+    n[p->ncomms] = (struct comm_pos){.id = id, .seq = SHP_NONE};
+    return &n[p->ncomms++];
+}
+
+static bool same_host(const char *host)
+{
+    char me[64] = "";
+    gethostname(me, sizeof(me) - 1);
+    return !strcmp(me, host);
+}
+
+/* Read what was added to p's trace since the last call. */
+static int refresh(struct proc *p)
+{
+    struct shp_trace t;
+    char err[256];
+    if (shp_trace_open(&t, p->path, err, sizeof(err)) < 0) {
+        shp_err("%s: %s", p->path, err);
+        return -1;
+    }
+    const struct shp_file_header *h = t.hdr;
+    snprintf(p->host, sizeof(p->host), "%s", h->host);
+    p->pid = h->pid;
+    p->rank = shp_trace_rank(&t);
+    p->start_mono = h->monotonic_ns;
+    p->start_real = h->realtime_ns;
+    p->complete = h->flags & SHP_FILE_COMPLETE;
+    p->alive_known = same_host(h->host);
+    p->alive = !p->complete && (!p->alive_known || kill((pid_t)p->pid, 0) == 0 || errno == EPERM);
+    /* A process still writing may have records half-stored at the end: stop before them. */
+    t.live = p->alive;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    while ((r = shp_trace_next(&t, &p->off, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(&t, r, type, &e))
+            continue;
+        p->events++;
+        if (e.mark) {
+            snprintf(p->last_mark, sizeof(p->last_mark), "%s", e.mark);
+            continue;
+        }
+        p->last_t_ns = ((const struct shp_ev *)r)->t_ns;
+        p->last_op = e.op;
+        p->last_in_flight = e.dur_ns == SHP_NONE;
+        if (type == SHP_REC_COLL) {
+            struct comm_pos *c = comm_of(p, e.comm);
+            if (c) {
+                c->seq = e.seq;
+                c->op = e.op;
+                c->in_flight = e.dur_ns == SHP_NONE;
+            }
+        } else if (type == SHP_REC_COMM && e.comm_kind <= SHP_COMM_SHRINK) {
+            comm_of(p, e.comm);
+        }
+    }
+    shp_trace_close(&t);
+    return 0;
+}
+
+static double idle_s(const struct proc *p)
+{
+    uint64_t last = p->last_t_ns ? p->last_t_ns : p->start_mono;
+    if (p->alive_known) {
+        uint64_t now = clock_ns(CLOCK_MONOTONIC);
+        return now > last ? (double)(now - last) / 1e9 : 0;
+    }
+    uint64_t wall = p->start_real + (last - p->start_mono), now = clock_ns(CLOCK_REALTIME);
+    return now > wall ? (double)(now - wall) / 1e9 : 0;
+}
+
+static void mark_behind(struct proc *ps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ps[i].behind = false;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < ps[i].ncomms; k++) {
+            const struct comm_pos *c = &ps[i].comms[k];
+            uint64_t mine = c->seq == SHP_NONE ? 0 : c->seq + 1;
+            for (size_t j = 0; j < n && !ps[i].behind; j++) {
+                for (size_t m = 0; m < ps[j].ncomms; m++) {
+                    const struct comm_pos *o = &ps[j].comms[m];
+                    if (o->id == c->id && o->seq != SHP_NONE && o->seq + 1 > mine) {
+                        ps[i].behind = true;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void print_json(struct proc *ps, size_t n)
+{
+    fputs("{\"processes\":[", stdout);
+    for (size_t i = 0; i < n; i++) {
+        struct proc *p = &ps[i];
+        if (i)
+            fputc(',', stdout);
+        fputs("{\"file\":", stdout);
+        shp_json_str(stdout, p->path);
+        fputs(",\"host\":", stdout);
+        shp_json_str(stdout, p->host);
+        fprintf(stdout, ",\"pid\":%" PRIu64 ",\"rank\":", p->pid);
+        if (p->rank >= 0)
+            fprintf(stdout, "%d", p->rank);
+        else
+            fputs("null", stdout);
+        fprintf(stdout, ",\"alive\":%s,\"idle_s\":%.3f,\"comms\":[",
+                p->alive_known || p->complete ? (p->alive ? "true" : "false") : "null", idle_s(p));
+        for (size_t k = 0; k < p->ncomms; k++) {
+            const struct comm_pos *c = &p->comms[k];
+            fprintf(stdout, "%s{\"id\":\"%016" PRIx64 "\",\"seq\":", k ? "," : "", c->id);
+            if (c->seq == SHP_NONE)
+                fputs("null,\"op\":null", stdout);
+            else
+                fprintf(stdout, "%" PRIu64 ",\"op\":\"%s\",\"in_flight\":%s", c->seq,
+                        shp_op_name(c->op), c->in_flight ? "true" : "false");
+            fputc('}', stdout);
+        }
+        fprintf(stdout, "],\"behind\":%s,\"complete\":%s,\"events\":%" PRIu64 ",\"last_op\":",
+                p->behind ? "true" : "false", p->complete ? "true" : "false", p->events);
+        shp_json_str(stdout, p->last_op ? shp_op_name(p->last_op) : NULL);
+        fprintf(stdout, ",\"in_flight\":%s,\"mark\":", p->last_in_flight ? "true" : "false");
+        shp_json_str(stdout, p->last_mark[0] ? p->last_mark : NULL);
+        fputc('}', stdout);
+    }
+    fputs("]}\n", stdout);
+}
+
+static void print_table(const char *dir, struct proc *ps, size_t n, bool color)
+{
+    const char *red = color ? "\033[1;31m" : "", *off = color ? "\033[0m" : "";
+    size_t behind = 0;
+    for (size_t i = 0; i < n; i++)
+        behind += ps[i].behind;
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char when[16];
+    strftime(when, sizeof(when), "%H:%M:%S", &tm);
+    printf("shapetrace status  %s  %zu process%s, %zu behind  %s\n", dir, n, n == 1 ? "" : "es",
+           behind, when);
+    printf("%5s  %-24s %-5s %8s  %-34s %s\n", "rank", "host:pid", "alive", "idle(s)", "last call",
+           "communicator: seq op");
+    for (size_t i = 0; i < n; i++) {
+        struct proc *p = &ps[i];
+        char who[96], last[64], rank[16];
+        snprintf(who, sizeof(who), "%s:%" PRIu64, p->host, p->pid);
+        snprintf(last, sizeof(last), "%s%s", p->last_op ? shp_op_name(p->last_op) : "-",
+                 p->last_in_flight ? " [in flight]" : "");
+        if (p->rank >= 0)
+            snprintf(rank, sizeof(rank), "%d", p->rank);
+        else
+            snprintf(rank, sizeof(rank), "?");
+        printf("%s%5s  %-24s %-5s %8.1f  %-34s", p->behind ? red : "", rank, who,
+               p->complete       ? "exit"
+               : !p->alive_known ? "?"
+               : p->alive        ? "yes"
+                                 : "DEAD",
+               idle_s(p), last);
+        for (size_t k = 0; k < p->ncomms; k++) {
+            const struct comm_pos *c = &p->comms[k];
+            if (c->seq == SHP_NONE)
+                printf(" %.8" PRIx64 ": -", c->id >> 32);
+            else
+                printf(" %.8" PRIx64 ": %" PRIu64 " %s", c->id >> 32, c->seq, shp_op_name(c->op));
+        }
+        printf("%s%s%s\n", p->behind ? "  BEHIND" : "", p->last_mark[0] ? "  mark: " : "",
+               p->last_mark);
+        if (p->behind)
+            fputs(off, stdout);
+    }
+    fflush(stdout);
+}
+
+static volatile sig_atomic_t stop;
+static void on_int(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+int shp_cmd_status(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, 0, 'j'},
+        {"watch", optional_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    bool json = false;
+    double watch = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'j') {
+            json = true;
+        } else if (c == 'w') {
+            watch = optarg ? strtod(optarg, NULL) : 1.0;
+            if (watch <= 0) {
+                shp_err("--watch takes a positive number of seconds");
+                return SHP_EXIT_USAGE;
+            }
+        } else if (c == 'h') {
+            status_usage(stdout);
+            return SHP_EXIT_OK;
+        } else {
+            status_usage(stderr);
+            return SHP_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        shp_err("status: give one RUN_DIR (shapetrace status --help)");
+        return SHP_EXIT_USAGE;
+    }
+    const char *dir = argv[optind];
+    bool color = !json && isatty(1) && !getenv("NO_COLOR");
+    struct proc *ps = NULL;
+    size_t n = 0;
+    signal(SIGINT, on_int);
+    int status = SHP_EXIT_OK;
+    do {
+        char **files = NULL;
+        size_t nf = 0;
+        int rc = shp_trace_collect(dir, &files, &nf);
+        if (rc < 0 && n == 0) {
+            shp_err("%s: %s", dir, rc == -ENOENT ? "no traces in it (yet)" : strerror(-rc));
+            status = SHP_EXIT_USAGE;
+            if (!watch)
+                break;
+        }
+        for (size_t i = 0; i < nf; i++) {
+            bool known = false;
+            for (size_t k = 0; k < n && !known; k++)
+                known = !strcmp(ps[k].path, files[i]);
+            if (!known) {
+                struct proc *np = realloc(ps, (n + 1) * sizeof(*np));
+                if (np) {
+                    ps = np;
+                    ps[n] = (struct proc){.path = strdup(files[i]), .rank = -1};
+                    n++;
+                }
+            }
+            free(files[i]);
+        }
+        free(files);
+        for (size_t i = 0; i < n; i++)
+            if (refresh(&ps[i]) < 0)
+                status = SHP_EXIT_USAGE;
+        mark_behind(ps, n);
+        if (n) {
+            if (watch && !json)
+                fputs("\033[H\033[2J", stdout);
+            if (json)
+                print_json(ps, n);
+            else
+                print_table(dir, ps, n, color);
+        }
+        if (watch)
+            usleep((useconds_t)(watch * 1e6));
+    } while (watch && !stop);
+    for (size_t i = 0; i < n; i++) {
+        free(ps[i].path);
+        free(ps[i].comms);
+    }
+    free(ps);
+    return status;
+}
