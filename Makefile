@@ -188,7 +188,7 @@ $(B)/examples/%: examples/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
-test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) \
+test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
 	$(if $(wildcard tests/doubles/launch.c),$(B)/tests/shp_launch) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
 # make check: the whole suite here, then the sanitizer builds in their own trees.
@@ -207,7 +207,12 @@ $(B)/bench/overhead: bench/overhead.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13
 
-bench: all $(B)/bench/overhead
+# Synthetic traces for the analyzer's scale figures and tests (test equipment).
+$(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
+
+bench: all $(B)/bench/overhead $(B)/bench/gen_traces
 	$(Q)bench/run.sh $(B)
 
 check-gpu: all

@@ -38,3 +38,18 @@ t0=$(date +%s%N)
 "$TOOL" dump --json --no-stacks "$f" | wc -l >/dev/null
 t1=$(date +%s%N)
 echo "dump --json --no-stacks: $events events in $(((t1 - t0) / 1000000)) ms"
+
+# The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
+# 512 ranks x 10,000 events, each with one planted divergence it must find.
+echo
+echo "analyze (synthetic traces; wall time and peak RSS as analyze --stats reports them)"
+for shape in "8 1000000 count:3:5000" "512 10000 count:300:500"; do
+    set -- $shape
+    rm -rf "$tmp/scale"
+    "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
+    size=$(du -sm "$tmp/scale" | cut -f1)
+    stats=$("$TOOL" analyze --stats "$tmp/scale" 2>&1 >"$tmp/report" | tail -n 1)
+    found=$(tail -n 1 "$tmp/report")
+    echo "  $1 ranks x $2 events ($size MiB): ${stats#shapetrace: }"
+    echo "    $found"
+done

@@ -40,6 +40,7 @@ for t in "$B"/tests/test_*; do
     fi
 done
 suite "preload and tools" python3 tests/test_preload.py "$B"
+suite "analyze" python3 tests/test_analyze.py "$B"
 
 echo "== total ($B)"
 echo "$total_pass passed, $total_fail failed"

@@ -1,9 +1,12 @@
 /* shapetrace tools: decoding records into events, with each op's size rule applied. */
 #include "event.h"
 
+#include <inttypes.h>
 #include <string.h>
 
+#include "cmd.h"
 #include "ops.h"
+#include "stacks.h"
 
 const char *const shp_kind_names[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
 const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shrink",
@@ -132,4 +135,113 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     default:
         return false;
     }
+}
+
+static void json_u64(FILE *f, const char *key, uint64_t v)
+{
+    if (v == SHP_NONE)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":%" PRIu64, key, v);
+}
+
+static void json_int(FILE *f, const char *key, int v)
+{
+    if (v < 0)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":%d", key, v);
+}
+
+static void json_hex(FILE *f, const char *key, uint64_t v)
+{
+    if (v == SHP_NONE)
+        fprintf(f, ",\"%s\":null", key);
+    else
+        fprintf(f, ",\"%s\":\"0x%" PRIx64 "\"", key, v);
+}
+
+static void json_name(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, ",\"%s\":", key);
+    shp_json_str(f, v);
+}
+
+static void comm_id(char *buf, size_t len, uint64_t id)
+{
+    snprintf(buf, len, "%016" PRIx64, id);
+}
+
+void shp_event_json(FILE *f, struct shp_trace *t, struct shp_stacks *st, const struct shp_event *e)
+{
+    const struct shp_file_header *h = t->hdr;
+    fputs("{\"file\":", f);
+    shp_json_str(f, t->path);
+    fprintf(f, ",\"index\":%" PRIu64, e->index);
+    json_name(f, "host", h->host);
+    fprintf(f, ",\"pid\":%" PRIu64 ",\"tid\":%u", h->pid, e->tid);
+    json_int(f, "rank", shp_trace_rank(t));
+    fprintf(f, ",\"t_ns\":%" PRIu64, e->t_ns);
+    json_u64(f, "dur_ns", e->dur_ns);
+    json_name(f, "op", e->mark ? "mark" : shp_op_name(e->op));
+    if (e->comm) {
+        char id[24];
+        comm_id(id, sizeof(id), e->comm);
+        json_name(f, "comm", id);
+    } else {
+        fputs(",\"comm\":null", f);
+    }
+    json_int(f, "comm_rank", e->comm_rank);
+    json_int(f, "nranks", e->nranks);
+    json_u64(f, "seq", e->seq);
+    json_u64(f, "count", e->count);
+    json_name(f, "dtype", e->dtype >= 0 ? shp_dtype_name((unsigned)e->dtype) : NULL);
+    json_u64(f, "bytes", e->bytes);
+    json_u64(f, "send_bytes", e->send_bytes);
+    json_u64(f, "recv_bytes", e->recv_bytes);
+    json_int(f, "peer", e->peer);
+    json_int(f, "root", e->root);
+    json_name(f, "redop", e->redop >= 0 ? shp_redop_name((unsigned)e->redop) : NULL);
+    json_hex(f, "src", e->src);
+    json_hex(f, "dst", e->dst);
+    json_name(f, "kind", e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : NULL);
+    json_u64(f, "width", e->width);
+    json_u64(f, "height", e->height);
+    json_u64(f, "spitch", e->spitch);
+    json_u64(f, "dpitch", e->dpitch);
+    json_hex(f, "stream", e->stream);
+    if (e->mark)
+        fputs(",\"captured\":null", f);
+    else
+        fprintf(f, ",\"captured\":%s", e->flags & SHP_EV_CAPTURED ? "true" : "false");
+    json_hex(f, "graph", e->graph);
+    if (e->mark || e->dur_ns == SHP_NONE)
+        fputs(",\"result\":null", f);
+    else
+        fprintf(f, ",\"result\":%d", e->result);
+    /* Keys beyond DESIGN's list. */
+    json_int(f, "device", e->device);
+    fprintf(f, ",\"pending\":%s", !e->mark && e->dur_ns == SHP_NONE ? "true" : "false");
+    if (e->type == SHP_REC_COMM) {
+        json_name(f, "comm_kind", shp_comm_kind_names[e->comm_kind < 7 ? e->comm_kind : 0]);
+        if (e->parent != SHP_NONE) {
+            char id[24];
+            comm_id(id, sizeof(id), e->parent);
+            json_name(f, "parent", id);
+        }
+        json_hex(f, "handle", e->handle);
+    }
+    if (e->type == SHP_REC_ALLOC) {
+        json_hex(f, "ptr", e->ptr);
+        json_u64(f, "size", e->size);
+    }
+    if (e->type == SHP_REC_GRAPH) {
+        json_hex(f, "exec", e->exec);
+        json_u64(f, "capture", e->capture);
+    }
+    if (e->mark)
+        json_name(f, "mark", e->mark);
+    fputs(",\"stack\":", f);
+    shp_stacks_json(f, st, e->stack);
+    fputs("}", f);
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "trace_read.h"
 
@@ -49,6 +50,10 @@ struct shp_event {
 /* Decode a call or mark record; returns false for bookkeeping records (stacks, modules). */
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
                       struct shp_event *e);
+
+struct shp_stacks;
+/* Print e as one JSON object with DESIGN's dump keys (no newline). */
+void shp_event_json(FILE *f, struct shp_trace *t, struct shp_stacks *st, const struct shp_event *e);
 
 extern const char *const shp_kind_names[5];
 extern const char *const shp_comm_kind_names[7];

@@ -47,6 +47,8 @@ static void usage(FILE *f)
           "\n"
           "  run [OPTIONS] -- CMD ARGS...   run CMD with every process traced\n"
           "  dump [--json] PATH...          print traces (files or run directories)\n"
+          "  analyze [--json] [--dim N=V]... PATH...\n"
+          "                                 line the ranks up, report the first divergence\n"
           "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
           "  attach DIR|PID [--on|--off|--mark TEXT]\n"
           "                                 switch recording, or mark the timeline, live\n"
@@ -75,6 +77,8 @@ int main(int argc, char **argv)
         return shp_cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "dump"))
         return shp_cmd_dump(argc - 1, argv + 1);
+    if (!strcmp(cmd, "analyze"))
+        return shp_cmd_analyze(argc - 1, argv + 1);
     if (!strcmp(cmd, "status"))
         return shp_cmd_status(argc - 1, argv + 1);
     if (!strcmp(cmd, "attach"))

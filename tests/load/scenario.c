@@ -1,6 +1,8 @@
 /* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
  * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
  * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind
+ *        | overrun (a copy that reads past its allocation; the double refuses it, the trace keeps
+ *          it)
  *        | phases GO_FILE NPROC K STALL_RANK (NPROC processes share one communicator id; each
  *          makes K copies and all-reduces, STALL_RANK three fewer, says "ready", waits for
  *          GO_FILE to exist, then makes 5 more of each) */
@@ -169,6 +171,17 @@ static int graph(void)
     return 0;
 }
 
+/* Reads 8 KiB out of a 4 KiB allocation. */
+__attribute__((noinline)) static int read_past_the_end(void)
+{
+    char *dev, host[8192];
+    CHECK_CUDA(cudaMalloc((void **)&dev, 4096));
+    CHECK_CUDA(cudaMemcpy(host, dev, 1024, cudaMemcpyDeviceToHost));
+    cudaError_t e = cudaMemcpy(host, dev + 1024, 4096, cudaMemcpyDeviceToHost);
+    printf("overrun %d\n", (int)e);
+    return 0;
+}
+
 static int default_kind(void)
 {
     float *a, *pinned, host[32] = {0};
@@ -252,6 +265,8 @@ int main(int argc, char **argv)
         return graph();
     if (!strcmp(what, "default-kind"))
         return default_kind();
+    if (!strcmp(what, "overrun"))
+        return read_past_the_end();
     if (!strcmp(what, "phases") && argc > 5)
         return phases(argv, argv[2], atoi(argv[3]), argv[4], argv[5]);
     if (!strcmp(what, "phases-child") && argc > 5)

@@ -1,0 +1,210 @@
+"""shapetrace tests: `shapetrace analyze` on synthetic traces (bench/gen_traces, with planted
+divergences) and on traces of programs run on the test doubles (simulated ranks, no GPU).
+Usage: test_analyze.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ONLY = set(sys.argv[2:])
+TOOL = os.path.join(BUILD, "bin", "shapetrace")
+GEN = os.path.join(BUILD, "bench", "gen_traces")
+T = os.path.join(BUILD, "tests")
+TMP = tempfile.mkdtemp(prefix="shapetrace-analyze-")
+
+
+def env():
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    if os.environ.get("SHAPETRACE_SANITIZED") == "1":
+        # The sanitized preload needs the ASan runtime first in LD_PRELOAD; `run` keeps it there.
+        e["LD_PRELOAD"] = subprocess.run(["gcc", "-print-file-name=libasan.so"],
+                                         capture_output=True, text=True).stdout.strip()
+        e["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
+    return e
+
+
+def run(cmd, check=True, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(), **kw)
+    if check and p.returncode not in (0, 1):
+        raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr}")
+    return p
+
+
+def gen(name, nranks, nevents, *diverge):
+    d = os.path.join(TMP, name)
+    args = [GEN, d, str(nranks), str(nevents)]
+    for x in diverge:
+        args += ["--diverge", x]
+    run(args)
+    return d
+
+
+def analyze(*paths, dims=()):
+    args = [TOOL, "analyze", "--json"]
+    for d in dims:
+        args += ["--dim", d]
+    p = run(args + list(paths))
+    report = json.loads(p.stdout)
+    assert p.returncode == (1 if report["findings"] else 0), p.returncode
+    return report, p
+
+
+def first(report):
+    assert report["first"] == 0 and report["findings"], report
+    return report["findings"][report["first"]]
+
+
+def tp_comm(report):
+    """The tensor-parallel communicator of gen_traces' output: the busiest one."""
+    return max(report["comms"], key=lambda c: c["collectives"])["id"]
+
+
+# ---- synthetic traces ----
+
+def test_clean_run_has_no_findings():
+    d = gen("clean", 8, 5000)
+    r, p = analyze(d)
+    assert r["version"] == 1 and r["findings"] == [] and r["first"] is None
+    assert len(r["processes"]) == 8 and all(q["complete"] for q in r["processes"])
+    assert sorted(q["rank"] for q in r["processes"]) == list(range(8))
+    assert all(c["collectives"] > 0 for c in r["comms"])
+    text = run([TOOL, "analyze", d])
+    assert text.returncode == 0 and "no findings" in text.stdout
+
+
+def test_count_mismatch_names_rank_seq_and_shape():
+    d = gen("count", 8, 5000, "count:5:40")
+    r, _ = analyze(d, dims=["hidden=7168", "tp=8"])
+    f = first(r)
+    assert (f["kind"], f["ranks"], f["seq"], f["comm"]) == ("count_mismatch", [5], 40, tp_comm(r))
+    assert len(r["findings"]) == 1, [x["summary"] for x in r["findings"]]
+    ev = f["events"][0]
+    assert ev["rank"] == 5 and ev["seq"] == 40 and ev["stack"], ev
+    assert f["expected"]["rank"] != 5 and f["expected"]["count"] != ev["count"]
+    assert "[" in f["summary"] and "tp]" in f["summary"], f["summary"]  # counts as shapes
+    text = run([TOOL, "analyze", "--dim", "tp=8", d]).stdout
+    assert text.index("FIRST FINDING") < text.index("what the others did")
+    assert "count_mismatch" in text.splitlines()[-1] and "rank 5" in text.splitlines()[-1]
+
+
+def test_dtype_mismatch():
+    d = gen("dtype", 4, 3000, "dtype:2:7")
+    f = first(analyze(d)[0])
+    assert (f["kind"], f["ranks"], f["seq"]) == ("dtype_mismatch", [2], 7)
+
+
+def test_skipped_collective_is_one_finding():
+    d = gen("skip", 8, 5000, "skip:3:100")
+    r, _ = analyze(d)
+    assert len(r["findings"]) == 1, [x["summary"] for x in r["findings"]]
+    f = first(r)
+    assert f["kind"] == "missing_collective" and f["ranks"] == [3], f
+    assert f["seq"] in (100, 101), f["seq"]  # two identical all-reduces in a row: either
+
+
+def test_stopped_rank_gives_the_wavefront():
+    d = gen("stop", 4, 3000, "stop:1:60")
+    r, _ = analyze(d)
+    f = first(r)
+    assert (f["kind"], f["ranks"], f["seq"], f["comm"]) == \
+        ("missing_collective", [1], 60, tp_comm(r)), f
+    assert [q["complete"] for q in sorted(r["processes"], key=lambda q: q["rank"])] == \
+        [True, False, True, True]
+    # later collectives on that communicator are its consequence, not new findings
+    assert f["consequences"] > 0
+    assert all(x["ranks"] == [1] for x in r["findings"])
+    text = run([TOOL, "analyze", d]).stdout
+    assert "did not exit normally" in text
+
+
+def test_earliest_divergence_is_first():
+    d = gen("two", 8, 5000, "count:6:300", "dtype:2:50")
+    r, _ = analyze(d)
+    f = first(r)
+    assert (f["kind"], f["ranks"], f["seq"]) == ("dtype_mismatch", [2], 50), f
+    assert {x["kind"] for x in r["findings"]} == {"dtype_mismatch", "count_mismatch"}
+
+
+def test_missing_trace_is_a_finding():
+    d = gen("partial", 4, 2000)
+    os.unlink(os.path.join(d, "gen-2.shptrace"))
+    r, _ = analyze(d)
+    kinds = [x["kind"] for x in r["findings"]]
+    assert "missing_rank" in kinds, kinds
+    mr = [x for x in r["findings"] if x["kind"] == "missing_rank"]
+    assert any(2 in x["ranks"] for x in mr)
+
+
+def test_bad_and_mixed_inputs():
+    d = gen("mixed", 4, 1000)
+    files = sorted(os.path.join(d, f) for f in os.listdir(d))
+    # files and directories mixed, in any order, give the same result
+    r1, _ = analyze(d)
+    r2, _ = analyze(files[3], files[1], files[0], files[2])
+    assert len(r1["processes"]) == len(r2["processes"]) == 4
+    assert [c["collectives"] for c in r1["comms"]] == [c["collectives"] for c in r2["comms"]]
+    junk = os.path.join(TMP, "junk.shptrace")
+    open(junk, "wb").write(b"x" * 5000)
+    p = run([TOOL, "analyze", d, junk], check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "junk.shptrace" in p.stderr
+    p = run([TOOL, "analyze", d, files[0]], check=False)
+    assert p.returncode == 2 and "given twice" in p.stderr
+    p = run([TOOL, "analyze", "--dim", "hidden", d], check=False)
+    assert p.returncode == 2 and "--dim" in p.stderr
+    p = run([TOOL, "analyze"], check=False)
+    assert p.returncode == 2
+    p = run([TOOL, "analyze", os.path.join(TMP, "nowhere")], check=False)
+    assert p.returncode == 2
+
+
+def test_many_ranks():
+    d = gen("many", 64, 500, "count:37:20")
+    f = first(analyze(d)[0])
+    assert (f["kind"], f["ranks"], f["seq"]) == ("count_mismatch", [37], 20)
+
+
+# ---- traces of programs on the test doubles ----
+
+def test_buffer_overrun_on_the_doubles():
+    d = os.path.join(TMP, "overrun")
+    run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", "overrun"])
+    r, _ = analyze(d)
+    f = first(r)
+    assert f["kind"] == "buffer_overrun" and len(r["findings"]) == 1, r["findings"]
+    ev = f["events"][0]
+    assert ev["op"] == "cudaMemcpy" and ev["bytes"] == 4096 and ev["kind"] == "D2H"
+    assert "1024 bytes past the end of its 4096-byte allocation" in f["summary"]
+    assert ev["stack"][0].startswith("read_past_the_end"), ev["stack"]
+    # and a clean program stays silent
+    d2 = os.path.join(TMP, "basic")
+    run([TOOL, "run", "--dir", d2, "--", f"{T}/scenario", "basic"])
+    r2, _ = analyze(d2)
+    assert r2["findings"] == [], [x["summary"] for x in r2["findings"]]
+
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
+    passed = failed = 0
+    for name, fn in tests:
+        if ONLY and name not in ONLY:
+            continue
+        try:
+            fn()
+            print(f"ok   {name}")
+            passed += 1
+        except Exception:  # noqa: BLE001 - a test harness reports every failure
+            print(f"FAIL {name}")
+            traceback.print_exc()
+            failed += 1
+    shutil.rmtree(TMP, ignore_errors=True)
+    print(f"analyze: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

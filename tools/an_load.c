@@ -1,0 +1,183 @@
+/* shapetrace analyze, pass 1: open every trace and hand out their events merged by time, so that
+ * the ranks' collectives arrive roughly together and little has to be held open. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "analyze.h"
+#include "cmd.h"
+
+static uint32_t *heap;
+static uint64_t release_step = 8ull << 20;
+static size_t heap_n;
+
+static uint64_t key(const struct an_ctx *ctx, uint32_t i)
+{
+    return ctx->procs[i].next.t_ns;
+}
+
+static void heap_down(struct an_ctx *ctx, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < heap_n && key(ctx, heap[l]) < key(ctx, heap[m]))
+            m = l;
+        if (r < heap_n && key(ctx, heap[r]) < key(ctx, heap[m]))
+            m = r;
+        if (m == i)
+            return;
+        uint32_t tmp = heap[i];
+        heap[i] = heap[m];
+        heap[m] = tmp;
+        i = m;
+    }
+}
+
+static void heap_up(struct an_ctx *ctx, size_t i)
+{
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (key(ctx, heap[parent]) <= key(ctx, heap[i]))
+            return;
+        uint32_t tmp = heap[i];
+        heap[i] = heap[parent];
+        heap[parent] = tmp;
+        i = parent;
+    }
+}
+
+/* Read p's next call event (bookkeeping records are skipped; marks are events too). */
+static void read_ahead(struct an_proc *p, uint32_t idx)
+{
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    p->has_next = false;
+    while ((r = shp_trace_next(&p->t, &p->off, &type, &size))) {
+        if (!shp_event_decode(&p->t, r, type, &p->next))
+            continue;
+        p->next.index = p->index++;
+        p->next_ref = (struct an_ref){.proc = idx, .index = p->next.index, .rec = r, .type = type};
+        p->has_next = true;
+        return;
+    }
+}
+
+int an_load(struct an_ctx *ctx, char **paths, int npaths)
+{
+    char **files = NULL;
+    size_t n = 0;
+    for (int i = 0; i < npaths; i++) {
+        int rc = shp_trace_collect(paths[i], &files, &n);
+        if (rc < 0) {
+            shp_err("%s: %s", paths[i],
+                    rc == -ENOENT ? "no such file, or no traces in it" : strerror(-rc));
+            goto fail;
+        }
+    }
+    ctx->procs = calloc(n ? n : 1, sizeof(*ctx->procs));
+    heap = calloc(n ? n : 1, sizeof(*heap));
+    if (!ctx->procs || !heap) {
+        shp_err("out of memory");
+        goto fail;
+    }
+    release_step = n ? (128ull << 20) / n : release_step;
+    release_step = release_step > (8ull << 20)    ? (8ull << 20)
+                   : release_step < (64ull << 10) ? (64ull << 10)
+                                                  : release_step & ~((64ull << 10) - 1);
+    for (size_t i = 0; i < n; i++) {
+        struct an_proc *p = &ctx->procs[i];
+        char err[256];
+        if (shp_trace_open(&p->t, files[i], err, sizeof(err)) < 0) {
+            shp_err("%s: %s", files[i], err);
+            ctx->nprocs = i;
+            goto fail;
+        }
+        ctx->nprocs = i + 1;
+        p->rank = shp_trace_rank(&p->t);
+        ctx->bytes_total += p->t.end;
+        read_ahead(p, (uint32_t)i);
+        if (p->has_next) {
+            heap[heap_n++] = (uint32_t)i;
+            heap_up(ctx, heap_n - 1);
+        } else {
+            p->ended = true;
+        }
+    }
+    /* The same trace given twice (a file and its directory) would look like two ranks. */
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            if (ctx->procs[i].t.hdr->pid == ctx->procs[k].t.hdr->pid &&
+                !strcmp(ctx->procs[i].t.hdr->host, ctx->procs[k].t.hdr->host) &&
+                ctx->procs[i].t.hdr->realtime_ns == ctx->procs[k].t.hdr->realtime_ns) {
+                shp_err("%s and %s are the same trace given twice", ctx->procs[i].t.path,
+                        ctx->procs[k].t.path);
+                goto fail;
+            }
+    for (size_t i = 0; i < n; i++)
+        free(files[i]);
+    free(files);
+    return 0;
+fail:
+    for (size_t i = 0; i < n; i++)
+        free(files[i]);
+    free(files);
+    return -1;
+}
+
+/* Pages already read are dropped from this process's mapping in steps that keep all the traces
+ * together under about 128 MiB (8 MiB a trace at most, 64 KiB at least): they stay in the page
+ * cache and are read back if a report needs one of their records, so memory follows what is
+ * open, not the size of the traces. */
+static void release_behind(struct an_proc *p)
+{
+    const uint64_t step = release_step;
+    if (p->off < p->released + 2 * step)
+        return;
+    uint64_t upto = (p->off - step) & ~(step - 1);
+    if (upto > p->released) {
+        madvise((void *)(p->t.map + p->released), upto - p->released, MADV_DONTNEED);
+        p->released = upto;
+    }
+}
+
+bool an_next(struct an_ctx *ctx, struct an_proc **proc, struct shp_event *e, struct an_ref *ref)
+{
+    while (heap_n) {
+        uint32_t i = heap[0];
+        struct an_proc *p = &ctx->procs[i];
+        *proc = p;
+        *e = p->next;
+        *ref = p->next_ref;
+        uint64_t before = p->off;
+        read_ahead(p, i);
+        ctx->bytes_done += p->off - before;
+        release_behind(p);
+        if (p->has_next) {
+            heap_down(ctx, 0);
+        } else {
+            heap[0] = heap[--heap_n];
+            heap_down(ctx, 0);
+            /* The caller learns that p ended with its last event: flagged here, acted on by
+             * the driver after it has handed this event on. */
+            p->ended = true;
+        }
+        return true;
+    }
+    return false;
+}
+
+void an_unload(struct an_ctx *ctx)
+{
+    for (size_t i = 0; i < ctx->nprocs; i++) {
+        shp_stacks_free(ctx->procs[i].stacks);
+        free(ctx->procs[i].allocs);
+        shp_trace_close(&ctx->procs[i].t);
+    }
+    free(ctx->procs);
+    free(heap);
+    heap = NULL;
+    heap_n = 0;
+}
