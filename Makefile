@@ -55,7 +55,7 @@ EXPORTS := $(B)/obj/preload/exports.map
 TOOLS_SRC := $(wildcard tools/*.c)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/obj/%.o)
 TOOL := $(B)/bin/shapetrace
-TOOLS_LIBS := -ldw -lelf -lm -lstdc++
+TOOLS_LIBS := -ldw -lelf -ljansson -lm -lstdc++ -lpthread
 
 # ---- test equipment ----
 DOUBLE_CUDART := $(B)/tests/libcudart.so.13

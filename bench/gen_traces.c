@@ -110,12 +110,10 @@ struct proc {
     uint64_t tp_id;
     uint64_t start;      /* process start, on the common clock */
     uint64_t mono0;      /* CLOCK_MONOTONIC at start */
-    unsigned char *base; /* the file image */
     unsigned char *p;    /* where the next record goes */
     uint64_t world_seq;  /* this rank's collectives on the world communicator */
     uint64_t tp_seq;     /* ... on its TP communicator, as it numbers them */
     uint64_t tp_nominal; /* ... as every rank numbers them: the --diverge SEQ */
-    uint64_t events;     /* call records written */
 };
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -169,8 +167,6 @@ static void emit(struct proc *pr, const void *rec, unsigned type, size_t size)
     h->check = shp_rec_check(h, type, size);
     h->word = SHP_REC_WORD(type, size);
     pr->p += size;
-    if (shp_rec_is_call(type))
-        pr->events++;
 }
 
 static struct shp_ev ev_at(const struct proc *pr, uint64_t at, uint64_t dur, unsigned op,
@@ -285,7 +281,7 @@ static void emit_allocs(struct proc *pr, const struct gen *g)
 }
 
 /* What --diverge asks of this rank's TP collective number `nominal`; bit per DV_* kind. */
-static unsigned diverge_at(const struct gen *g, int rank, uint64_t nominal)
+static unsigned diverge_at(struct gen *g, int rank, uint64_t nominal)
 {
     unsigned m = 0;
     for (size_t i = 0; i < g->ndv; i++) {
@@ -307,7 +303,7 @@ static unsigned diverge_at(const struct gen *g, int rank, uint64_t nominal)
 #define A(k) (ALLOC_BASE + (k)*GIB)
 
 /* Returns false when the rank stops here (--diverge stop). */
-static bool emit_call(struct proc *pr, const struct gen *g, uint64_t i)
+static bool emit_call(struct proc *pr, struct gen *g, uint64_t i)
 {
     uint64_t step = i / STEP_CALLS;
     unsigned slot = (unsigned)(i % STEP_CALLS);
@@ -390,7 +386,7 @@ static bool emit_call(struct proc *pr, const struct gen *g, uint64_t i)
 }
 
 /* Fill `buf` with rank's whole file; returns its size. */
-static size_t gen_rank(const struct gen *g, int rank, unsigned char *buf)
+static size_t gen_rank(struct gen *g, int rank, unsigned char *buf)
 {
     int color = rank / TP_MAX;
     int host = rank / 8;
@@ -406,7 +402,6 @@ static size_t gen_rank(const struct gen *g, int rank, unsigned char *buf)
         .start = rnd(g->seed, (uint64_t)rank, 1u << 26) % (SEC / 2),
         .mono0 = (uint64_t)(1 + host % 5) * 86400 * SEC +
                  rnd(g->seed, (uint64_t)host, 1u << 27) % (3600 * SEC),
-        .base = buf,
         .p = buf + SHP_HEADER_SIZE,
     };
     pr.mono0 += pr.start;

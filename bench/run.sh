@@ -43,13 +43,22 @@ echo "dump --json --no-stacks: $events events in $(((t1 - t0) / 1000000)) ms"
 # 512 ranks x 10,000 events, each with one planted divergence it must find.
 echo
 echo "analyze (synthetic traces; wall time and peak RSS as analyze --stats reports them)"
-for shape in "8 1000000 count:3:5000" "512 10000 count:300:500"; do
+for shape in "8 1000000 count:3:5000" "8 1000000 none" "512 10000 count:300:500" \
+    "1 2750000 none"; do
     set -- $shape
     rm -rf "$tmp/scale"
-    "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
+    if [ "$3" = none ]; then
+        "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" >/dev/null
+    else
+        "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
+    fi
     size=$(du -sm "$tmp/scale" | cut -f1)
     stats=$("$TOOL" analyze --stats "$tmp/scale" 2>&1 >"$tmp/report" | tail -n 1)
     found=$(tail -n 1 "$tmp/report")
-    echo "  $1 ranks x $2 events ($size MiB): ${stats#shapetrace: }"
+    copies=""
+    if [ "$1" = 1 ]; then
+        copies=", $("$TOOL" dump --json --no-stacks "$tmp/scale" | grep -c '"op":"cudaMemcpy') copies"
+    fi
+    echo "  $1 ranks x $2 events$copies ($size MiB): ${stats#shapetrace: }"
     echo "    $found"
 done

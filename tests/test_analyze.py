@@ -187,6 +187,94 @@ def test_buffer_overrun_on_the_doubles():
     assert r2["findings"] == [], [x["summary"] for x in r2["findings"]]
 
 
+# ---- lineage: the motivating failure, and correct code that must stay silent ----
+
+EXPECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                      "hidden_states.expect.json")
+
+
+def hidden(mode):
+    d = os.path.join(TMP, "hidden" + mode)
+    if not os.path.isdir(d):
+        run([TOOL, "run", "--dir", d, "--", f"{T}/hidden", mode])
+    return d
+
+
+def frames(ev):
+    return ev["stack"] or []
+
+
+def test_hidden_states_buggy_with_dims():
+    r, p = analyze(hidden("--buggy"), dims=["hidden=7168"])
+    f = first(r)
+    assert f["kind"] == "shape_mismatch", [x["summary"] for x in r["findings"]]
+    assert "[771, 512]" in f["summary"] and "[771, hidden]" in f["summary"], f["summary"]
+    consumer = f["events"][0]
+    assert frames(consumer)[0].startswith("generate ("), frames(consumer)
+    assert consumer["op"] == "cudaMemcpy" and consumer["bytes"] == 1024
+    producer = f["lineage"][0]
+    assert producer["kind"] == "H2D" and frames(producer)[0].startswith("receive_states ("), \
+        producer
+    ops_chain = [x["op"] for x in f["lineage"]]
+    assert ops_chain == ["cudaMemcpy", "cudaMemcpy", "cudaMemcpy", "ncclAllGather"], ops_chain
+    assert [x["kind"] for x in f["lineage"][:3]] == ["H2D", "D2H", "D2D"]
+    assert frames(f["lineage"][2])[0].startswith("capture_layer (")
+    # both samples' views are reported, and nothing else
+    assert sorted(x["kind"] for x in r["findings"]) == ["shape_mismatch", "shape_mismatch"]
+    assert any("[771, 259]" in x["summary"] for x in r["findings"])
+    text = run([TOOL, "analyze", "--dim", "hidden=7168", hidden("--buggy")]).stdout
+    assert "where its bytes came from" in text and "receive_states" in text
+
+
+def test_hidden_states_buggy_with_expectations():
+    args = [TOOL, "analyze", "--json", "--expect", EXPECT, hidden("--buggy")]
+    p = run(args)
+    r = json.loads(p.stdout)
+    assert p.returncode == 1
+    f = first(r)
+    assert f["kind"] == "expectation_violation", f
+    assert "hidden states reach the host as whole rows" in f["summary"]
+    assert "1542 of 1542" in f["summary"], f["summary"]
+    assert frames(f["events"][0])[0].startswith("generate (")
+    assert frames(f["lineage"][0])[0].startswith("receive_states (")
+    assert "shape_mismatch" in [x["kind"] for x in r["findings"]]
+
+
+def test_hidden_states_fixed_is_silent():
+    for args in (["--dim", "hidden=7168"], ["--expect", EXPECT], []):
+        p = run([TOOL, "analyze", "--json", *args, hidden("--fixed")])
+        r = json.loads(p.stdout)
+        assert p.returncode == 0 and r["findings"] == [], (args, r["findings"])
+        assert "matched no call" not in p.stderr
+
+
+def test_correct_consumers_stay_silent():
+    for mode in ("rows", "rows2d", "paged", "inplace", "reuse"):
+        r, _ = analyze(hidden(mode), dims=["hidden=7168", "tp=8"])
+        assert r["findings"] == [], (mode, [x["summary"] for x in r["findings"]])
+
+
+def test_expectation_file_errors():
+    d = hidden("--fixed")
+    bad = os.path.join(TMP, "bad.json")
+    open(bad, "w").write('{"dims": {"hidden": 7168,},\n "expect": []}')
+    p = run([TOOL, "analyze", "--expect", bad, d], check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and f"{bad}:1:" in p.stderr, p.stderr
+    open(bad, "w").write('{"dims": {"hidden": 7168},\n "expect": [{"shape": ["*", "hiden"]}]}')
+    p = run([TOOL, "analyze", "--expect", bad, d], check=False)
+    assert p.returncode == 2 and "expect[0].shape[1]" in p.stderr and "hiden" in p.stderr
+    open(bad, "w").write('{"expect": [{"match": {"kind": "sideways"}, "shape": ["*"]}]}')
+    p = run([TOOL, "analyze", "--expect", bad, d], check=False)
+    assert p.returncode == 2 and "kind" in p.stderr
+    p = run([TOOL, "analyze", "--expect", os.path.join(TMP, "absent.json"), d], check=False)
+    assert p.returncode == 2 and "absent.json" in p.stderr
+    none = os.path.join(TMP, "none.json")
+    open(none, "w").write('{"expect": [{"name": "never", "match": {"op": "ncclNothing*"},'
+                          ' "shape": ["*"]}]}')
+    p = run([TOOL, "analyze", "--expect", none, d])
+    assert p.returncode == 0 and 'expectation "never" matched no call' in p.stderr
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
     passed = failed = 0

@@ -86,15 +86,22 @@ static void check(struct an_ctx *ctx, struct an_proc *p, const struct shp_event 
              a->ptr);
 }
 
+void an_buffers_track(struct an_proc *p, const struct shp_event *e)
+{
+    if (e->type != SHP_REC_ALLOC)
+        return;
+    if (e->cls == SHP_CLS_ALLOC && e->result == 0 && e->ptr != SHP_NONE && e->ptr)
+        add_alloc(p, e->ptr, e->size);
+    else if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE)
+        remove_alloc(p, e->ptr);
+}
+
 void an_buffers_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_event *e,
                       const struct an_ref *ref)
 {
     switch (e->type) {
     case SHP_REC_ALLOC:
-        if (e->cls == SHP_CLS_ALLOC && e->result == 0 && e->ptr != SHP_NONE && e->ptr)
-            add_alloc(p, e->ptr, e->size);
-        else if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE)
-            remove_alloc(p, e->ptr);
+        an_buffers_track(p, e);
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:

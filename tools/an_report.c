@@ -75,42 +75,55 @@ static const struct an_finding *nth(const struct an_ctx *ctx, size_t order)
     return NULL;
 }
 
-void an_shape(const struct an_ctx *ctx, uint64_t count, char *out, size_t len)
+void an_factor(const struct an_ctx *ctx, uint64_t count, uint64_t *best, char *name, size_t len)
 {
-    out[0] = 0;
-    if (!ctx->ndims || !count || count == SHP_NONE)
+    *best = 0;
+    name[0] = 0;
+    if (!count || count == SHP_NONE)
         return;
     /* Candidate extents: each dim, and products and quotients of two. The largest one that
      * divides the count explains most of it with one free number. */
-    uint64_t best = 0;
-    char best_name[80] = "";
     for (int i = 0; i < ctx->ndims; i++) {
-        for (int k = -1; k < ctx->ndims; k++) {
-            uint64_t v = ctx->dims[i].value;
-            char name[80];
-            if (k < 0) {
-                snprintf(name, sizeof(name), "%s", ctx->dims[i].name);
-            } else if (k == i) {
+        for (int k = -2; k < ctx->ndims; k++) {
+            uint64_t v = ctx->dims[i].value, w = k >= 0 ? ctx->dims[k].value : 0;
+            char n[80];
+            if (k == -2) {
+                snprintf(n, sizeof(n), "%s", ctx->dims[i].name);
+            } else if (k == -1 || k == i) {
                 continue;
-            } else if (ctx->dims[k].value && v % ctx->dims[k].value == 0 &&
-                       v / ctx->dims[k].value > 1) {
-                v /= ctx->dims[k].value;
-                snprintf(name, sizeof(name), "%s/%s", ctx->dims[i].name, ctx->dims[k].name);
+            } else if (w && v % w == 0 && v / w > 1) {
+                v /= w;
+                snprintf(n, sizeof(n), "%s/%s", ctx->dims[i].name, ctx->dims[k].name);
             } else {
                 continue;
             }
-            if (v > 1 && count % v == 0 && v > best) {
-                best = v;
-                snprintf(best_name, sizeof(best_name), "%s", name);
+            if (v > 1 && count % v == 0 && v > *best) {
+                *best = v;
+                snprintf(name, len, "%s", n);
+            }
+        }
+        for (int k = i + 1; k < ctx->ndims; k++) {
+            uint64_t v = ctx->dims[i].value * ctx->dims[k].value;
+            if (v > 1 && count % v == 0 && v > *best) {
+                *best = v;
+                snprintf(name, len, "%s*%s", ctx->dims[i].name, ctx->dims[k].name);
             }
         }
     }
+}
+
+void an_shape(const struct an_ctx *ctx, uint64_t count, char *out, size_t len)
+{
+    uint64_t best;
+    char name[96];
+    out[0] = 0;
+    an_factor(ctx, count, &best, name, sizeof(name));
     if (!best)
         return;
     if (count == best)
-        snprintf(out, len, "[%s]", best_name);
+        snprintf(out, len, "[%s]", name);
     else
-        snprintf(out, len, "[%" PRIu64 ", %s]", count / best, best_name);
+        snprintf(out, len, "[%" PRIu64 ", %s]", count / best, name);
 }
 
 static struct shp_stacks *stacks_of(struct an_ctx *ctx, uint32_t proc)
@@ -119,6 +132,18 @@ static struct shp_stacks *stacks_of(struct an_ctx *ctx, uint32_t proc)
     if (!p->stacks)
         p->stacks = shp_stacks_load(&p->t, true);
     return p->stacks;
+}
+
+static bool decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e);
+
+void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len)
+{
+    struct shp_event e;
+    size_t n = 0;
+    const char *const *fr = NULL;
+    if (decode(ctx, r, &e))
+        fr = shp_stacks_frames(stacks_of(ctx, r->proc), e.stack, &n);
+    snprintf(out, len, "%s", fr && n ? fr[0] : "an unknown site");
 }
 
 static bool decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e)
@@ -193,7 +218,8 @@ void an_report_text(struct an_ctx *ctx, bool color)
     }
     const struct an_finding *first = nth(ctx, 0);
     if (!first) {
-        printf("\nno findings: the ranks agree on every collective and send/receive.\n");
+        printf("\nno findings: the ranks agree on every collective and send/receive, and every "
+               "read fits the shape its producer wrote.\n");
         return;
     }
     printf("\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red, an_kind_names[first->kind],
@@ -206,6 +232,11 @@ void an_report_text(struct an_ctx *ctx, bool color)
     if (first->has_expected) {
         printf("  what the others did:\n");
         print_call(ctx, &first->expected, "    ");
+    }
+    if (first->nlineage) {
+        printf("  where its bytes came from (producers, nearest first):\n");
+        for (int i = 0; i < first->nlineage; i++)
+            print_call(ctx, &first->lineage[i], "    ");
     }
     if (first->consequences)
         printf("  %" PRIu64 " later collective%s on this communicator disagree%s as a "
@@ -311,7 +342,13 @@ void an_report_json(struct an_ctx *ctx)
                 fputc(',', stdout);
             json_ref(ctx, &f->events[i]);
         }
-        printf("],\"lineage\":[],\"expected\":");
+        printf("],\"lineage\":[");
+        for (int i = 0; i < f->nlineage; i++) {
+            if (i)
+                fputc(',', stdout);
+            json_ref(ctx, &f->lineage[i]);
+        }
+        printf("],\"expected\":");
         if (f->has_expected)
             json_ref(ctx, &f->expected);
         else

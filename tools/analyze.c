@@ -5,6 +5,8 @@
 
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,7 @@
 
 static void analyze_usage(FILE *f)
 {
-    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... PATH...\n"
+    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
           "\n"
           "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
           "with receives, checks buffers against their allocations, and reports the first\n"
@@ -24,7 +26,9 @@ static void analyze_usage(FILE *f)
           "number of hosts.\n"
           "  --json             DESIGN's JSON report\n"
           "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
-          "                     shown as shapes ([512, hidden/tp])\n"
+          "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
+          "                     known, so that a consumer cutting them is reported\n"
+          "  --expect FILE      shapes you believe in (JSON: see the README)\n"
           "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
           f);
 }
@@ -34,6 +38,84 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct worker {
+    pthread_t thread;
+    struct an_ctx ctx; /* a copy: own findings, lineage state and expectation counters */
+    _Atomic size_t *next;
+    bool started;
+};
+
+static _Atomic size_t next_proc;
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(w->next, 1);
+        if (i >= w->ctx.nprocs)
+            break;
+        an_lineage_process(&w->ctx, (uint32_t)i);
+    }
+    an_lineage_finish(&w->ctx);
+    return NULL;
+}
+
+static int start_workers(struct an_ctx *ctx, struct worker *ws, int n)
+{
+    atomic_store(&next_proc, 0);
+    int started = 0;
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &ws[i];
+        memset(w, 0, sizeof(*w));
+        w->ctx = *ctx;
+        w->ctx.findings = NULL;
+        w->ctx.nfindings = w->ctx.findings_cap = 0;
+        w->ctx.comms = NULL;
+        w->ctx.p2p = NULL;
+        w->next = &next_proc;
+        an_lineage_init(&w->ctx);
+        if (an_expect_clone(ctx, &w->ctx) < 0)
+            break;
+        if (pthread_create(&w->thread, NULL, work, w) != 0) {
+            /* No thread: do it here, before the alignment. */
+            work(w);
+        } else {
+            w->started = true;
+        }
+        started++;
+    }
+    return started;
+}
+
+static void join_workers(struct an_ctx *ctx, struct worker *ws, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct worker *w = &ws[i];
+        if (w->started)
+            pthread_join(w->thread, NULL);
+        size_t base = ctx->nfindings;
+        for (size_t k = 0; k < w->ctx.nfindings; k++) {
+            struct an_finding *f = an_add_finding(ctx, w->ctx.findings[k].kind, true);
+            if (f)
+                *f = w->ctx.findings[k];
+        }
+        an_expect_merge(ctx, &w->ctx, base);
+        an_lineage_free(&w->ctx);
+        an_expect_free(&w->ctx);
+        free(w->ctx.findings);
+    }
+}
+
+/* Drop the findings that merging made redundant (marked with AN_KIND_COUNT). */
+static void compact_findings(struct an_ctx *ctx)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < ctx->nfindings; i++)
+        if (ctx->findings[i].kind != AN_KIND_COUNT)
+            ctx->findings[out++] = ctx->findings[i];
+    ctx->nfindings = out;
 }
 
 static int parse_dim(struct an_ctx *ctx, const char *arg)
@@ -59,15 +141,14 @@ static int parse_dim(struct an_ctx *ctx, const char *arg)
 int shp_cmd_analyze(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},
-        {"dim", required_argument, 0, 'd'},
-        {"stats", no_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'},         {"dim", required_argument, 0, 'd'},
+        {"expect", required_argument, 0, 'e'}, {"stats", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     struct an_ctx ctx;
     memset(&ctx, 0, sizeof(ctx));
     bool json = false, stats = false;
+    const char *expect = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -80,6 +161,8 @@ int shp_cmd_analyze(int argc, char **argv)
             }
         } else if (c == 's') {
             stats = true;
+        } else if (c == 'e') {
+            expect = optarg;
         } else if (c == 'h') {
             analyze_usage(stdout);
             return SHP_EXIT_OK;
@@ -92,12 +175,22 @@ int shp_cmd_analyze(int argc, char **argv)
         shp_err("analyze: no trace given (shapetrace analyze PATH...)");
         return SHP_EXIT_USAGE;
     }
+    if (expect && an_expect_load(&ctx, expect) < 0) {
+        an_expect_free(&ctx);
+        return SHP_EXIT_USAGE;
+    }
     double t0 = now_s();
     if (an_load(&ctx, argv + optind, argc - optind) < 0) {
+        an_expect_free(&ctx);
         an_unload(&ctx);
         return SHP_EXIT_USAGE;
     }
     an_align_init(&ctx);
+    /* Lineage and expectations concern one process at a time, so they run per trace on worker
+     * threads while this thread lines the ranks up: each worker keeps one process's memory
+     * map hot instead of interleaving all of them. */
+    struct worker workers[2];
+    int nworkers = start_workers(&ctx, workers, 2);
     bool progress = isatty(2), shown = false;
     struct an_proc *p;
     struct shp_event e;
@@ -118,6 +211,9 @@ int shp_cmd_analyze(int argc, char **argv)
     if (shown)
         fprintf(stderr, "\r%60s\r", "");
     an_align_finish(&ctx);
+    join_workers(&ctx, workers, nworkers);
+    an_expect_finish(&ctx);
+    compact_findings(&ctx);
     an_order(&ctx);
     bool color = !json && isatty(1) && !getenv("NO_COLOR");
     if (json)
@@ -132,6 +228,7 @@ int shp_cmd_analyze(int argc, char **argv)
     }
     int status = ctx.nfindings ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
     an_align_free(&ctx);
+    an_expect_free(&ctx);
     free(ctx.findings);
     an_unload(&ctx);
     return status;

@@ -1,0 +1,438 @@
+/* shapetrace analyze, expectations: shapes the user believes in (--expect FILE, DESIGN's format).
+ * Each expectation selects calls (globs on op and on any frame's function, exact kind, comm,
+ * rank) and says what shape their element count must have; the first call that cannot have it
+ * is reported with the producers of what it read, and an expectation that matched nothing is
+ * a warning, not silence. */
+#define _GNU_SOURCE
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze.h"
+#include "cmd.h"
+#include "ops.h"
+
+#define MAX_EXTENTS 8
+
+struct extent {
+    bool any;       /* "*" */
+    uint64_t value; /* resolved */
+    char text[64];
+};
+
+struct expectation {
+    char name[160];
+    char op[64], kind[8], site[128], comm[24];
+    int rank;  /* -1: any */
+    int dtype; /* -1: any */
+    struct extent ext[MAX_EXTENTS];
+    int next;
+    uint64_t matched, violated;
+    size_t finding; /* SIZE_MAX until the first violation */
+};
+
+struct an_expect {
+    struct expectation *v;
+    size_t n;
+    bool need_sites;
+};
+
+/* "hidden", "hidden/tp", "hidden*tp", "4096", products and quotients left to right. */
+static int eval_extent(const struct an_ctx *ctx, const char *s, uint64_t *out)
+{
+    uint64_t acc = 0;
+    char op = 0;
+    const char *p = s;
+    while (*p) {
+        size_t n = strcspn(p, "*/");
+        char tok[64];
+        if (n == 0 || n >= sizeof(tok))
+            return -1;
+        memcpy(tok, p, n);
+        tok[n] = 0;
+        uint64_t v = 0;
+        char *end;
+        unsigned long long num = strtoull(tok, &end, 10);
+        if (!*end) {
+            v = num;
+        } else {
+            int i;
+            for (i = 0; i < ctx->ndims && strcmp(ctx->dims[i].name, tok); i++)
+                ;
+            if (i == ctx->ndims)
+                return -2;
+            v = ctx->dims[i].value;
+        }
+        if (!op)
+            acc = v;
+        else if (op == '*')
+            acc *= v;
+        else if (!v || acc % v)
+            return -3;
+        else
+            acc /= v;
+        p += n;
+        if (*p)
+            op = *p++;
+        if (*p == 0 && op && p[-1] == op)
+            return -1;
+    }
+    if (!acc)
+        return -1;
+    *out = acc;
+    return 0;
+}
+
+static int fail(const char *path, const char *where, const char *what)
+{
+    shp_err("%s: %s: %s", path, where, what);
+    return -1;
+}
+
+static int copy_str(json_t *o, const char *key, char *out, size_t len, const char *path,
+                    const char *where)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    if (!json_is_string(v)) {
+        char w[160];
+        snprintf(w, sizeof(w), "%s.%s", where, key);
+        return fail(path, w, "expected a string");
+    }
+    snprintf(out, len, "%s", json_string_value(v));
+    return 0;
+}
+
+int an_expect_load(struct an_ctx *ctx, const char *path)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        shp_err("%s:%d:%d: %s", path, err.line, err.column, err.text);
+        return -1;
+    }
+    int rc = -1;
+    struct an_expect *E = calloc(1, sizeof(*E));
+    ctx->expect = E;
+    if (!E || !json_is_object(root)) {
+        fail(path, "top level", "expected an object with \"dims\" and \"expect\"");
+        goto out;
+    }
+    json_t *dims = json_object_get(root, "dims");
+    if (dims && !json_is_object(dims)) {
+        fail(path, "dims", "expected an object of NAME: positive integer");
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(dims, key, val)
+    {
+        if (!json_is_integer(val) || json_integer_value(val) <= 0 || strlen(key) >= 32) {
+            char w[96];
+            snprintf(w, sizeof(w), "dims.%s", key);
+            fail(path, w, "expected a positive integer (and a name under 32 characters)");
+            goto out;
+        }
+        int i;
+        for (i = 0; i < ctx->ndims && strcmp(ctx->dims[i].name, key); i++)
+            ;
+        if (i < ctx->ndims)
+            continue; /* --dim on the command line wins */
+        if (ctx->ndims == (int)(sizeof(ctx->dims) / sizeof(ctx->dims[0]))) {
+            fail(path, "dims", "too many dims (16 at most)");
+            goto out;
+        }
+        snprintf(ctx->dims[ctx->ndims].name, sizeof(ctx->dims[0].name), "%s", key);
+        ctx->dims[ctx->ndims++].value = (uint64_t)json_integer_value(val);
+    }
+    json_t *list = json_object_get(root, "expect");
+    if (!json_is_array(list)) {
+        fail(path, "expect", "expected an array of expectations");
+        goto out;
+    }
+    E->n = json_array_size(list);
+    E->v = calloc(E->n ? E->n : 1, sizeof(*E->v));
+    if (!E->v)
+        goto out;
+    for (size_t i = 0; i < E->n; i++) {
+        struct expectation *x = &E->v[i];
+        json_t *o = json_array_get(list, i);
+        char where[64];
+        snprintf(where, sizeof(where), "expect[%zu]", i);
+        x->rank = x->dtype = -1;
+        x->finding = SIZE_MAX;
+        if (!json_is_object(o)) {
+            fail(path, where, "expected an object with \"match\" and \"shape\"");
+            goto out;
+        }
+        snprintf(x->name, sizeof(x->name), "%s", where);
+        if (copy_str(o, "name", x->name, sizeof(x->name), path, where) < 0)
+            goto out;
+        json_t *m = json_object_get(o, "match");
+        if (m && !json_is_object(m)) {
+            fail(path, where, "\"match\" must be an object");
+            goto out;
+        }
+        char mw[96];
+        snprintf(mw, sizeof(mw), "%s.match", where);
+        if (copy_str(m, "op", x->op, sizeof(x->op), path, mw) < 0 ||
+            copy_str(m, "kind", x->kind, sizeof(x->kind), path, mw) < 0 ||
+            copy_str(m, "site", x->site, sizeof(x->site), path, mw) < 0 ||
+            copy_str(m, "comm", x->comm, sizeof(x->comm), path, mw) < 0)
+            goto out;
+        if (x->kind[0] && strcmp(x->kind, "H2D") && strcmp(x->kind, "D2H") &&
+            strcmp(x->kind, "D2D") && strcmp(x->kind, "H2H")) {
+            fail(path, mw, "\"kind\" must be one of H2D D2H D2D H2H");
+            goto out;
+        }
+        json_t *r = json_object_get(m, "rank");
+        if (r) {
+            if (!json_is_integer(r) || json_integer_value(r) < 0) {
+                fail(path, mw, "\"rank\" must be a non-negative integer");
+                goto out;
+            }
+            x->rank = (int)json_integer_value(r);
+        }
+        if (x->site[0])
+            E->need_sites = true;
+        char dt[16] = "";
+        if (copy_str(o, "dtype", dt, sizeof(dt), path, where) < 0)
+            goto out;
+        if (dt[0]) {
+            for (unsigned d = 0; d < SHP_DTYPE_COUNT && x->dtype < 0; d++)
+                if (!strcmp(shp_dtype_name(d), dt))
+                    x->dtype = (int)d;
+            if (x->dtype < 0) {
+                fail(path, where,
+                     "\"dtype\" must be one of int8 uint8 int32 uint32 int64 "
+                     "uint64 fp16 fp32 fp64 bf16 fp8e4m3 fp8e5m2");
+                goto out;
+            }
+        }
+        json_t *shape = json_object_get(o, "shape");
+        if (!json_is_array(shape) || json_array_size(shape) == 0 ||
+            json_array_size(shape) > MAX_EXTENTS) {
+            fail(path, where, "\"shape\" must be a list of 1 to 8 extents");
+            goto out;
+        }
+        for (size_t k = 0; k < json_array_size(shape); k++) {
+            json_t *e = json_array_get(shape, k);
+            struct extent *xe = &x->ext[x->next++];
+            char w[96];
+            snprintf(w, sizeof(w), "%s.shape[%zu]", where, k);
+            if (json_is_integer(e) && json_integer_value(e) > 0) {
+                xe->value = (uint64_t)json_integer_value(e);
+                snprintf(xe->text, sizeof(xe->text), "%" PRIu64, xe->value);
+            } else if (json_is_string(e) && !strcmp(json_string_value(e), "*")) {
+                xe->any = true;
+                snprintf(xe->text, sizeof(xe->text), "*");
+            } else if (json_is_string(e)) {
+                snprintf(xe->text, sizeof(xe->text), "%s", json_string_value(e));
+                int er = eval_extent(ctx, xe->text, &xe->value);
+                if (er < 0) {
+                    char msg[200];
+                    snprintf(msg, sizeof(msg), "'%s' %s", xe->text,
+                             er == -2   ? "names a dim that \"dims\" and --dim do not define"
+                             : er == -3 ? "is a quotient that does not divide"
+                                        : "is not an integer, a dim, or NAME*NAME / NAME/NAME");
+                    fail(path, w, msg);
+                    goto out;
+                }
+            } else {
+                fail(path, w, "expected a positive integer, a dim expression, or \"*\"");
+                goto out;
+            }
+        }
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* The function part of a frame text: "generate (x.c:3)" or "generate+0x1f (mod)". */
+static bool site_matches(const char *glob, const char *frame)
+{
+    char fn[512];
+    size_t n = strcspn(frame, " +");
+    if (n >= sizeof(fn))
+        n = sizeof(fn) - 1;
+    memcpy(fn, frame, n);
+    fn[n] = 0;
+    return fnmatch(glob, fn, 0) == 0;
+}
+
+static struct shp_stacks *stacks_for(struct an_ctx *ctx, uint32_t proc)
+{
+    struct an_proc *p = &ctx->procs[proc];
+    if (!p->stacks)
+        p->stacks = shp_stacks_load(&p->t, true);
+    return p->stacks;
+}
+
+/* Whether count elements can be written as the expectation's shape. */
+static bool fits(const struct expectation *x, uint64_t count)
+{
+    uint64_t known = 1;
+    int stars = 0;
+    for (int i = 0; i < x->next; i++) {
+        if (x->ext[i].any)
+            stars++;
+        else
+            known *= x->ext[i].value;
+    }
+    if (!known)
+        return false;
+    return stars ? count >= known && count % known == 0 : count == known;
+}
+
+void an_expect_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_event *e,
+                     const struct an_ref *ref)
+{
+    struct an_expect *E = ctx->expect;
+    if (!E || e->mark || !e->op || e->result != 0)
+        return;
+    const char *op = shp_op_name(e->op);
+    for (size_t i = 0; i < E->n; i++) {
+        struct expectation *x = &E->v[i];
+        if (x->op[0] && fnmatch(x->op, op, 0))
+            continue;
+        if (x->kind[0] && (e->kind < 0 || e->kind > 3 || strcmp(x->kind, shp_kind_names[e->kind])))
+            continue;
+        if (x->rank >= 0 && p->rank != x->rank)
+            continue;
+        if (x->comm[0]) {
+            char id[24];
+            snprintf(id, sizeof(id), "%016" PRIx64, e->comm);
+            if (!e->comm || strncmp(id, x->comm, strlen(x->comm)))
+                continue;
+        }
+        if (x->site[0]) {
+            size_t n;
+            const char *const *fr = shp_stacks_frames(stacks_for(ctx, ref->proc), e->stack, &n);
+            bool hit = false;
+            for (size_t k = 0; k < n && !hit; k++)
+                hit = site_matches(x->site, fr[k]);
+            if (!hit)
+                continue;
+        }
+        x->matched++;
+        /* Element count: the op's own count for NCCL, bytes over the element size for copies. */
+        uint64_t count;
+        bool bad_dtype = false;
+        if (e->type == SHP_REC_COPY) {
+            unsigned es = x->dtype >= 0 ? shp_dtype_size((unsigned)x->dtype) : 1;
+            count = e->bytes % es ? 0 : e->bytes / es;
+        } else {
+            count = e->count;
+            bad_dtype = x->dtype >= 0 && e->dtype >= 0 && e->dtype != x->dtype;
+        }
+        if (count != SHP_NONE && fits(x, count) && !bad_dtype)
+            continue;
+        x->violated++;
+        if (x->finding != SIZE_MAX)
+            continue;
+        struct an_finding *f = an_add_finding(ctx, AN_EXPECTATION_VIOLATION, true);
+        if (!f)
+            return;
+        x->finding = (size_t)(f - ctx->findings);
+        f->comm = e->comm;
+        f->seq = e->seq;
+        f->t_ns = e->t_ns;
+        if (p->rank >= 0)
+            f->ranks[f->nranks++] = p->rank;
+        f->events[f->nevents++] = *ref;
+        an_lineage_current(ctx, f);
+        char shape[160] = "", have[96];
+        for (int k = 0; k < x->next; k++)
+            snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%s", k ? ", " : "",
+                     x->ext[k].text);
+        an_shape(ctx, count, have, sizeof(have));
+        char site[256];
+        an_site(ctx, ref, site, sizeof(site));
+        if (bad_dtype)
+            snprintf(f->summary, sizeof(f->summary), "\"%s\": %s at %s is %s, expected %s", x->name,
+                     op, site, shp_dtype_name((unsigned)e->dtype),
+                     shp_dtype_name((unsigned)x->dtype));
+        else
+            snprintf(f->summary, sizeof(f->summary),
+                     "\"%s\": %s at %s moves %" PRIu64 " %s element%s%s%s, which is not [%s]",
+                     x->name, op, site, count,
+                     x->dtype >= 0 ? shp_dtype_name((unsigned)x->dtype) : "", count == 1 ? "" : "s",
+                     have[0] ? " " : "", have, shape);
+    }
+}
+
+void an_expect_finish(struct an_ctx *ctx)
+{
+    struct an_expect *E = ctx->expect;
+    if (!E)
+        return;
+    for (size_t i = 0; i < E->n; i++) {
+        struct expectation *x = &E->v[i];
+        if (!x->matched)
+            shp_err("warning: expectation \"%s\" matched no call", x->name);
+        else if (x->finding != SIZE_MAX) {
+            struct an_finding *f = &ctx->findings[x->finding];
+            size_t l = strlen(f->summary);
+            snprintf(f->summary + l, sizeof(f->summary) - l,
+                     " (%" PRIu64 " of %" PRIu64 " matching calls violate it)", x->violated,
+                     x->matched);
+        }
+    }
+}
+
+void an_expect_free(struct an_ctx *ctx)
+{
+    if (ctx->expect)
+        free(ctx->expect->v);
+    free(ctx->expect);
+    ctx->expect = NULL;
+}
+
+int an_expect_clone(const struct an_ctx *from, struct an_ctx *to)
+{
+    to->expect = NULL;
+    if (!from->expect)
+        return 0;
+    struct an_expect *E = calloc(1, sizeof(*E));
+    if (!E)
+        return -1;
+    *E = *from->expect;
+    E->v = malloc((E->n ? E->n : 1) * sizeof(*E->v));
+    if (!E->v) {
+        free(E);
+        return -1;
+    }
+    memcpy(E->v, from->expect->v, E->n * sizeof(*E->v));
+    to->expect = E;
+    return 0;
+}
+
+void an_expect_merge(struct an_ctx *into, const struct an_ctx *from, size_t finding_base)
+{
+    struct an_expect *A = into->expect, *B = from->expect;
+    if (!A || !B)
+        return;
+    for (size_t i = 0; i < A->n && i < B->n; i++) {
+        struct expectation *a = &A->v[i], *b = &B->v[i];
+        a->matched += b->matched;
+        a->violated += b->violated;
+        if (b->finding == SIZE_MAX)
+            continue;
+        size_t bf = finding_base + b->finding;
+        /* One finding per expectation: the earliest violation among the processes. */
+        if (a->finding == SIZE_MAX) {
+            a->finding = bf;
+        } else if (into->findings[bf].t_ns < into->findings[a->finding].t_ns) {
+            into->findings[a->finding].kind = AN_KIND_COUNT; /* dropped below */
+            a->finding = bf;
+        } else {
+            into->findings[bf].kind = AN_KIND_COUNT;
+        }
+    }
+}

@@ -1,0 +1,596 @@
+/* shapetrace analyze, lineage pass: per process, which call last wrote each byte (copy
+ * destinations, collective and p2p receive buffers, by each op's size rule), and for every read
+ * (copy source, collective send buffer, send) the producers of the bytes it reads. Reads of one
+ * producer region from one call site form a pattern (pieces, piece size, stride, offset): a 2-D
+ * view of the region. When the producer's rows are known (a 2-D copy's pitch, or --dim values
+ * that factor the region) and the consumer reads pieces shorter than a row at a stride of one
+ * row, it cuts the region along another axis than the producer laid it out: shape_mismatch.
+ * Later writes replace earlier ones, so a block reused by a caching allocator starts afresh. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "analyze.h"
+#include "ops.h"
+
+/* ---- a treap of non-overlapping byte ranges -> region, one per process ---- */
+
+struct node {
+    uint64_t start, end;
+    uint32_t region; /* index + 1 */
+    uint32_t prio;
+    struct node *l, *r;
+};
+
+struct an_region {
+    struct an_ref ref; /* the producing call */
+    uint64_t start, len;
+    uint64_t pitch, width; /* rows of a 2-D write; 0 for 1-D */
+    /* Where the bytes came from, nearest first, copied from the parent when this region was
+     * written: a chain of in-place collectives would otherwise keep every ancestor alive. */
+    struct an_ref anc[AN_MAX_LINEAGE - 1];
+    uint8_t nanc;
+    int esize; /* element size from the origin's datatype, 0 if unknown */
+    int dtype;
+    uint32_t site; /* stack id of the producer (its process's) */
+    /* A region lives while some of its bytes are still in memory; then its reads are judged
+     * and its slot reused, so memory follows what is live, not how many writes there were. */
+    uint32_t nodes;
+    uint32_t groups; /* first group + 1 */
+    uint32_t next_free;
+};
+
+struct group {
+    uint32_t site;
+    uint32_t next; /* next group of the same region + 1 (or next free) */
+    struct an_ref first;
+    uint64_t n, piece, first_off, last_off, stride;
+    bool same_piece, regular;
+};
+
+struct an_lineage {
+    struct an_ctx *ctx;
+    struct node **roots; /* per process */
+    struct node *free;
+    struct an_region *regions;
+    size_t nregions, cap;
+    uint32_t free_region; /* + 1 */
+    struct group *groups;
+    size_t ngroups, gcap;
+    uint32_t free_group; /* + 1 */
+    uint32_t seed;
+    /* The producers of what the current event read, taken before its own write can replace
+     * them (an in-place collective). */
+    struct an_ref cur[AN_MAX_LINEAGE];
+    int ncur;
+    /* The allocations of the process being walked, for what a free ends. */
+    struct an_alloc *al;
+    size_t nal, alcap;
+};
+
+static void retire(struct an_lineage *L, uint32_t region);
+static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g);
+
+static uint32_t rnd(struct an_lineage *L)
+{
+    L->seed = L->seed * 1103515245u + 12345u;
+    return L->seed;
+}
+
+static struct node *new_node(struct an_lineage *L, uint64_t s, uint64_t e, uint32_t region)
+{
+    struct node *n = L->free;
+    if (n)
+        L->free = n->l;
+    else if (!(n = malloc(sizeof(*n))))
+        return NULL;
+    *n = (struct node){.start = s, .end = e, .region = region, .prio = rnd(L)};
+    if (region)
+        L->regions[region - 1].nodes++;
+    return n;
+}
+
+static void drop_node_ref(struct an_lineage *L, uint32_t region)
+{
+    struct an_region *r = &L->regions[region - 1];
+    if (--r->nodes == 0)
+        retire(L, region);
+}
+
+static void free_tree(struct an_lineage *L, struct node *t, bool release)
+{
+    if (!t)
+        return;
+    free_tree(L, t->l, release);
+    free_tree(L, t->r, release);
+    if (release && t->region)
+        drop_node_ref(L, t->region);
+    t->l = L->free;
+    L->free = t;
+}
+
+/* Split t into keys < k and keys >= k. */
+static void split(struct node *t, uint64_t k, struct node **a, struct node **b)
+{
+    if (!t) {
+        *a = *b = NULL;
+    } else if (t->start < k) {
+        split(t->r, k, &t->r, b);
+        *a = t;
+    } else {
+        split(t->l, k, a, &t->l);
+        *b = t;
+    }
+}
+
+static struct node *merge(struct node *a, struct node *b)
+{
+    if (!a || !b)
+        return a ? a : b;
+    if (a->prio > b->prio) {
+        a->r = merge(a->r, b);
+        return a;
+    }
+    b->l = merge(a, b->l);
+    return b;
+}
+
+static struct node *rightmost(struct node *t)
+{
+    while (t && t->r)
+        t = t->r;
+    return t;
+}
+
+/* The ranges of t overlapping [s, e), in order, passed to fn; t is left as it was. */
+static void visit(struct node *t, uint64_t s, uint64_t e, void (*fn)(void *, const struct node *),
+                  void *arg)
+{
+    if (!t)
+        return;
+    if (t->start > s)
+        visit(t->l, s, e, fn, arg);
+    if (t->start < e && t->end > s)
+        fn(arg, t);
+    if (t->start < e)
+        visit(t->r, s, e, fn, arg);
+}
+
+/* Make [s, e) belong to region, trimming what it overlaps. */
+static void assign(struct an_lineage *L, struct node **root, uint64_t s, uint64_t e,
+                   uint32_t region)
+{
+    /* The common case: a buffer written again whole (a caching allocator's block, an in-place
+     * collective) replaces one range exactly, with no change to the tree's shape. */
+    struct node *t = *root;
+    while (t && t->start != s)
+        t = s < t->start ? t->l : t->r;
+    if (t && t->end == e && region) {
+        uint32_t old = t->region;
+        t->region = region;
+        L->regions[region - 1].nodes++;
+        if (old)
+            drop_node_ref(L, old);
+        return;
+    }
+    struct node *left, *mid, *right;
+    split(*root, s, &left, &mid);
+    split(mid, e, &mid, &right);
+    /* The range just before s may run into [s, e): keep its head, and its tail past e. */
+    struct node *lm = rightmost(left);
+    if (lm && lm->end > s) {
+        if (lm->end > e) {
+            struct node *tail = new_node(L, e, lm->end, lm->region);
+            if (tail)
+                right = merge(tail, right);
+        }
+        lm->end = s;
+    }
+    struct node *mm = rightmost(mid);
+    if (mm && mm->end > e) {
+        struct node *tail = new_node(L, e, mm->end, mm->region);
+        if (tail)
+            right = merge(tail, right);
+    }
+    free_tree(L, mid, true);
+    if (region) {
+        struct node *n = new_node(L, s, e, region);
+        if (n)
+            left = merge(left, n);
+    }
+    *root = merge(left, right);
+}
+
+/* ---- groups of reads ---- */
+
+static struct group *group_of(struct an_lineage *L, uint32_t region, uint32_t site, uint64_t piece)
+{
+    /* Reads of different sizes from one site are different views (one per sample, say). */
+    struct an_region *r = &L->regions[region - 1];
+    for (uint32_t g = r->groups; g; g = L->groups[g - 1].next)
+        if (L->groups[g - 1].site == site && L->groups[g - 1].piece == piece)
+            return &L->groups[g - 1];
+    uint32_t g = L->free_group;
+    if (g) {
+        L->free_group = L->groups[g - 1].next;
+    } else {
+        if (L->ngroups == L->gcap) {
+            size_t ncap = L->gcap ? L->gcap * 2 : 1024;
+            struct group *ng = realloc(L->groups, ncap * sizeof(*ng));
+            if (!ng)
+                return NULL;
+            L->groups = ng;
+            L->gcap = ncap;
+        }
+        g = (uint32_t)++L->ngroups;
+    }
+    struct group *gr = &L->groups[g - 1];
+    memset(gr, 0, sizeof(*gr));
+    gr->site = site;
+    gr->piece = piece;
+    gr->next = r->groups;
+    r->groups = g;
+    return gr;
+}
+
+static void add_piece(struct group *g, const struct an_ref *ref, uint64_t off, uint64_t len)
+{
+    if (g->n == 0) {
+        g->first = *ref;
+        g->piece = len;
+        g->first_off = off;
+        g->same_piece = g->regular = true;
+    } else {
+        if (len != g->piece)
+            g->same_piece = false;
+        if (g->n == 1)
+            g->stride = off - g->last_off;
+        else if (off - g->last_off != g->stride)
+            g->regular = false;
+    }
+    g->last_off = off;
+    g->n++;
+}
+
+/* ---- the pass ---- */
+
+struct read_ctx {
+    struct an_lineage *L;
+    const struct an_ref *ref;
+    uint32_t site;
+    uint64_t s, e;
+    uint32_t best; /* the producer of most of the bytes read */
+    uint64_t best_bytes;
+};
+
+static void on_read(void *arg, const struct node *n)
+{
+    struct read_ctx *rc = arg;
+    uint64_t a = n->start > rc->s ? n->start : rc->s, b = n->end < rc->e ? n->end : rc->e;
+    if (b - a > rc->best_bytes) {
+        rc->best_bytes = b - a;
+        rc->best = n->region;
+    }
+    struct an_region *r = &rc->L->regions[n->region - 1];
+    struct group *g = group_of(rc->L, n->region, rc->site, b - a);
+    /* A read is one piece of each region it touches: counted once, at its first range. */
+    if (g && (g->n == 0 || g->last_off != a - r->start || g->first.index != rc->ref->index))
+        add_piece(g, rc->ref, a - r->start, b - a);
+}
+
+/* Read [s, e) in process p; returns the main producer (region + 1) or 0, and keeps its chain
+ * as the current event's lineage. */
+static uint32_t do_read(struct an_ctx *ctx, uint32_t proc, const struct an_ref *ref, uint32_t site,
+                        uint64_t s, uint64_t e)
+{
+    struct an_lineage *L = ctx->lineage;
+    struct read_ctx rc = {.L = L, .ref = ref, .site = site, .s = s, .e = e};
+    if (s < e)
+        visit(L->roots[proc], s, e, on_read, &rc);
+    if (rc.best && !L->ncur) {
+        const struct an_region *r = &L->regions[rc.best - 1];
+        L->cur[L->ncur++] = r->ref;
+        for (int i = 0; i < r->nanc && L->ncur < AN_MAX_LINEAGE; i++)
+            L->cur[L->ncur++] = r->anc[i];
+    }
+    return rc.best;
+}
+
+void an_lineage_current(struct an_ctx *ctx, struct an_finding *f)
+{
+    struct an_lineage *L = ctx->lineage;
+    for (int i = 0; L && i < L->ncur && f->nlineage < AN_MAX_LINEAGE; i++)
+        f->lineage[f->nlineage++] = L->cur[i];
+}
+
+static uint32_t do_write(struct an_ctx *ctx, uint32_t proc, const struct an_ref *ref, uint32_t site,
+                         uint64_t s, uint64_t len, uint64_t pitch, uint64_t width, uint32_t parent,
+                         int dtype)
+{
+    struct an_lineage *L = ctx->lineage;
+    if (!len)
+        return 0;
+    uint32_t id = L->free_region;
+    if (id) {
+        L->free_region = L->regions[id - 1].next_free;
+    } else {
+        if (L->nregions == L->cap) {
+            size_t ncap = L->cap ? L->cap * 2 : 1024;
+            struct an_region *n = realloc(L->regions, ncap * sizeof(*n));
+            if (!n)
+                return 0;
+            L->regions = n;
+            L->cap = ncap;
+        }
+        id = (uint32_t)++L->nregions;
+    }
+    struct an_region *r = &L->regions[id - 1];
+    *r = (struct an_region){.ref = *ref,
+                            .start = s,
+                            .len = len,
+                            .pitch = pitch,
+                            .width = width,
+                            .dtype = dtype,
+                            .site = site};
+    if (parent) {
+        const struct an_region *pr = &L->regions[parent - 1];
+        r->anc[0] = pr->ref;
+        r->nanc = 1;
+        for (int i = 0; i < pr->nanc && r->nanc < AN_MAX_LINEAGE - 1; i++)
+            r->anc[r->nanc++] = pr->anc[i];
+    }
+    /* A copy keeps the datatype of what it copies. */
+    if (dtype >= 0)
+        r->esize = (int)shp_dtype_size((unsigned)dtype);
+    else if (parent)
+        r->esize = L->regions[parent - 1].esize, r->dtype = L->regions[parent - 1].dtype;
+    else
+        r->dtype = -1;
+    /* Hold the region while its bytes go in: what it replaces may be its own parent. */
+    r->nodes++;
+    assign(L, &L->roots[proc], s, s + len, id);
+    drop_node_ref(L, id);
+    return id;
+}
+
+void an_lineage_init(struct an_ctx *ctx)
+{
+    ctx->lineage = calloc(1, sizeof(*ctx->lineage));
+    if (ctx->lineage) {
+        ctx->lineage->roots = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(struct node *));
+        ctx->lineage->seed = 0x2545f491u;
+        ctx->lineage->ctx = ctx;
+    }
+}
+
+uint32_t an_lineage_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_event *e,
+                          const struct an_ref *ref)
+{
+    struct an_lineage *L = ctx->lineage;
+    uint32_t parent = 0;
+    (void)p;
+    if (!L || !L->roots)
+        return 0;
+    L->ncur = 0;
+    if (e->result != 0)
+        return 0;
+    uint32_t proc = ref->proc;
+    switch (e->type) {
+    case SHP_REC_COPY: {
+        if (e->height == SHP_NONE || !e->height)
+            break;
+        if (e->height == 1) {
+            parent = do_read(ctx, proc, ref, e->stack, e->src, e->src + e->width);
+            do_write(ctx, proc, ref, e->stack, e->dst, e->width, 0, 0, parent, -1);
+        } else {
+            /* A 2-D read is its rows, at the source pitch. */
+            parent = 0;
+            for (uint64_t row = 0; row < e->height && row < 65536; row++) {
+                uint64_t s = e->src + row * e->spitch;
+                uint32_t pr = do_read(ctx, proc, ref, e->stack, s, s + e->width);
+                if (!parent)
+                    parent = pr;
+            }
+            do_write(ctx, proc, ref, e->stack, e->dst, (e->height - 1) * e->dpitch + e->width,
+                     e->dpitch, e->width, parent, -1);
+        }
+        break;
+    }
+    case SHP_REC_COLL:
+    case SHP_REC_P2P: {
+        if (e->src != SHP_NONE && e->send_bytes != SHP_NONE)
+            parent = do_read(ctx, proc, ref, e->stack, e->src, e->src + e->send_bytes);
+        if (e->dst != SHP_NONE && e->recv_bytes != SHP_NONE) {
+            /* An all-gather's output is its ranks' pieces side by side: rows of one piece. */
+            uint64_t piece = e->op == SHP_OP_ncclAllGather && e->nranks > 1 ? e->send_bytes : 0;
+            do_write(ctx, proc, ref, e->stack, e->dst, e->recv_bytes, piece, piece,
+                     e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype);
+        }
+        break;
+    }
+    case SHP_REC_ALLOC:
+        if (e->cls == SHP_CLS_ALLOC && e->ptr != SHP_NONE && e->ptr) {
+            if (L->nal == L->alcap) {
+                size_t ncap = L->alcap ? L->alcap * 2 : 64;
+                struct an_alloc *n = realloc(L->al, ncap * sizeof(*n));
+                if (!n)
+                    break;
+                L->al = n;
+                L->alcap = ncap;
+            }
+            L->al[L->nal++] = (struct an_alloc){e->ptr, e->size};
+        } else if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE && e->ptr) {
+            /* Freed memory holds nothing any more. */
+            for (size_t i = L->nal; i-- > 0;)
+                if (L->al[i].ptr == e->ptr) {
+                    assign(L, &L->roots[proc], e->ptr, e->ptr + L->al[i].size, 0);
+                    L->al[i] = L->al[--L->nal];
+                    break;
+                }
+        }
+        break;
+    default:
+        break;
+    }
+    return parent;
+}
+
+/* The rows of a region: from a 2-D write's pitch, else from the --dim values when they factor
+ * its element count into at least two rows. Returns row bytes and sets *shape, or 0. */
+static uint64_t row_bytes(const struct an_ctx *ctx, const struct an_region *r, char *shape,
+                          size_t len)
+{
+    shape[0] = 0;
+    if (r->pitch && r->width == r->pitch && r->len % r->pitch == 0) {
+        uint64_t elems = r->esize ? r->pitch / (uint64_t)r->esize : r->pitch;
+        snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", r->len / r->pitch, elems);
+        if (!r->esize || r->dtype != 0)
+            return r->pitch;
+    }
+    if (!r->esize || r->len % (uint64_t)r->esize)
+        return shape[0] ? r->pitch : 0;
+    uint64_t elems = r->len / (uint64_t)r->esize;
+    uint64_t best = 0;
+    char name[64];
+    an_factor(ctx, elems, &best, name, sizeof(name));
+    if (!best || best == elems)
+        return 0;
+    snprintf(shape, len, "[%" PRIu64 ", %s]", elems / best, name);
+    return best * (uint64_t)r->esize;
+}
+
+void an_lineage_chain(struct an_ctx *ctx, struct an_finding *f, uint32_t region)
+{
+    struct an_lineage *L = ctx->lineage;
+    if (!L || !region)
+        return;
+    const struct an_region *r = &L->regions[region - 1];
+    f->lineage[f->nlineage++] = r->ref;
+    for (int i = 0; i < r->nanc && f->nlineage < AN_MAX_LINEAGE; i++)
+        f->lineage[f->nlineage++] = r->anc[i];
+}
+
+/* A region's reads from one site, judged against the rows the region was written in. */
+static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
+{
+    struct an_lineage *L = ctx->lineage;
+    if (g->n < 2 || !g->same_piece || !g->regular)
+        return;
+    const struct an_region *r = &L->regions[region - 1];
+    char pshape[160];
+    uint64_t row = row_bytes(ctx, r, pshape, sizeof(pshape));
+    if (!row || g->piece >= row || g->stride != row || (g->first_off % row) + g->piece > row)
+        return;
+    struct an_finding *f = an_add_finding(ctx, AN_SHAPE_MISMATCH, true);
+    if (!f)
+        return;
+    f->events[f->nevents++] = g->first;
+    f->t_ns = 0;
+    struct shp_event e;
+    if (shp_event_decode(&ctx->procs[g->first.proc].t, g->first.rec, g->first.type, &e))
+        f->t_ns = e.t_ns;
+    int rank = ctx->procs[g->first.proc].rank;
+    if (rank >= 0)
+        f->ranks[f->nranks++] = rank;
+    an_lineage_chain(ctx, f, region);
+    uint64_t es = r->esize ? (uint64_t)r->esize : 1;
+    struct shp_event pe;
+    const char *producer = "?";
+    if (shp_event_decode(&ctx->procs[r->ref.proc].t, r->ref.rec, r->ref.type, &pe))
+        producer = shp_op_name(pe.op);
+    char csite[256], psite[256];
+    an_site(ctx, &g->first, csite, sizeof(csite));
+    an_site(ctx, &r->ref, psite, sizeof(psite));
+    snprintf(f->summary, sizeof(f->summary),
+             "%s reads [%" PRIu64 ", %" PRIu64 "] of a %s %s region that %s wrote at %s: %" PRIu64
+             " pieces of %" PRIu64 " bytes at a stride of %" PRIu64 " bytes, each part of "
+             "one %" PRIu64 "-byte row",
+             csite, g->n, g->piece / es, pshape,
+             r->dtype >= 0 ? shp_dtype_name((unsigned)r->dtype) : "byte", producer, psite, g->n,
+             g->piece, g->stride, row);
+}
+
+/* The region's last bytes are gone: judge its readers and reuse its slot. */
+static void retire(struct an_lineage *L, uint32_t region)
+{
+    struct an_region *r = &L->regions[region - 1];
+    for (uint32_t g = r->groups; g;) {
+        uint32_t next = L->groups[g - 1].next;
+        judge(L->ctx, region, &L->groups[g - 1]);
+        L->groups[g - 1].next = L->free_group;
+        L->free_group = g;
+        g = next;
+    }
+    r->groups = 0;
+    r->next_free = L->free_region;
+    L->free_region = region;
+}
+
+void an_lineage_process(struct an_ctx *ctx, uint32_t proc)
+{
+    struct an_lineage *L = ctx->lineage;
+    struct an_proc *p = &ctx->procs[proc];
+    if (!L || !L->roots)
+        return;
+    L->nal = 0;
+    uint64_t off = 0, index = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    /* Its own reader state: the alignment pass may be reading the same trace meanwhile. */
+    struct shp_trace t = p->t;
+    while ((r = shp_trace_next(&t, &off, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(&t, r, type, &e))
+            continue;
+        e.index = index++;
+        struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
+        an_lineage_event(ctx, p, &e, &ref);
+        an_expect_event(ctx, p, &e, &ref);
+    }
+    /* What is still in memory at its end: judge its readers too. */
+    free_tree(L, L->roots[proc], true);
+    L->roots[proc] = NULL;
+    madvise((void *)p->t.map, p->t.size, MADV_DONTNEED);
+}
+
+void an_lineage_finish(struct an_ctx *ctx)
+{
+    struct an_lineage *L = ctx->lineage;
+    if (!L)
+        return;
+    if (getenv("SHP_DEBUG_LINEAGE")) {
+        size_t live = 0;
+        for (size_t i = 0; i < L->nregions; i++)
+            live += L->regions[i].nodes > 0;
+        fprintf(stderr, "lineage: %zu region slots, %zu live, %zu group slots\n", L->nregions, live,
+                L->ngroups);
+    }
+    /* What is still in memory at the end: judge its readers too. */
+    for (size_t i = 0; i < ctx->nprocs && L->roots; i++) {
+        free_tree(L, L->roots[i], true);
+        L->roots[i] = NULL;
+    }
+}
+
+void an_lineage_free(struct an_ctx *ctx)
+{
+    struct an_lineage *L = ctx->lineage;
+    if (!L)
+        return;
+    for (size_t i = 0; i < ctx->nprocs && L->roots; i++)
+        free_tree(L, L->roots[i], false);
+    while (L->free) {
+        struct node *n = L->free;
+        L->free = n->l;
+        free(n);
+    }
+    free(L->roots);
+    free(L->al);
+    free(L->regions);
+    free(L->groups);
+    free(L);
+    ctx->lineage = NULL;
+}
