@@ -53,6 +53,7 @@ struct an_chan {
     uint64_t comm;
     int src, dst;
     struct an_queue send, recv;
+    size_t finding; /* + 1: later mismatches on the channel are its consequences */
 };
 
 struct an_p2p_tab {
@@ -604,7 +605,9 @@ static void match_p2p(struct an_ctx *ctx, struct an_chan *ch)
         struct an_entry *s = q_at(&ch->send, 0), *r = q_at(&ch->recv, 0);
         uint64_t sb = s->count * shp_dtype_size((unsigned)s->dtype);
         uint64_t rb = r->count * shp_dtype_size((unsigned)r->dtype);
-        if (sb != rb || s->dtype != r->dtype) {
+        if ((sb != rb || s->dtype != r->dtype) && ch->finding) {
+            ctx->findings[ch->finding - 1].consequences++;
+        } else if (sb != rb || s->dtype != r->dtype) {
             bool size = sb != rb;
             struct an_finding *f =
                 an_add_finding(ctx, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH, size);
@@ -626,6 +629,7 @@ static void match_p2p(struct an_ctx *ctx, struct an_chan *ch)
                          gs, s->count, shp_dtype_name((unsigned)s->dtype), a[0] ? " " : "", a, sb,
                          gr, r->count, shp_dtype_name((unsigned)r->dtype), b[0] ? " " : "", b, rb,
                          ch->comm >> 32, s->seq);
+                ch->finding = (size_t)(f - ctx->findings) + 1;
             }
         }
         q_pop(&ch->send);

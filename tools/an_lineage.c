@@ -350,7 +350,14 @@ static uint32_t do_write(struct an_ctx *ctx, uint32_t proc, const struct an_ref 
         r->dtype = -1;
     /* Hold the region while its bytes go in: what it replaces may be its own parent. */
     r->nodes++;
-    assign(L, &L->roots[proc], s, s + len, id);
+    if (pitch && width < pitch && len / pitch < 65536) {
+        /* A 2-D write of narrower rows leaves the bytes between them alone (one column block
+         * of a transpose, say). */
+        for (uint64_t row = 0; row * pitch < len; row++)
+            assign(L, &L->roots[proc], s + row * pitch, s + row * pitch + width, id);
+    } else {
+        assign(L, &L->roots[proc], s, s + len, id);
+    }
     drop_node_ref(L, id);
     return id;
 }
@@ -437,28 +444,31 @@ uint32_t an_lineage_event(struct an_ctx *ctx, struct an_proc *p, const struct sh
     return parent;
 }
 
-/* The rows of a region: from a 2-D write's pitch, else from the --dim values when they factor
- * its element count into at least two rows. Returns row bytes and sets *shape, or 0. */
-static uint64_t row_bytes(const struct an_ctx *ctx, const struct an_region *r, char *shape,
-                          size_t len)
+/* The rows of a region: a 2-D write's rows (width bytes every pitch bytes), else rows from the
+ * --dim values when they factor its element count into at least two rows. Returns the row
+ * width, sets *pitch and *shape; 0 when the rows are unknown. */
+static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uint64_t *pitch,
+                        char *shape, size_t len)
 {
     shape[0] = 0;
-    if (r->pitch && r->width == r->pitch && r->len % r->pitch == 0) {
-        uint64_t elems = r->esize ? r->pitch / (uint64_t)r->esize : r->pitch;
-        snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", r->len / r->pitch, elems);
-        if (!r->esize || r->dtype != 0)
-            return r->pitch;
+    uint64_t es = r->esize ? (uint64_t)r->esize : 1;
+    if (r->pitch && r->width && r->width <= r->pitch) {
+        *pitch = r->pitch;
+        snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", (r->len + r->pitch - 1) / r->pitch,
+                 r->width / es);
+        return r->width;
     }
-    if (!r->esize || r->len % (uint64_t)r->esize)
-        return shape[0] ? r->pitch : 0;
-    uint64_t elems = r->len / (uint64_t)r->esize;
+    if (!r->esize || r->len % es)
+        return 0;
+    uint64_t elems = r->len / es;
     uint64_t best = 0;
     char name[64];
     an_factor(ctx, elems, &best, name, sizeof(name));
     if (!best || best == elems)
         return 0;
     snprintf(shape, len, "[%" PRIu64 ", %s]", elems / best, name);
-    return best * (uint64_t)r->esize;
+    *pitch = best * es;
+    return *pitch;
 }
 
 void an_lineage_chain(struct an_ctx *ctx, struct an_finding *f, uint32_t region)
@@ -480,8 +490,8 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
         return;
     const struct an_region *r = &L->regions[region - 1];
     char pshape[160];
-    uint64_t row = row_bytes(ctx, r, pshape, sizeof(pshape));
-    if (!row || g->piece >= row || g->stride != row || (g->first_off % row) + g->piece > row)
+    uint64_t pitch = 0, row = rows_of(ctx, r, &pitch, pshape, sizeof(pshape));
+    if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
         return;
     struct an_finding *f = an_add_finding(ctx, AN_SHAPE_MISMATCH, true);
     if (!f)

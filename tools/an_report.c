@@ -154,7 +154,8 @@ static bool decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event 
     return true;
 }
 
-static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *indent)
+static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *indent,
+                       size_t max_frames)
 {
     struct shp_event e;
     if (!decode(ctx, r, &e))
@@ -191,7 +192,7 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
     printf("\n");
     size_t n;
     const char *const *fr = shp_stacks_frames(stacks_of(ctx, r->proc), e.stack, &n);
-    for (size_t i = 0; i < n && i < 4; i++)
+    for (size_t i = 0; i < n && i < max_frames; i++)
         printf("%s    %s %s\n", indent, i ? "<-" : "at", fr[i]);
 }
 
@@ -227,19 +228,19 @@ void an_report_text(struct an_ctx *ctx, bool color)
     if (first->nevents) {
         printf("  diverging call%s:\n", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++)
-            print_call(ctx, &first->events[i], "    ");
+            print_call(ctx, &first->events[i], "    ", 4);
     }
     if (first->has_expected) {
         printf("  what the others did:\n");
-        print_call(ctx, &first->expected, "    ");
+        print_call(ctx, &first->expected, "    ", 4);
     }
     if (first->nlineage) {
         printf("  where its bytes came from (producers, nearest first):\n");
         for (int i = 0; i < first->nlineage; i++)
-            print_call(ctx, &first->lineage[i], "    ");
+            print_call(ctx, &first->lineage[i], "    ", 2);
     }
     if (first->consequences)
-        printf("  %" PRIu64 " later collective%s on this communicator disagree%s as a "
+        printf("  %" PRIu64 " later call%s on this communicator disagree%s as a "
                "consequence (not reported separately).\n",
                first->consequences, first->consequences == 1 ? "" : "s",
                first->consequences == 1 ? "s" : "");
