@@ -182,14 +182,16 @@ $(B)/tests/test_%: tests/unit/test_%.c $(filter-out $(B)/obj/tools/main.o,$(TOOL
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools $(SANFLAGS) -o $@ $^ $(TOOLS_LIBS)
 
-$(B)/examples/%: examples/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+# Examples: linked by soname, so they run on the test doubles here and on the real libraries on a
+# GPU host (build there with CUDA_HOME/NCCL_HOME set and the real libraries on the path).
+$(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itests/doubles $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
-	$(if $(wildcard tests/doubles/launch.c),$(B)/tests/shp_launch) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+	$(B)/tests/shp_launch $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
 # make check: the whole suite here, then the sanitizer builds in their own trees.
 check: test-build
@@ -199,7 +201,7 @@ ifeq ($(SAN),)
 	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
 endif
 
-demo: all $(EXAMPLE_PROGS) $(B)/tests/scenario
+demo: all $(EXAMPLE_PROGS) $(B)/tests/shp_launch
 	$(Q)examples/demo.sh $(B)
 
 $(B)/bench/overhead: bench/overhead.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)

@@ -1,26 +1,30 @@
 #!/bin/sh
-# shapetrace demo (make demo): trace a program on the test doubles and print what was recorded.
-# The ranks and the GPU are SIMULATED here: libnccl.so.2 and libcudart.so.13 are shapetrace's
-# test doubles, which move real bytes in host memory. On a real cluster the same command wraps
-# your launcher (see the README).
+# shapetrace demo (make demo): the motivating failure, traced and analyzed.
+# The ranks and the GPUs are SIMULATED here: libnccl.so.2 and libcudart.so.13 are shapetrace's
+# test doubles, which move real bytes in host memory, and shp_launch starts the ranks the way
+# torchrun does. On a real cluster the same two commands wrap your launcher (see the README).
 set -eu
 B=${1:-build}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/shapetrace-demo.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 cat <<TXT
-shapetrace demo -- SIMULATED ranks: NCCL and CUDA are test doubles, no GPU is used.
+shapetrace demo -- 4 SIMULATED ranks: NCCL and CUDA are test doubles, no GPU is used.
 
-On a real job you would run:
-    shapetrace run -- torchrun --nproc-per-node 8 serve.py
-    shapetrace dump shapetrace-YYYYMMDD-HHMMSS/
+The job (examples/hidden_states.c): tensor-parallel ranks all-gather per-layer hidden states
+[771, 7168] bf16, rank 0 captures 4 layers and sends them to the driver through host memory,
+and generate() cuts them per sample (512 and 259 tokens). The driver indexes the returned list
+wrongly: nothing fails, the shapes are simply wrong.
 
-Here: $B/tests/scenario basic (one rank; all-reduce, all-gather, broadcast, grouped send/recv,
-host/device copies, a 2-D copy, a split communicator) under shapetrace run.
+On a real cluster you would run:
+    shapetrace run -- torchrun --nproc-per-node 4 extract_hidden_states.py
+    shapetrace analyze --dim hidden=7168 shapetrace-YYYYMMDD-HHMMSS/
 
+Here:
+    shapetrace run -- shp_launch -n 4 -- hidden_states --buggy
 TXT
-"$B/bin/shapetrace" run --dir "$dir/run" -- "$B/tests/scenario" basic
+"$B/bin/shapetrace" run --dir "$dir/run" -- "$B/tests/shp_launch" -n 4 -- \
+    "$B/examples/hidden_states" --buggy
 echo
-"$B/bin/shapetrace" dump "$dir/run"
+echo "    shapetrace analyze --dim hidden=7168 $dir/run"
 echo
-echo "One event as JSON (shapetrace dump --json), the form programs read:"
-"$B/bin/shapetrace" dump --json "$dir/run" | grep ncclAllGather
+"$B/bin/shapetrace" analyze --dim hidden=7168 "$dir/run" || true

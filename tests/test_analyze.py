@@ -189,8 +189,8 @@ def test_buffer_overrun_on_the_doubles():
 
 # ---- lineage: the motivating failure, and correct code that must stay silent ----
 
-EXPECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
-                      "hidden_states.expect.json")
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXPECT = os.path.join(EXAMPLES, "hidden_states.expect.json")
 
 
 def hidden(mode):
@@ -273,6 +273,73 @@ def test_expectation_file_errors():
                           ' "shape": ["*"]}]}')
     p = run([TOOL, "analyze", "--expect", none, d])
     assert p.returncode == 0 and 'expectation "never" matched no call' in p.stderr
+
+
+# ---- the examples, on 4 simulated ranks ----
+
+def run_example(name, args, tag):
+    d = os.path.join(TMP, f"ex-{name}-{tag}")
+    e = env()
+    e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--",
+                        os.path.join(BUILD, "examples", name), *args],
+                       capture_output=True, text=True, timeout=120, env=e)
+    return d, p
+
+
+def check_example(name):
+    want = json.load(open(os.path.join(EXAMPLES, name + ".expected.json")))
+    expect = os.path.join(EXAMPLES, name + ".expect.json")
+    d, p = run_example(name, want["args"], "planted")
+    r, _ = analyze(d, dims=[a.split("=", 1)[0] + "=" + a.split("=", 1)[1]
+                            for a in want["analyze"] if "=" in a])
+    f = first(r)
+    assert len(r["processes"]) == want["ranks"]
+    for key in ("kind", "ranks", "seq"):
+        if key in want["first"]:
+            assert f[key] == want["first"][key], (name, key, f[key], f["summary"])
+    if "consumer" in want["first"]:
+        assert frames(f["events"][0])[0].startswith(want["first"]["consumer"] + " ("), \
+            frames(f["events"][0])
+    if "producer" in want["first"]:
+        assert frames(f["lineage"][0])[0].startswith(want["first"]["producer"] + " (")
+    assert len(r["findings"]) == want["findings"], [x["summary"] for x in r["findings"]]
+    pe = run([TOOL, "analyze", "--json", "--expect", expect, d])
+    re = json.loads(pe.stdout)
+    fe = first(re)
+    assert (fe["kind"], fe["ranks"]) == (want["with_expect"]["kind"],
+                                         want["with_expect"]["ranks"]), fe["summary"]
+    assert "matched no call" not in pe.stderr, pe.stderr
+    # the clean run: correct data where the program checks it, and silence
+    clean_args = ["--fixed"] if name == "hidden_states" else ["--clean"]
+    d2, p2 = run_example(name, clean_args, "clean")
+    assert p2.returncode == 0, (p2.stdout, p2.stderr)
+    for args in (["--expect", expect], [a for a in want["analyze"]]):
+        pc = run([TOOL, "analyze", "--json", *args, d2])
+        assert pc.returncode == 0 and json.loads(pc.stdout)["findings"] == [], \
+            (name, args, [x["summary"] for x in json.loads(pc.stdout)["findings"]])
+    return p, p2
+
+
+def test_example_hidden_states():
+    p, p2 = check_example("hidden_states")
+    assert "1542 tensors: 771 of [512] and 771 of [259]" in p.stdout, p.stdout
+    assert "4 of [512, 7168] and 4 of [259, 7168]; data checked" in p2.stdout, p2.stdout
+
+
+def test_example_desync():
+    p, p2 = check_example("desync")
+    assert p.stdout.count("6 steps done") == 4
+
+
+def test_example_pipeline():
+    check_example("pipeline")
+
+
+def test_example_stall():
+    p, _ = check_example("stall")
+    # the others waited for the stalled rank until the double's timeout, then failed
+    assert p.returncode != 0 and "stopping before step 5" in p.stdout, (p.stdout, p.stderr)
 
 
 def main():

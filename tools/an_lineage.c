@@ -448,27 +448,36 @@ uint32_t an_lineage_event(struct an_ctx *ctx, struct an_proc *p, const struct sh
  * --dim values when they factor its element count into at least two rows. Returns the row
  * width, sets *pitch and *shape; 0 when the rows are unknown. */
 static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uint64_t *pitch,
-                        char *shape, size_t len)
+                        uint64_t *esize, char *shape, size_t len)
 {
     shape[0] = 0;
     uint64_t es = r->esize ? (uint64_t)r->esize : 1;
+    *esize = es;
     if (r->pitch && r->width && r->width <= r->pitch) {
         *pitch = r->pitch;
         snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", (r->len + r->pitch - 1) / r->pitch,
                  r->width / es);
         return r->width;
     }
-    if (!r->esize || r->len % es)
-        return 0;
-    uint64_t elems = r->len / es;
-    uint64_t best = 0;
-    char name[64];
-    an_factor(ctx, elems, &best, name, sizeof(name));
-    if (!best || best == elems)
-        return 0;
-    snprintf(shape, len, "[%" PRIu64 ", %s]", elems / best, name);
-    *pitch = best * es;
-    return *pitch;
+    /* The element size comes from the collective the bytes came from; a region whose origin
+     * is a copy of kernel output has none, and is tried as 2-byte elements (bf16, fp16: what
+     * inference moves most), then 4, then 1, saying so in the shape. */
+    static const uint64_t guesses[] = {2, 4, 1};
+    for (size_t i = 0; i < (r->esize ? 1 : sizeof(guesses) / sizeof(guesses[0])); i++) {
+        uint64_t size = r->esize ? es : guesses[i];
+        if (r->len % size)
+            continue;
+        uint64_t elems = r->len / size, best = 0;
+        char name[64];
+        an_factor(ctx, elems, &best, name, sizeof(name));
+        if (!best || best == elems)
+            continue;
+        snprintf(shape, len, "[%" PRIu64 ", %s]", elems / best, name);
+        *pitch = best * size;
+        *esize = size;
+        return *pitch;
+    }
+    return 0;
 }
 
 void an_lineage_chain(struct an_ctx *ctx, struct an_finding *f, uint32_t region)
@@ -490,7 +499,7 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
         return;
     const struct an_region *r = &L->regions[region - 1];
     char pshape[160];
-    uint64_t pitch = 0, row = rows_of(ctx, r, &pitch, pshape, sizeof(pshape));
+    uint64_t pitch = 0, es = 1, row = rows_of(ctx, r, &pitch, &es, pshape, sizeof(pshape));
     if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
         return;
     struct an_finding *f = an_add_finding(ctx, AN_SHAPE_MISMATCH, true);
@@ -505,7 +514,6 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
     if (rank >= 0)
         f->ranks[f->nranks++] = rank;
     an_lineage_chain(ctx, f, region);
-    uint64_t es = r->esize ? (uint64_t)r->esize : 1;
     struct shp_event pe;
     const char *producer = "?";
     if (shp_event_decode(&ctx->procs[r->ref.proc].t, r->ref.rec, r->ref.type, &pe))

@@ -69,7 +69,9 @@ struct ncclComm {
     struct shm_seg *shm;
     size_t shm_size;
     char shm_name[48];
+    bool entered;       /* this rank counts among the segment's members */
     bool joined;        /* every rank has mapped the segment */
+    bool pending;       /* handed out inside a group that has not ended: not usable yet */
     uint32_t round;     /* the next collective round, counted alike by every rank */
     uint32_t nchildren; /* splits and shrinks made from this comm: names their segments */
 };
@@ -459,7 +461,8 @@ struct op {
     int *exclude; /* shrink: the excluded ranks, sorted; owned by the queue */
     int nexclude;
     ncclComm_t *newcomm;
-    const char *fn; /* the API name when ops[kind].name is not it (the ncclCommInitRank family) */
+    ncclComm_t child; /* split, shrink in a group: the comm already handed out in *newcomm */
+    const char *fn;   /* the API name when ops[kind].name is not it (the ncclCommInitRank family) */
     bool matched;
 };
 
@@ -753,9 +756,10 @@ static void free_comm(ncclComm_t comm)
             free(c);
     }
     if (comm->shm) {
-        /* Joined segments were unlinked when the last rank arrived; one whose join failed must
-         * not stay behind under its name. */
-        if (!comm->joined)
+        /* Joined segments were unlinked when the last rank arrived; one whose join timed out
+         * must not stay behind under its name. A rank refused at the door leaves the name to
+         * those that entered, so that a late rank still finds them. */
+        if (comm->entered && !comm->joined)
             shm_unlink(comm->shm_name);
         munmap(comm->shm, comm->shm_size);
     }
@@ -862,6 +866,29 @@ static ncclResult_t check_comm(ncclComm_t comm, const char *fn)
     return ncclSuccess;
 }
 
+/* NCCL's message for a comm whose creation is still in progress (ncclCommEnsureReady). */
+static ncclResult_t pending_fail(const char *fn)
+{
+    return fail(ncclInvalidArgument,
+                "%s : Attempt to use communicator before the previous operation returned "
+                "ncclSuccess (it is created at the end of its group)",
+                fn);
+}
+
+/* As ncclCommEnsureReady, for the calls that read a comm's attributes: an asynchronous error is
+ * returned as is, and a comm still being created is refused. */
+static ncclResult_t check_ready(ncclComm_t comm, const char *fn)
+{
+    ncclResult_t r = check_comm(comm, fn);
+
+    if (r == ncclSuccess && comm->async_error != ncclSuccess)
+        return fail(comm->async_error, "%s : rank %d's communicator is in error (%s)", fn,
+                    comm->rank, pncclGetErrorString(comm->async_error));
+    if (r == ncclSuccess && comm->pending)
+        return pending_fail(fn);
+    return r;
+}
+
 static ncclResult_t check_usable(ncclComm_t comm, const char *fn)
 {
     ncclResult_t r = check_comm(comm, fn);
@@ -874,6 +901,8 @@ static ncclResult_t check_usable(ncclComm_t comm, const char *fn)
                     "%s : rank %d's communicator is in error (%s) since an earlier call on it "
                     "timed out or failed; destroy or abort it",
                     fn, comm->rank, pncclGetErrorString(comm->async_error));
+    if (r == ncclSuccess && comm->pending)
+        return pending_fail(fn);
     return r;
 }
 
@@ -925,13 +954,17 @@ static ncclResult_t push(struct op **q, size_t *len, size_t *cap, const struct o
     return ncclSuccess;
 }
 
-/* Drops the queued calls on shared-memory comms. A comm whose join was among them was already
+/* Drops the queued calls on shared-memory comms. A comm whose creation was among them was already
  * handed out: it takes the error that dropped the group. */
 static void drop_xqueue(ncclResult_t why)
 {
     for (size_t i = 0; i < xqueue_len; i++) {
-        if (xqueue[i].kind == OP_INIT && xqueue[i].comm->async_error == ncclSuccess)
-            xqueue[i].comm->async_error = why != ncclSuccess ? why : ncclInvalidUsage;
+        ncclComm_t made = xqueue[i].kind == OP_INIT ? xqueue[i].comm : xqueue[i].child;
+
+        if (made && made->async_error == ncclSuccess) {
+            made->async_error = why != ncclSuccess ? why : ncclInvalidUsage;
+            made->pending = false;
+        }
         free(xqueue[i].exclude);
     }
     xqueue_len = 0;
@@ -1419,6 +1452,7 @@ static ncclResult_t enter(ncclComm_t c, const char *fn)
                     "%s : rank %d of %d has already joined this communicator in another call (the "
                     "same unique id used twice?)",
                     fn, c->rank, c->nranks);
+    c->entered = true;
     atomic_fetch_add_explicit(&c->shm->joined, 1, memory_order_release);
     futex_wake(&c->shm->joined);
     return ncclSuccess;
@@ -1528,7 +1562,8 @@ struct task {
     uint64_t msg_len;       /* recv: the payload size the sender announced */
     unsigned char hdr[MSG_HDR_BYTES];
     int new_rank, new_size; /* split: this rank's place in its color */
-    ncclComm_t child;       /* split and shrink: the comm being joined */
+    ncclComm_t child;       /* split and shrink: the comm being made */
+    bool joining;           /* split, shrink: attached, waiting for the other members */
     const void **in;        /* reductions: one input per rank */
     void **pad;             /* zero-padded copies of inputs shorter than expected */
     _Atomic uint32_t *word; /* a blocked step waits for this word to leave word_val */
@@ -1872,7 +1907,33 @@ static enum step step_join(struct task *t, ncclComm_t c)
     /* Everyone has it mapped: the name is no longer needed, and nothing can leak it now. */
     shm_unlink(c->shm_name);
     c->joined = true;
+    c->pending = false;
     return STEP_DONE;
+}
+
+/* The comm a split or shrink makes: the one handed out at the call, inside a group, or a new
+ * one. */
+static ncclComm_t make_child(struct task *t, int nranks, int rank)
+{
+    ncclComm_t child = t->op.child;
+
+    if (!child)
+        return new_shm_comm(nranks, rank, t->op.comm->device);
+    child->nranks = nranks;
+    child->rank = rank;
+    return child;
+}
+
+/* The new comm is the caller's once every member has joined. */
+static enum step finish_child(struct task *t)
+{
+    enum step s = step_join(t, t->child);
+
+    if (s == STEP_DONE) {
+        *t->op.newcomm = t->child;
+        t->child = NULL;
+    }
+    return s;
 }
 
 /* A vote in the parent's rounds, then the join of this color's comm. */
@@ -1888,20 +1949,17 @@ static enum step step_split(struct task *t, ncclResult_t *err)
             c->nchildren++;
             return STEP_DONE;
         }
-        if (!(t->child = new_shm_comm(t->new_size, t->new_rank, c->device))) {
+        if (!(t->child = make_child(t, t->new_size, t->new_rank))) {
             *err = no_memory(t->name);
             return STEP_FAILED;
         }
         name_child(t->child, c, OP_SPLIT, &t->op.color, 1);
         if ((*err = attach(t->child, t->name)) != ncclSuccess)
             return STEP_FAILED;
+        t->joining = true;
         return STEP_MOVED;
     }
-    if ((s = step_join(t, t->child)) == STEP_DONE) {
-        *t->op.newcomm = t->child;
-        t->child = NULL;
-    }
-    return s;
+    return finish_child(t);
 }
 
 /* The excluded ranks do not call (they may be dead), so the survivors agree without meeting:
@@ -1909,27 +1967,23 @@ static enum step step_split(struct task *t, ncclResult_t *err)
 static enum step step_shrink(struct task *t, ncclResult_t *err)
 {
     ncclComm_t c = t->op.comm;
-    enum step s;
 
-    if (!t->child) {
+    if (!t->joining) {
         int k = 0;
 
         for (int r = 0; r < c->rank; r++)
             k += !excludes(&t->op, r);
-        if (!(t->child = new_shm_comm(c->nranks - t->op.nexclude, k, c->device))) {
+        if (!(t->child = make_child(t, c->nranks - t->op.nexclude, k))) {
             *err = no_memory(t->name);
             return STEP_FAILED;
         }
         name_child(t->child, c, OP_SHRINK, t->op.exclude, t->op.nexclude);
         if ((*err = attach(t->child, t->name)) != ncclSuccess)
             return STEP_FAILED;
+        t->joining = true;
         return STEP_MOVED;
     }
-    if ((s = step_join(t, t->child)) == STEP_DONE) {
-        *t->op.newcomm = t->child;
-        t->child = NULL;
-    }
-    return s;
+    return finish_child(t);
 }
 
 static enum step step(struct task *t, ncclResult_t *err)
@@ -2027,8 +2081,8 @@ static ncclResult_t timed_out(const struct task *t, double limit)
             snprintf(why, sizeof(why), "rank %d to send the rest (%llu of %llu bytes arrived)",
                      op->root, (unsigned long long)(t->done - MSG_HDR_BYTES),
                      (unsigned long long)t->msg_len);
-    } else if (op->kind == OP_INIT || t->child) {
-        ncclComm_t j = t->child ? t->child : c;
+    } else if (op->kind == OP_INIT || t->joining) {
+        ncclComm_t j = t->joining ? t->child : c;
 
         missing_ranks(who, sizeof(who), j, MISSING_JOIN, 0);
         snprintf(why, sizeof(why), "%s of the new %d-rank communicator to join", who, j->nranks);
@@ -2046,16 +2100,19 @@ static ncclResult_t timed_out(const struct task *t, double limit)
 }
 
 /* After a failure the comms of the unfinished calls are out of step with their peers: they take
- * NCCL's asynchronous error, and half-joined children go. */
+ * NCCL's asynchronous error, and so do children already handed out; the others go. */
 static void abandon(struct task *t, size_t n, ncclResult_t err)
 {
     for (size_t i = 0; i < n; i++) {
         if (t[i].finished)
             continue;
-        if (t[i].child) {
+        if (t[i].op.child) { /* handed out at the call: it stays the caller's, in error */
+            t[i].op.child->async_error = err;
+            t[i].op.child->pending = false;
+        } else if (t[i].child) {
             free_comm(t[i].child);
-            t[i].child = NULL;
         }
+        t[i].child = NULL;
         if (t[i].op.comm->async_error == ncclSuccess)
             t[i].op.comm->async_error = err;
     }
@@ -2494,6 +2551,7 @@ static ncclResult_t init_shm(const char *fn, ncclComm_t *comm, int nranks, const
             free_comm(c);
             return r;
         }
+        c->pending = true;
         *comm = c;
         return ncclSuccess;
     }
@@ -2593,6 +2651,32 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *d
     return ncclSuccess;
 }
 
+/* Submits a split or shrink. On a shared-memory comm inside a group the new comm is handed out at
+ * once, as NCCL's ncclCommSplit sets *newcomm before the group runs the child's init; like NCCL's,
+ * it is refused until the group has ended (and shapetrace's wrapper sees the handle at the call).
+ * A clique's split still fills *newcomm at ncclGroupEnd. */
+static ncclResult_t submit_child(struct op *op)
+{
+    ncclComm_t child;
+    ncclResult_t r;
+
+    if (!op->comm->shm || group_depth == 0 ||
+        (op->kind == OP_SPLIT && op->color == NCCL_SPLIT_NOCOLOR))
+        return submit(op);
+    if (!(child = new_shm_comm(0, -1, op->comm->device))) {
+        free(op->exclude);
+        return no_memory(ops[op->kind].name);
+    }
+    child->pending = true;
+    op->child = child;
+    if ((r = submit(op)) != ncclSuccess) {
+        free_comm(child);
+        return r;
+    }
+    *op->newcomm = child;
+    return ncclSuccess;
+}
+
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config)
 {
@@ -2609,7 +2693,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
                          color));
     if ((r = check_config(config, "ncclCommSplit")) != ncclSuccess)
         return note(r);
-    return note(submit(&(struct op){
+    return note(submit_child(&(struct op){
         .kind = OP_SPLIT, .comm = comm, .color = color, .key = key, .newcomm = newcomm}));
 }
 
@@ -2650,11 +2734,11 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
             return note(r);
         }
     }
-    return note(submit(&(struct op){.kind = OP_SHRINK,
-                                    .comm = comm,
-                                    .exclude = exclude,
-                                    .nexclude = excludeRanksCount,
-                                    .newcomm = newcomm}));
+    return note(submit_child(&(struct op){.kind = OP_SHRINK,
+                                          .comm = comm,
+                                          .exclude = exclude,
+                                          .nexclude = excludeRanksCount,
+                                          .newcomm = newcomm}));
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)
@@ -2672,7 +2756,7 @@ static bool queued_on(ncclComm_t comm)
         if (queue[i].comm == comm)
             return true;
     for (size_t i = 0; i < xqueue_len; i++)
-        if (xqueue[i].comm == comm)
+        if (xqueue[i].comm == comm || xqueue[i].child == comm)
             return true;
     return false;
 }
@@ -2683,7 +2767,7 @@ static void drop_calls_on(struct op *q, size_t *len, ncclComm_t comm)
     size_t kept = 0;
 
     for (size_t i = 0; i < *len; i++) {
-        if (q[i].comm == comm)
+        if (q[i].comm == comm || q[i].child == comm)
             free(q[i].exclude);
         else
             q[kept++] = q[i];
@@ -2724,7 +2808,7 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
 {
-    ncclResult_t r = check_comm(comm, "ncclCommCount");
+    ncclResult_t r = check_ready(comm, "ncclCommCount");
 
     if (r != ncclSuccess)
         return r;
@@ -2736,7 +2820,7 @@ NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
 
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
 {
-    ncclResult_t r = check_comm(comm, "ncclCommCuDevice");
+    ncclResult_t r = check_ready(comm, "ncclCommCuDevice");
 
     if (r != ncclSuccess)
         return r;
@@ -2748,7 +2832,7 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
 
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
 {
-    ncclResult_t r = check_comm(comm, "ncclCommUserRank");
+    ncclResult_t r = check_ready(comm, "ncclCommUserRank");
 
     if (r != ncclSuccess)
         return r;
@@ -2766,7 +2850,8 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
         return r;
     if (!asyncError)
         return fail(ncclInvalidArgument, "ncclCommGetAsyncError : asyncError argument is NULL");
-    *asyncError = comm->async_error;
+    *asyncError =
+        comm->pending && comm->async_error == ncclSuccess ? ncclInProgress : comm->async_error;
     return ncclSuccess;
 }
 
