@@ -130,6 +130,12 @@ $(B)/tests/local_module: tests/load/local_module.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
 
+# Multi-rank scenarios share the examples' launcher-facing helpers.
+$(B)/tests/ranks: tests/load/ranks.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Iexamples -Itests/doubles $(GPU_INC) -o $@ $< \
+		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
+
 $(B)/tests/missing: tests/load/missing.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl

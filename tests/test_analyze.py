@@ -275,6 +275,45 @@ def test_expectation_file_errors():
     assert p.returncode == 0 and 'expectation "never" matched no call' in p.stderr
 
 
+# ---- one planted divergence of each kind, on 4 simulated ranks ----
+
+RANKS_CASES = {
+    # mode: (kind, culprits, seq, communicator size, call site)
+    "op": ("op_mismatch", [1], 1, 4, "world_step"),
+    "redop": ("redop_mismatch", [2], 2, 4, "world_step"),
+    "root": ("root_mismatch", [3], 3, 4, "main"),
+    "split": ("count_mismatch", [2], 1, 3, "part_step"),
+    "group": ("p2p_size_mismatch", [0, 1], 0, 4, "ring"),
+    "p2pdtype": ("p2p_dtype_mismatch", [0, 1], 0, 4, "ring"),
+    "unmatched": ("p2p_unmatched", [0, 1], 0, 4, "ring"),
+}
+
+
+def run_ranks(mode):
+    d = os.path.join(TMP, "ranks-" + mode)
+    e = env()
+    e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+    subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--",
+                    f"{T}/ranks", mode], capture_output=True, text=True, timeout=120, env=e)
+    return d
+
+
+def test_multirank_scenarios():
+    r, _ = analyze(run_ranks("clean"))
+    assert r["findings"] == [], [x["summary"] for x in r["findings"]]
+    sizes = sorted(c["nranks"] for c in r["comms"])
+    assert sizes == [1, 3, 4], sizes  # the world, and its split into {0} and {1, 2, 3}
+    for mode, (kind, culprits, seq, nranks, site) in RANKS_CASES.items():
+        r, _ = analyze(run_ranks(mode))
+        f = first(r)
+        assert (f["kind"], f["ranks"], f["seq"]) == (kind, culprits, seq), (mode, f["summary"])
+        assert len(r["findings"]) == 1, (mode, [x["summary"] for x in r["findings"]])
+        comm = [c for c in r["comms"] if c["id"] == f["comm"]]
+        assert comm and comm[0]["nranks"] == nranks, (mode, comm)
+        assert frames(f["events"][0])[0].startswith(site + " ("), (mode, frames(f["events"][0]))
+        assert f["severity"] == ("warning" if kind == "p2p_dtype_mismatch" else "error")
+
+
 # ---- the examples, on 4 simulated ranks ----
 
 def run_example(name, args, tag):
