@@ -526,8 +526,11 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
              " pieces of %" PRIu64 " bytes at a stride of %" PRIu64 " bytes, each part of "
              "one %" PRIu64 "-byte row",
              csite, g->n, g->piece / es, pshape,
-             r->dtype >= 0 ? shp_dtype_name((unsigned)r->dtype) : "byte", producer, psite, g->n,
-             g->piece, g->stride, row);
+             r->dtype >= 0 ? shp_dtype_name((unsigned)r->dtype)
+             : es == 2     ? "2-byte (bf16 or fp16?)"
+             : es == 4     ? "4-byte"
+                           : "byte",
+             producer, psite, g->n, g->piece, g->stride, row);
 }
 
 /* The region's last bytes are gone: judge its readers and reuse its slot. */
