@@ -46,7 +46,7 @@ COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 
 # ---- the preload ----
 PRELOAD_SRC := preload/init.c preload/resolve.c preload/record.c preload/writer.c \
-               preload/stacks.c preload/nccl.c preload/cudart.c
+               preload/stacks.c preload/python.c preload/nccl.c preload/cudart.c
 PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(B)/obj/%.o)
 PRELOAD := $(B)/lib/libshapetrace.so
 EXPORTS := $(B)/obj/preload/exports.map

@@ -25,7 +25,8 @@ measure() { # label, then the command prefix
 }
 printf "%-28s %12s %14s %16s\n" "configuration" "copy ns/call" "allreduce ns" "graph launch ns"
 measure "untraced" env
-measure "traced, stacks native" "$TOOL" run --dir "$tmp/run" --
+measure "traced, stacks python" "$TOOL" run --dir "$tmp/run" --stacks python --
+measure "traced, stacks native" "$TOOL" run --dir "$tmp/run" --stacks native --
 measure "traced, stacks none" "$TOOL" run --dir "$tmp/run" --stacks none --
 measure "dormant (not armed)" "$TOOL" run --dir "$tmp/run" --dormant --
 rm -rf "$tmp/run"
@@ -38,6 +39,30 @@ t0=$(date +%s%N)
 "$TOOL" dump --json --no-stacks "$f" | wc -l >/dev/null
 t1=$(date +%s%N)
 echo "dump --json --no-stacks: $events events in $(((t1 - t0) / 1000000)) ms"
+
+# Python call sites: cudaMemcpyAsync through ctypes from 20 Python frames (bench/pystack.py).
+PY=${PYTHON:-python3}
+PN=${PYN:-$((N / 2))}
+if "$PY" -c 'import ctypes' 2>/dev/null; then
+    echo
+    echo "Python call sites ($("$PY" -c 'import sys; print(sys.version.split()[0])'), ctypes," \
+        "20 Python frames; $PN calls per figure, median of 5 runs)"
+    pymeasure() { # the command prefix; prints the median ns a call
+        for i in 1 2 3 4 5; do
+            rm -rf "$tmp/run"
+            "$@" "$PY" bench/pystack.py "$B/tests/libcudart.so.13" "$PN" 2>/dev/null |
+                awk '/^pycopy/ {print $2}'
+        done | median
+    }
+    pu=$(pymeasure env)
+    pn=$(pymeasure "$TOOL" run --dir "$tmp/run" --stacks native --)
+    pp=$(pymeasure "$TOOL" run --dir "$tmp/run" --stacks python --)
+    printf "%-28s %12s\n" "configuration" "copy ns/call"
+    printf "%-28s %12s\n" "untraced" "$pu" "traced, stacks native" "$pn" \
+        "traced, stacks python" "$pp"
+    echo "Python frames add $(echo "$pp $pn" | awk '{printf "%.0f", $1 - $2}') ns a call" \
+        "over native stacks (target: 2,000 ns or less)"
+fi
 
 # The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
 # 512 ranks x 10,000 events, each with one planted divergence it must find.

@@ -188,10 +188,43 @@ void shp_writer_atfork_child(void);
 /* ---- stacks.c: call sites ---- */
 
 /* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the
- * stack could not be stored. Call from a wrapper with the guard held. */
+ * stack could not be stored. With SHP_STACKS_PYTHON it names a Python stack (SHP_REC_PYSTACK)
+ * when the thread runs Python. Call from a wrapper with the guard held. */
 uint32_t shp_stack_here(void);
 /* Write module records for objects loaded since the last call. */
 void shp_modules_sync(void);
 void shp_stacks_atfork_child(void);
+
+/* A lock-free table from a 64-bit key hash to a record id, for records stored once (stacks,
+ * Python code objects). A slot is claimed by its hash; its id is published after its record. */
+struct shp_intern_slot {
+    _Atomic uint64_t hash;
+    _Atomic uint32_t id;
+    uint32_t pad;
+};
+
+/* The id for hash `h` in `tab` (`nslots`, a power of two, zeroed memory). On first sight calls
+ * store(arg), which writes the record and returns its id (0 if it could not); threads that meet
+ * the same hash meanwhile wait for that id. Returns 0 when the record could not be stored or
+ * the table is full (counted in the header's stacks_dropped). No allocation, no lock. */
+uint32_t shp_intern(struct shp_intern_slot *tab, uint32_t nslots, uint64_t h,
+                    uint32_t (*store)(void *arg), void *arg);
+/* shp_intern on the stack table, whose ids events carry (native and Python stacks share it).
+ * Returns 0 if the table could not be made. */
+uint32_t shp_stack_intern(uint64_t h, uint32_t (*store)(void *arg), void *arg);
+/* A new id in the stack table's id space, for the record a store callback writes. */
+uint32_t shp_stack_new_id(void);
+
+/* ---- python.c: Python call sites (SHP_STACKS_PYTHON) ---- */
+
+/* The calling thread's Python frames deduplicated into a SHP_REC_PYSTACK that refers to the
+ * native stack `native`; returns its id, or `native` when the thread runs no Python, the process
+ * has no Python, or its version is not supported (warned once). Reads only the calling thread's
+ * own frames, without the GIL. Call from a wrapper with the guard held; no allocation, no lock
+ * but on first use. */
+uint32_t shp_py_stack(uint32_t native);
+/* Objects were loaded or unloaded: a process found without Python looks again. */
+void shp_py_modules_changed(void);
+void shp_py_atfork_child(void);
 
 #endif

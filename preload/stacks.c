@@ -24,15 +24,10 @@ static struct {
     bool use_glibc;
 } uw = {.once = PTHREAD_ONCE_INIT};
 
-/* Stack table: open addressing on the frames' hash; an entry's id is published after its
- * record, and a thread that finds the hash but no id yet waits for it (a few stores away). */
+/* Stack table: open addressing on the frames' hash (see shp_intern). Native and Python stacks
+ * share it and its ids. */
 #define STACK_SLOTS (1u << 16)
-struct stack_slot {
-    _Atomic uint64_t hash;
-    _Atomic uint32_t id;
-    uint32_t pad;
-};
-static struct stack_slot *stack_tab;
+static struct shp_intern_slot *stack_tab;
 static _Atomic uint32_t next_stack_id;
 
 /* Modules already written to this process's trace. */
@@ -45,9 +40,9 @@ static struct {
 } mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* 1 MiB, taken once, outside malloc: the wrappers may run inside an allocator's own calls. */
-static struct stack_slot *mmap_alloc_stack_table(void)
+static struct shp_intern_slot *mmap_alloc_stack_table(void)
 {
-    void *p = mmap(NULL, sizeof(struct stack_slot) * STACK_SLOTS, PROT_READ | PROT_WRITE,
+    void *p = mmap(NULL, sizeof(struct shp_intern_slot) * STACK_SLOTS, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
@@ -90,44 +85,39 @@ static uint64_t hash_frames(void *const *f, int n)
     return h ? h : 1;
 }
 
-static uint32_t store_stack(void *const *frames, int n)
+uint32_t shp_stack_new_id(void)
 {
-    uint32_t id = atomic_fetch_add(&next_stack_id, 1) + 1;
-    size_t size = sizeof(struct shp_rec_stack) + (size_t)n * 8;
+    return atomic_fetch_add(&next_stack_id, 1) + 1;
+}
+
+struct native_frames {
+    void *const *frames;
+    int n;
+};
+
+static uint32_t store_stack(void *arg)
+{
+    const struct native_frames *nf = arg;
+    shp_modules_sync();
+    uint32_t id = shp_stack_new_id();
+    size_t size = sizeof(struct shp_rec_stack) + (size_t)nf->n * 8;
     struct shp_rec_stack *r = shp_writer_reserve(SHP_REC_STACK, size);
     if (!r)
         return 0;
     r->id = id;
-    r->nframes = (uint32_t)n;
+    r->nframes = (uint32_t)nf->n;
     uint64_t *out = (uint64_t *)(r + 1);
-    for (int i = 0; i < n; i++)
-        out[i] = (uint64_t)(uintptr_t)frames[i];
+    for (int i = 0; i < nf->n; i++)
+        out[i] = (uint64_t)(uintptr_t)nf->frames[i];
     shp_writer_publish(r, SHP_REC_STACK, size);
     return id;
 }
 
-uint32_t shp_stack_here(void)
+uint32_t shp_intern(struct shp_intern_slot *tab, uint32_t nslots, uint64_t h,
+                    uint32_t (*store)(void *arg), void *arg)
 {
-    if (shp_cfg.stacks == SHP_STACKS_NONE)
-        return 0;
-    pthread_once(&uw.once, load_unwinder);
-    if (!stack_tab)
-        return 0;
-    void *buf[SHP_STACK_MAX_FRAMES + 8];
-    int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
-                      : backtrace(buf, (int)(sizeof(buf) / sizeof(buf[0])));
-    int skip = 0;
-    while (skip < n && shp_is_self(buf[skip]))
-        skip++;
-    void **frames = buf + skip;
-    n -= skip;
-    if (n > SHP_STACK_MAX_FRAMES)
-        n = SHP_STACK_MAX_FRAMES;
-    if (n <= 0)
-        return 0;
-    uint64_t h = hash_frames(frames, n);
-    for (uint32_t i = 0; i < STACK_SLOTS; i++) {
-        struct stack_slot *s = &stack_tab[(h + i) & (STACK_SLOTS - 1)];
+    for (uint32_t i = 0; i < nslots; i++) {
+        struct shp_intern_slot *s = &tab[(h + i) & (nslots - 1)];
         uint64_t cur = atomic_load_explicit(&s->hash, memory_order_acquire);
         if (cur == 0) {
             if (!atomic_compare_exchange_strong(&s->hash, &cur, h)) {
@@ -135,8 +125,7 @@ uint32_t shp_stack_here(void)
                     continue;
                 goto found;
             }
-            shp_modules_sync();
-            uint32_t id = store_stack(frames, n);
+            uint32_t id = store(arg);
             /* id 0 (not stored) is published as UINT32_MAX so that waiters stop waiting. */
             atomic_store_explicit(&s->id, id ? id : UINT32_MAX, memory_order_release);
             return id;
@@ -155,6 +144,36 @@ uint32_t shp_stack_here(void)
     if (hdr)
         __atomic_fetch_add(&hdr->stacks_dropped, 1, __ATOMIC_RELAXED);
     return 0;
+}
+
+uint32_t shp_stack_intern(uint64_t h, uint32_t (*store)(void *arg), void *arg)
+{
+    pthread_once(&uw.once, load_unwinder);
+    return stack_tab ? shp_intern(stack_tab, STACK_SLOTS, h, store, arg) : 0;
+}
+
+uint32_t shp_stack_here(void)
+{
+    if (shp_cfg.stacks == SHP_STACKS_NONE)
+        return 0;
+    pthread_once(&uw.once, load_unwinder);
+    if (!stack_tab)
+        return 0;
+    void *buf[SHP_STACK_MAX_FRAMES + 8];
+    int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
+                      : backtrace(buf, (int)(sizeof(buf) / sizeof(buf[0])));
+    int skip = 0;
+    while (skip < n && shp_is_self(buf[skip]))
+        skip++;
+    n -= skip;
+    if (n > SHP_STACK_MAX_FRAMES)
+        n = SHP_STACK_MAX_FRAMES;
+    uint32_t id = 0;
+    if (n > 0) {
+        struct native_frames nf = {buf + skip, n};
+        id = shp_intern(stack_tab, STACK_SLOTS, hash_frames(nf.frames, n), store_stack, &nf);
+    }
+    return shp_cfg.stacks == SHP_STACKS_PYTHON ? shp_py_stack(id) : id;
 }
 
 static int adds_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -240,11 +259,14 @@ void shp_modules_sync(void)
     uint64_t adds = 0;
     dl_iterate_phdr(adds_cb, &adds);
     pthread_mutex_lock(&mods.mu);
-    if (adds != mods.adds || mods.n == 0) {
+    bool changed = adds != mods.adds;
+    if (changed || mods.n == 0) {
         dl_iterate_phdr(module_cb, NULL);
         mods.adds = adds;
     }
     pthread_mutex_unlock(&mods.mu);
+    if (changed && shp_cfg.stacks == SHP_STACKS_PYTHON)
+        shp_py_modules_changed();
 }
 
 void shp_stacks_atfork_child(void)
@@ -252,6 +274,7 @@ void shp_stacks_atfork_child(void)
     /* The child's trace starts empty: its stacks and modules must be written again. */
     if (stack_tab)
         memset(stack_tab, 0, sizeof(*stack_tab) * STACK_SLOTS);
+    shp_py_atfork_child();
     atomic_store(&next_stack_id, 0);
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;

@@ -211,7 +211,8 @@ int shp_writer_open(void)
 static bool is_bookkeeping(unsigned type)
 {
     return type == SHP_REC_COMM || type == SHP_REC_STACK || type == SHP_REC_MODULE ||
-           type == SHP_REC_MARK;
+           type == SHP_REC_MARK || type == SHP_REC_PYINFO || type == SHP_REC_PYCODE ||
+           type == SHP_REC_PYSTACK;
 }
 
 void *shp_writer_reserve(unsigned type, size_t size)

@@ -314,6 +314,22 @@ def test_multirank_scenarios():
         assert f["severity"] == ("warning" if kind == "p2p_dtype_mismatch" else "error")
 
 
+def test_expectation_sites_match_python_functions():
+    d = os.path.join(TMP, "ctypes")
+    here = os.path.dirname(os.path.abspath(__file__))
+    run([TOOL, "run", "--dir", d, "--", shutil.which("python3"),
+         os.path.join(here, "load", "ctypes_nccl.py"), f"{T}/libnccl.so.2",
+         f"{T}/libcudart.so.13"])
+    spec = os.path.join(TMP, "py.expect.json")
+    open(spec, "w").write('{"expect": [{"name": "rows of 128 bytes", "match": {"op": "cudaMemcpy",'
+                          ' "site": "copy_rows"}, "shape": [128], "dtype": "int8"}]}')
+    p = run([TOOL, "analyze", "--json", "--expect", spec, d])
+    r = json.loads(p.stdout)
+    assert "matched no call" not in p.stderr, p.stderr
+    f = first(r)
+    assert f["kind"] == "expectation_violation" and "py: copy_rows (" in f["summary"], f["summary"]
+
+
 # ---- the examples, on 4 simulated ranks ----
 
 def run_example(name, args, tag):

@@ -1,8 +1,10 @@
 """shapetrace tests: the preload and `run`/`dump`, through every loading path, on the test doubles
 (simulated ranks; no GPU). Usage: test_preload.py BUILD_DIR [NAME...]. Prints one line per test
 and ends with 'N passed, M failed'."""
+import glob
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -335,6 +337,384 @@ def test_python_ctypes():
     assert len({a["tid"] for a in ars}) == 2
 
 
+# ---- Python call sites (--stacks python) ----
+
+CTYPES_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "load", "ctypes_nccl.py")
+PY_FRAME = re.compile(r"^py: (?P<fn>\S+) \((?P<file>.*?)(?::(?P<line>\d+))?\)$")
+
+
+def line_of(path, exact=None, contains=None):
+    """The 1-based line of `path` whose stripped text is `exact` (or contains `contains`)."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    found = [i + 1 for i, t in enumerate(lines)
+             if (exact is not None and t.strip() == exact) or
+             (contains is not None and contains in t)]
+    assert len(found) == 1, (path, exact, contains, found)
+    return found[0]
+
+
+def py_frames(e):
+    """The event's Python frames as (function, file, line) and their indexes in its stack."""
+    out, where = [], []
+    for i, f in enumerate(e["stack"] or []):
+        m = PY_FRAME.match(f)
+        if f.startswith("py: "):
+            assert m, f
+            out.append((m["fn"], m["file"], int(m["line"]) if m["line"] else None))
+            where.append(i)
+    return out, where
+
+
+def count_records(path):
+    """Records of each type in a trace file (read by hand, independently of the tools)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    tail = min(int.from_bytes(data[72:80], "little"), len(data))
+    counts, off = {}, 4096
+    while off + 8 <= tail:
+        word = int.from_bytes(data[off:off + 4], "little")
+        size = (word & 0xffff) * 8
+        if word >> 24 != 0xA7 or size == 0:
+            break
+        counts[(word >> 16) & 0xff] = counts.get((word >> 16) & 0xff, 0) + 1
+        off += size
+    return counts
+
+
+SHP_REC_PYCODE, SHP_REC_PYSTACK = 12, 13
+
+
+def check_python_call_sites(py, name):
+    """Run ctypes_nccl.py under interpreter `py` with --stacks python; check every call's Python
+    frames (function, file, line; innermost first) and where they sit among the native ones."""
+    d, p = traced(name, [py, CTYPES_PY, f"{T}/libnccl.so.2", f"{T}/libcudart.so.13"],
+                  opts=["--stacks", "python"])
+    assert "ctypes ok" in p.stdout
+    assert "WARN" not in p.stderr, p.stderr
+    ev, _ = dump(d)
+    src = CTYPES_PY
+
+    def at(fn, **kw):
+        return (fn, src, line_of(src, **kw))
+
+    module = at("<module>", exact="main()")
+    sites = {
+        "ncclAllReduce": [at("reduce_layer", contains="nccl.ncclAllReduce("),
+                          at("forward", contains="reduce_layer(self.comm"),
+                          at("steps", contains="yield from map("),
+                          at("worker", contains="for _ in steps(")],
+        "cudaMemcpy": [at("copy_rows", contains="cudart.cudaMemcpy(dev"),
+                       at("forward", contains="copy_rows(self.dev"),
+                       at("steps", contains="yield from map("),
+                       at("worker", contains="for _ in steps(")],
+        "cudaMalloc": [at("main", contains="cudart.cudaMalloc("), module],
+        "ncclCommInitRank": [at("make_comm", contains="nccl.ncclCommInitRank("),
+                             at("main", exact="comm = make_comm()"), module],
+    }
+    for op, want in sites.items():
+        calls = ops(ev, op)
+        assert calls, op
+        for e in calls:
+            got, where = py_frames(e)
+            assert got[:len(want)] == want, (op, got, e["stack"])
+            # the Python frames follow the native frames of the call (ctypes, libffi) and are
+            # in one piece: no interpreter frame between them
+            assert where[0] > 0 and where == list(range(where[0], where[0] + len(where))), \
+                e["stack"]
+            assert not any("_PyEval_EvalFrameDefault" in f for f in e["stack"]), e["stack"]
+            if op in ("ncclAllReduce", "cudaMemcpy"):  # from a thread started by threading
+                thr = got[len(want):]
+                assert [f[0] for f in thr] == ["run", "_bootstrap_inner", "_bootstrap"], thr
+                assert all(f[1].endswith("threading.py") for f in thr), thr
+                assert thr[0][2] == line_of(thr[0][1], contains="self._target(*self._args"), thr
+            else:
+                assert len(got) == len(want), (op, got)
+    workers = {e["tid"] for e in ops(ev, "ncclAllReduce")}
+    main_tid = one(ev, "cudaMalloc")["tid"]
+    assert len(workers) == 2 and main_tid not in workers, (workers, main_tid)
+    # Python called back from C (libc's qsort): the callback's frames, native frames, then the
+    # frames that called qsort
+    cb = one(ev, "cudaMemcpyAsync")
+    got, where = py_frames(cb)
+    assert got == [at("on_compare", contains="cudart.cudaMemcpyAsync("),
+                   at("sort_rows", contains="libc.qsort("),
+                   at("main", exact="sort_rows(dev, host)"), module], (got, cb["stack"])
+    assert where[1] > where[0] + 1, cb["stack"]  # native frames between the two groups
+    assert where[2:] == [where[1] + 1, where[1] + 2], cb["stack"]
+    # the table's site column is the innermost Python frame
+    table = run([TOOL, "dump", d]).stdout
+    rows = [line for line in table.splitlines() if " ncclAllReduce " in line]
+    assert len(rows) == 20, table
+    want = "py: reduce_layer (%s:%d)" % (src, sites["ncclAllReduce"][0][2])
+    assert all(r.endswith(want) for r in rows), rows[:2]
+    # deduplicated: each Python stack and each code object is stored once
+    f = [os.path.join(d, x) for x in os.listdir(d) if x.endswith(".shptrace")]
+    assert len(f) == 1, f
+    counts = count_records(f[0])
+    assert counts.get(SHP_REC_PYCODE) == 13, counts  # the 13 functions on those stacks
+    assert 5 <= counts.get(SHP_REC_PYSTACK, 0) <= 16, counts  # for 43 calls
+    return ev
+
+
+def other_pythons():
+    """CPython 3.10 to 3.13 interpreters besides the default one, where pyenv has them."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    have = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[1])"],
+                          capture_output=True, text=True).stdout.strip()
+    found = []
+    for minor in (10, 11, 12, 13):
+        if str(minor) == have:
+            continue
+        for v in sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*"))):
+            py = os.path.join(v, "bin", f"python3.{minor}")
+            if os.access(py, os.X_OK):
+                found.append(py)
+                break
+    return found
+
+
+def test_python_call_sites():
+    check_python_call_sites(shutil.which("python3"), "pysites")
+
+
+class NotRun(Exception):
+    """A test that cannot run on this machine: reported by name, counted neither way."""
+
+
+def test_python_call_sites_other_versions():
+    pys = other_pythons()
+    if not pys:
+        raise NotRun("no CPython 3.10-3.13 besides the default one under pyenv")
+    for py in pys:
+        check_python_call_sites(py, "pysites-" + os.path.basename(py))
+    print(f"     (checked {', '.join(os.path.basename(p) for p in pys) or 'no other version'})")
+
+
+def test_stacks_mode_default_env_and_bad_value():
+    args = [shutil.which("python3"), CTYPES_PY, f"{T}/libnccl.so.2", f"{T}/libcudart.so.13"]
+    for name, env_mode, want_py in (("pydefault", None, True), ("pyenv", "python", True),
+                                    ("nativeenv", "native", False)):
+        env = base_env()
+        env.pop("SHAPETRACE_STACKS", None)
+        if env_mode:
+            env["SHAPETRACE_STACKS"] = env_mode
+        d, _ = traced(name, args, env=env)
+        ev, _ = dump(d)
+        got = py_frames(one(ev, "cudaMalloc"))[0]
+        if want_py:
+            assert got[0] == ("main", CTYPES_PY, line_of(CTYPES_PY, contains="cudaMalloc(")), got
+        else:
+            assert not got, (name, got)
+    p = run([TOOL, "run", "--stacks", "pyton", "--", "true"], check=False)
+    assert p.returncode == 2 and "none, native or python" in p.stderr, p.stderr
+    assert "python" in run([TOOL, "run", "--help"]).stdout
+
+
+FORK_PY = """import ctypes, os, sys
+cudart = ctypes.CDLL(sys.argv[1])
+
+
+def alloc():
+    dev = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+
+
+def parent_side():
+    alloc()
+
+
+def child_side():
+    alloc()
+
+
+parent_side()
+pid = os.fork()
+if pid == 0:
+    child_side()
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+"""
+
+
+def test_python_call_sites_after_fork():
+    """A forked child's trace holds its own code records: its Python frames read in full."""
+    script = os.path.join(TMP, "fork_py.py")
+    with open(script, "w") as f:
+        f.write(FORK_PY)
+    d, _ = traced("pyfork", [shutil.which("python3"), script, f"{T}/libcudart.so.13"])
+    traces = sorted(os.path.join(d, x) for x in os.listdir(d) if x.endswith(".shptrace"))
+    assert len(traces) == 2, traces
+    alloc = line_of(script, contains="cudart.cudaMalloc(")
+    seen = set()
+    for t in traces:
+        ev, _ = dump(t)
+        got = py_frames(one(ev, "cudaMalloc"))[0]
+        side = got[1][0] if len(got) == 3 else None
+        assert side in ("parent_side", "child_side"), got
+        assert got == [("alloc", script, alloc),
+                       (side, script, line_of(script, exact=f"def {side}():") + 1),
+                       ("<module>", script, line_of(script, exact=f"{side}()"))], got
+        seen.add(side)
+    assert seen == {"parent_side", "child_side"}, seen
+
+
+def lines_script(path):
+    """Write a script whose cudaMalloc calls (size = site number) sit in many shapes of code and
+    at line distances that need long entries in every line-table format; return {size: line}."""
+    out, sites = [], {}
+
+    def add(text):
+        out.extend(text.split("\n"))
+
+    def site(indent, template):
+        k = len(sites) + 1
+        sites[k] = len(out) + 1
+        out.append(" " * indent + template.format(f"alloc({k})"))
+
+    add("import ctypes, sys\ncudart = ctypes.CDLL(sys.argv[1])\n\n\ndef alloc(n):\n"
+        "    dev = ctypes.c_void_p()\n"
+        "    return cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(n))\n\n")
+    for gap in (0, 1, 31, 64, 127, 128, 300, 2100):
+        add(f"def far_{gap}():")
+        add("\n".join(["    x = 1"] * gap) if gap else "    pass")
+        site(4, "{}")
+        add("    for i in range(1):\n        y = i")
+        site(8, "{}")
+        add("    z = [{} for _ in range(1)]".format("0"))
+        site(4, "w = [{} for _ in range(1)]")
+        add("    try:\n        raise ValueError\n    except ValueError:")
+        site(8, "{}")
+        add("    finally:")
+        site(8, "{}")
+        add("    f = lambda: {}".format("0"))
+        site(4, "g = (lambda: {})()")
+        site(4, "h = sum({} for _ in range(1))")
+        add("\n")
+    add("class K:\n    def m(self):")
+    site(8, "return {}")
+    add("\n")
+    add("def calls():\n" + "\n".join(f"    far_{g}()" for g in (0, 1, 31, 64, 127, 128, 300, 2100)))
+    add("    K().m()\n\n\ncalls()\nprint('lines ok')")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return sites
+
+
+def check_python_lines(py, name):
+    script = os.path.join(TMP, name + ".py")
+    sites = lines_script(script)
+    d, p = traced(name, [py, script, f"{T}/libcudart.so.13"])
+    assert "lines ok" in p.stdout, p.stdout + p.stderr
+    ev, _ = dump(d)
+    got = {e["size"]: py_frames(e)[0] for e in ops(ev, "cudaMalloc")}
+    assert sorted(got) == sorted(sites), (sorted(got), sorted(sites))
+    for k, line in sites.items():
+        frames = got[k]
+        assert frames[0][:2] == ("alloc", script), frames
+        caller = next(f for f in frames[1:] if f[0] not in ("<lambda>", "<genexpr>", "<listcomp>"))
+        inner = frames[1]
+        assert inner[1] == script and inner[2] == line, (k, line, frames)
+        assert caller[0].startswith("far_") or caller[0] == "m", frames
+
+
+def test_python_lines_across_constructs():
+    """Lines computed from the stored line tables match the source, for every version here."""
+    pys = [shutil.which("python3")] + other_pythons()
+    for py in pys:
+        check_python_lines(py, "pylines-" + os.path.basename(os.path.realpath(py)))
+    print(f"     (checked {len(pys)} interpreters)")
+
+
+REUSE_PY = """import ctypes, gc, sys, threading
+cudart = ctypes.CDLL(sys.argv[1])
+
+
+def alloc(n):
+    dev = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+
+
+def work(t):
+    for i in range(150):
+        k = t * 1000 + i
+        ns = {"alloc": alloc}
+        src = f"def gen_{k}():\\n" + "    pass\\n" * (i % 7) + f"    alloc({k})\\n"
+        exec(compile(src, f"<gen {k}>", "exec"), ns)
+        ns[f"gen_{k}"]()
+        del ns
+        gc.collect(0)
+
+
+threads = [threading.Thread(target=work, args=(t + 1,)) for t in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_python_code_generated_at_run_time():
+    """Functions exec'd and freed in a loop (as torch.fx does) reuse the addresses of the last
+    ones' code objects, names and line tables: each call still names its own function and line."""
+    script = os.path.join(TMP, "reuse_py.py")
+    with open(script, "w") as f:
+        f.write(REUSE_PY)
+    for py in [shutil.which("python3")] + other_pythons():
+        d, _ = traced("pyreuse-" + os.path.basename(os.path.realpath(py)),
+                      [py, script, f"{T}/libcudart.so.13"])
+        ev, _ = dump(d)
+        allocs = ops(ev, "cudaMalloc")
+        assert len(allocs) == 600, len(allocs)
+        for e in allocs:
+            k = e["size"]
+            got = py_frames(e)[0][1]
+            assert got == (f"gen_{k}", f"<gen {k}>", 2 + (k % 1000) % 7), (py, k, got)
+
+
+def test_native_stacks_have_no_python_frames():
+    d, _ = traced("pynative", [shutil.which("python3"), CTYPES_PY, f"{T}/libnccl.so.2",
+                               f"{T}/libcudart.so.13"], opts=["--stacks", "native"])
+    ev, _ = dump(d)
+    calls = ops(ev, "ncclAllReduce") + ops(ev, "cudaMemcpy")
+    assert len(calls) == 40
+    for e in calls:
+        assert e["stack"] and not any(f.startswith("py: ") for f in e["stack"]), e["stack"]
+    f = [os.path.join(d, x) for x in os.listdir(d) if x.endswith(".shptrace")][0]
+    counts = count_records(f)
+    assert SHP_REC_PYCODE not in counts and SHP_REC_PYSTACK not in counts, counts
+
+
+def test_python_stacks_without_python():
+    """A process without Python (the C scenario) is unaffected by --stacks python."""
+    stacks = []
+    for mode in ("native", "python"):
+        d, p = traced("nopy-" + mode, [f"{T}/scenario", "basic"], opts=["--stacks", mode])
+        assert p.stdout == "basic ok 1\n" and "WARN" not in p.stderr, (p.stdout, p.stderr)
+        ev, _ = dump(d)
+        ag = one(ev, "ncclAllGather")
+        assert ag["stack"][0].startswith("gather_rows"), ag["stack"]
+        stacks.append([(e["op"], e["stack"]) for e in ev])
+    assert stacks[0] == stacks[1]
+
+
+def test_python_unsupported_version_warns_once():
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    old = sorted(glob.glob(os.path.join(root, "versions", "3.9.*", "bin", "python3.9")))
+    if not old:
+        print("     (no Python 3.9 here: not checked)")
+        return
+    d, p = traced("py39", [old[0], CTYPES_PY, f"{T}/libnccl.so.2", f"{T}/libcudart.so.13"],
+                  opts=["--stacks", "python"])
+    assert "ctypes ok" in p.stdout
+    warns = [line for line in p.stderr.splitlines() if "WARN" in line]
+    assert len(warns) == 1 and "Python 3.9" in warns[0], p.stderr
+    ev, _ = dump(d)
+    calls = ops(ev, "ncclAllReduce")
+    assert len(calls) == 20
+    assert all(e["stack"] and not any(f.startswith("py: ") for f in e["stack"]) for e in calls)
+
+
 def test_missing_library_function():
     d, p = traced("missing", [f"{T}/missing"], opts=["--debug", "WARN"])
     assert "nccl 2 cuda 302" in p.stdout, p.stdout
@@ -457,6 +837,8 @@ def main():
             fn()
             print(f"ok   {name}")
             passed += 1
+        except NotRun as why:
+            print(f"NOT RUN {name}: {why}")
         except Exception:  # noqa: BLE001 - a test harness reports every failure
             print(f"FAIL {name}")
             traceback.print_exc()

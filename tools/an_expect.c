@@ -254,15 +254,12 @@ out:
     return rc;
 }
 
-/* The function part of a frame text: "generate (x.c:3)" or "generate+0x1f (mod)". */
+/* The function part of a frame text: "generate (x.c:3)", "generate+0x1f (mod)", or a Python
+ * frame "py: generate (serve.py:88)". */
 static bool site_matches(const char *glob, const char *frame)
 {
     char fn[512];
-    size_t n = strcspn(frame, " +");
-    if (n >= sizeof(fn))
-        n = sizeof(fn) - 1;
-    memcpy(fn, frame, n);
-    fn[n] = 0;
+    shp_stacks_frame_function(frame, fn, sizeof(fn));
     return fnmatch(glob, fn, 0) == 0;
 }
 

@@ -139,11 +139,12 @@ static bool decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event 
 void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len)
 {
     struct shp_event e;
-    size_t n = 0;
-    const char *const *fr = NULL;
+    out[0] = 0;
+    /* The site a person wrote: the innermost Python frame when there is one. */
     if (decode(ctx, r, &e))
-        fr = shp_stacks_frames(stacks_of(ctx, r->proc), e.stack, &n);
-    snprintf(out, len, "%s", fr && n ? fr[0] : "an unknown site");
+        shp_stacks_site(stacks_of(ctx, r->proc), e.stack, out, len);
+    if (!out[0])
+        snprintf(out, len, "an unknown site");
 }
 
 static bool decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e)
@@ -192,8 +193,15 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
     printf("\n");
     size_t n;
     const char *const *fr = shp_stacks_frames(stacks_of(ctx, r->proc), e.stack, &n);
-    for (size_t i = 0; i < n && i < max_frames; i++)
-        printf("%s    %s %s\n", indent, i ? "<-" : "at", fr[i]);
+    /* In a Python program, start at the Python line that made the call: the native frames
+     * below it are the framework's. */
+    size_t from = 0;
+    while (from < n && strncmp(fr[from], "py: ", 4) != 0)
+        from++;
+    if (from == n)
+        from = 0;
+    for (size_t i = from; i < n && i < from + max_frames; i++)
+        printf("%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
 }
 
 void an_report_text(struct an_ctx *ctx, bool color)
@@ -250,14 +258,9 @@ void an_report_text(struct an_ctx *ctx, bool color)
             const struct an_finding *f = nth(ctx, o);
             printf("  %zu. %s: %s\n", o + 1, an_kind_names[f->kind], f->summary);
             if (f->nevents) {
-                struct shp_event e;
-                size_t n;
-                if (decode(ctx, &f->events[0], &e)) {
-                    const char *const *fr =
-                        shp_stacks_frames(stacks_of(ctx, f->events[0].proc), e.stack, &n);
-                    if (n)
-                        printf("     at %s\n", fr[0]);
-                }
+                char site[512];
+                an_site(ctx, &f->events[0], site, sizeof(site));
+                printf("     at %s\n", site);
             }
         }
     }

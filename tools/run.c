@@ -31,7 +31,13 @@ static void run_usage(FILE *f)
           "Returns CMD's exit status.\n"
           "\n"
           "  --dir DIR            run directory (default ./shapetrace-YYYYMMDD-HHMMSS)\n"
-          "  --stacks none|native call sites to record (default native)\n"
+          "  --stacks MODE        call sites to record (SHAPETRACE_STACKS; default python):\n"
+          "                         none    no call sites\n"
+          "                         native  native return addresses, symbolized by dump\n"
+          "                         python  native, plus the Python frames (function, file,\n"
+          "                                 line) of a thread that runs Python (CPython 3.10\n"
+          "                                 to 3.13), in place of the interpreter's own frames;\n"
+          "                                 the same as native where no Python runs\n"
           "  --max-mb N           trace cap per process in MiB (default 1024)\n"
           "  --debug LEVEL        WARN, INFO or TRACE (SHAPETRACE_DEBUG)\n"
           "  --dormant            start with recording off (shapetrace attach turns it on);\n"
@@ -131,8 +137,8 @@ int shp_cmd_run(int argc, char **argv)
             break;
         case 's':
             stacks = optarg;
-            if (strcmp(stacks, "none") && strcmp(stacks, "native")) {
-                shp_err("--stacks takes none or native, not '%s'", stacks);
+            if (strcmp(stacks, "none") && strcmp(stacks, "native") && strcmp(stacks, "python")) {
+                shp_err("--stacks takes none, native or python, not '%s'", stacks);
                 return SHP_EXIT_USAGE;
             }
             break;

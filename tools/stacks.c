@@ -1,4 +1,7 @@
-/* shapetrace tools: stack records to frame texts, symbolized once per stack and cached. */
+/* shapetrace tools: stack records to frame texts, symbolized once per stack and cached. Python
+ * stacks are merged with their native frames here, and their lines found in the line tables
+ * that the trace holds once per code object. */
+#define _GNU_SOURCE
 #include "stacks.h"
 
 #include <inttypes.h>
@@ -12,9 +15,11 @@
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 struct stack_entry {
-    const uint64_t *frames; /* in the mapped trace */
+    const uint64_t *frames; /* native frames, in the mapped trace */
     uint32_t n;
-    char **text; /* symbolized on first use */
+    const struct shp_rec_pystack *py; /* a Python stack: merged with its native one on use */
+    char **text;                      /* built on first use */
+    uint32_t ntext;
 };
 
 struct shp_stacks {
@@ -22,7 +27,39 @@ struct shp_stacks {
     bool symbolize;
     struct stack_entry *tab; /* indexed by id */
     uint32_t cap;
+    const struct shp_rec_pycode **codes; /* indexed by PYCODE id */
+    uint32_t ncodes;
+    const struct shp_rec_pyinfo *pyinfo;
 };
+
+/* Make room for index `id` in an array of `*cap` elements of `size` bytes, zeroing the new part. */
+static bool grow(void **arr, uint32_t *cap, uint32_t id, size_t size)
+{
+    if (id < *cap)
+        return true;
+    if (id == UINT32_MAX)
+        return false;
+    uint32_t ncap = *cap ? *cap : 256;
+    while (ncap <= id)
+        ncap = ncap > UINT32_MAX / 2 ? UINT32_MAX : ncap * 2;
+    char *n = realloc(*arr, (size_t)ncap * size);
+    if (!n)
+        return false;
+    memset(n + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
+    *arr = n;
+    *cap = ncap;
+    return true;
+}
+
+static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, size_t size)
+{
+    size_t need =
+        sizeof(*c) + (size_t)c->name_len + c->qualname_len + c->filename_len + c->linetable_len;
+    if (need > size || c->id == 0 ||
+        !grow((void **)&st->codes, &st->ncodes, c->id, sizeof(*st->codes)))
+        return;
+    st->codes[c->id] = c;
+}
 
 struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize)
 {
@@ -49,21 +86,21 @@ struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize)
             free(path);
         } else if (type == SHP_REC_STACK) {
             const struct shp_rec_stack *s = (const void *)r;
-            if (sizeof(*s) + (size_t)s->nframes * 8 > size || s->id == 0)
+            if (sizeof(*s) + (size_t)s->nframes * 8 > size || s->id == 0 ||
+                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab)))
                 continue;
-            if (s->id >= st->cap) {
-                uint32_t ncap = st->cap ? st->cap : 256;
-                while (ncap <= s->id)
-                    ncap *= 2;
-                struct stack_entry *nt = realloc(st->tab, ncap * sizeof(*nt));
-                if (!nt)
-                    continue;
-                memset(nt + st->cap, 0, (ncap - st->cap) * sizeof(*nt));
-                st->tab = nt;
-                st->cap = ncap;
-            }
             st->tab[s->id].frames = (const uint64_t *)(s + 1);
             st->tab[s->id].n = s->nframes;
+        } else if (type == SHP_REC_PYSTACK) {
+            const struct shp_rec_pystack *s = (const void *)r;
+            if (sizeof(*s) + (size_t)s->nframes * sizeof(struct shp_pyframe) > size || s->id == 0 ||
+                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab)))
+                continue;
+            st->tab[s->id].py = s;
+        } else if (type == SHP_REC_PYCODE) {
+            load_pycode(st, (const void *)r, size);
+        } else if (type == SHP_REC_PYINFO && !st->pyinfo) {
+            st->pyinfo = (const void *)r;
         }
     }
     t->torn = torn;
@@ -77,11 +114,12 @@ void shp_stacks_free(struct shp_stacks *st)
     for (uint32_t i = 0; i < st->cap; i++) {
         if (!st->tab[i].text)
             continue;
-        for (uint32_t k = 0; k < st->tab[i].n; k++)
+        for (uint32_t k = 0; k < st->tab[i].ntext; k++)
             free(st->tab[i].text[k]);
         free(st->tab[i].text);
     }
     free(st->tab);
+    free(st->codes);
     if (st->sym)
         shp_symbolizer_free(st->sym);
     free(st);
@@ -129,28 +167,208 @@ static char *demangled(const char *text)
     return out;
 }
 
+static char *native_text(struct shp_stacks *st, uint64_t addr, bool is_return_address)
+{
+    char buf[1024];
+    if (st->sym)
+        shp_symbolize(st->sym, addr, is_return_address, buf, sizeof(buf));
+    else
+        snprintf(buf, sizeof(buf), "0x%" PRIx64, addr);
+    char *text = demangled(buf);
+    return text ? text : strdup("?");
+}
+
+static bool build_native(struct shp_stacks *st, struct stack_entry *e)
+{
+    e->text = calloc(e->n ? e->n : 1, sizeof(char *));
+    if (!e->text)
+        return false;
+    for (uint32_t i = 0; i < e->n; i++)
+        e->text[i] = native_text(st, e->frames[i], i > 0);
+    e->ntext = e->n;
+    return true;
+}
+
+static uint32_t varint(const uint8_t *p, size_t len, size_t *i)
+{
+    uint32_t v = 0;
+    for (unsigned shift = 0; *i < len && shift < 32; shift += 6) {
+        uint8_t b = p[(*i)++];
+        v |= (uint32_t)(b & 63) << shift;
+        if (!(b & 64))
+            break;
+    }
+    return v;
+}
+
+int shp_py_addr2line(const uint8_t *table, size_t len, int firstlineno, uint32_t py_version,
+                     uint32_t offset)
+{
+    if (offset == SHP_PYFRAME_NO_OFFSET)
+        return firstlineno;
+    int line = firstlineno;
+    uint64_t addr = 0;
+    if (((py_version >> 16) & 0xff) == 10) {
+        /* 3.10 (PEP 626): (bytecode bytes, signed line delta) pairs; -128: no line. */
+        for (size_t i = 0; i + 1 < len; i += 2) {
+            uint64_t start = addr;
+            addr += table[i];
+            int delta = (int8_t)table[i + 1];
+            if (delta != -128)
+                line += delta;
+            if (offset >= start && offset < addr)
+                return delta == -128 ? -1 : line;
+        }
+        return -1;
+    }
+    /* 3.11+ (Objects/locations.md): entries that start with a byte whose top bit is set; bits
+     * 3-6 the kind, bits 0-2 the code units covered minus one. Kinds 13 and 14 carry a signed
+     * varint line delta, 10-12 a delta of 0-2, 0-9 none; 15 has no line. */
+    for (size_t i = 0; i < len;) {
+        uint8_t b = table[i];
+        if (!(b & 0x80)) {
+            i++;
+            continue;
+        }
+        unsigned kind = (b >> 3) & 15;
+        uint64_t start = addr;
+        addr += ((b & 7) + 1) * 2;
+        size_t j = i + 1;
+        if (kind == 13 || kind == 14) {
+            uint32_t v = varint(table, len, &j);
+            line += v & 1 ? -(int)(v >> 1) : (int)(v >> 1);
+        } else if (kind == 11 || kind == 12) {
+            line += (int)kind - 10;
+        }
+        if (offset >= start && offset < addr)
+            return kind == 15 ? -1 : line;
+        for (i++; i < len && !(table[i] & 0x80); i++)
+            ;
+    }
+    return -1;
+}
+
+static char *py_text(struct shp_stacks *st, const struct shp_pyframe *f)
+{
+    const struct shp_rec_pycode *c = f->code < st->ncodes ? st->codes[f->code] : NULL;
+    char *out = NULL;
+    if (!c) {
+        if (asprintf(&out, "py: ? (code %u not recorded)", f->code) < 0)
+            out = NULL;
+        return out;
+    }
+    const char *name = (const char *)(c + 1);
+    const char *file = name + c->name_len + c->qualname_len;
+    const uint8_t *table = (const uint8_t *)file + c->filename_len;
+    int line = shp_py_addr2line(table, c->linetable_len, c->firstlineno, c->py_version,
+                                SHP_PYFRAME_OFFSET(f->lasti));
+    int rc = line > 0 ? asprintf(&out, "py: %.*s (%.*s:%d)", (int)c->name_len, name,
+                                 (int)c->filename_len, file, line)
+                      : asprintf(&out, "py: %.*s (%.*s)", (int)c->name_len, name,
+                                 (int)c->filename_len, file);
+    return rc < 0 ? NULL : out;
+}
+
+enum { FR_OTHER, FR_INTERP, FR_EVAL };
+
+/* What a native frame is to the interpreter: a _PyEval_EvalFrameDefault call (by address, or by
+ * name for a part the compiler split off, "_PyEval_EvalFrameDefault.cold"), another of the
+ * interpreter's own frames, or something else. */
+static int native_class(const struct shp_rec_pyinfo *pi, uint64_t addr, bool ret, const char *text)
+{
+    uint64_t pc = ret && addr ? addr - 1 : addr;
+    if ((pi && pc >= pi->eval_lo && pc < pi->eval_hi) ||
+        !strncmp(text, "_PyEval_EvalFrameDefault", 24))
+        return FR_EVAL;
+    return pi && pc >= pi->interp_lo && pc < pi->interp_hi ? FR_INTERP : FR_OTHER;
+}
+
+/* Python frames take the place of the runs of interpreter frames that ran them: each
+ * _PyEval_EvalFrameDefault in a run stands for the next group of Python frames (the frames up to
+ * one marked SHP_PYFRAME_ENTRY). Without any eval frame (unwinding stopped early), the Python
+ * frames go after the innermost native frames outside the interpreter. */
+static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
+{
+    const struct shp_rec_pystack *ps = e->py;
+    const struct shp_pyframe *pf = (const void *)(ps + 1);
+    uint32_t np = ps->nframes;
+    size_t nn = 0;
+    const char *const *nt = NULL;
+    const uint64_t *addr = NULL;
+    if (ps->native && ps->native < st->cap && st->tab[ps->native].frames) {
+        nt = shp_stacks_frames(st, ps->native, &nn);
+        addr = st->tab[ps->native].frames;
+    }
+    if (!nt)
+        nn = 0;
+    int *cls = calloc(nn ? nn : 1, sizeof(int));
+    e->text = calloc(nn + np + 1, sizeof(char *));
+    if (!cls || !e->text) {
+        free(cls);
+        free(e->text);
+        e->text = NULL;
+        return false;
+    }
+    bool any_eval = false;
+    for (size_t i = 0; i < nn; i++) {
+        cls[i] = native_class(st->pyinfo, addr[i], i > 0, nt[i]);
+        any_eval |= cls[i] == FR_EVAL;
+    }
+    uint32_t k = 0, next_py = 0;
+    size_t i = 0, after_py = 0; /* where Python frames not placed yet go */
+    if (!any_eval) {
+        while (i < nn && cls[i] == FR_OTHER)
+            e->text[k++] = strdup(nt[i++]);
+        after_py = k;
+    }
+    while (i < nn) {
+        if (cls[i] == FR_OTHER || !any_eval) {
+            e->text[k++] = strdup(nt[i++]);
+            continue;
+        }
+        size_t j = i;
+        uint32_t evals = 0;
+        for (; j < nn && cls[j] != FR_OTHER; j++)
+            evals += cls[j] == FR_EVAL;
+        if (!evals || next_py >= np) {
+            while (i < j)
+                e->text[k++] = strdup(nt[i++]);
+            continue;
+        }
+        for (; evals && next_py < np; evals--) {
+            bool end = false;
+            while (next_py < np && !end) {
+                end = pf[next_py].lasti & SHP_PYFRAME_ENTRY;
+                e->text[k++] = py_text(st, &pf[next_py++]);
+            }
+        }
+        after_py = k;
+        i = j;
+    }
+    if (next_py < np) {
+        uint32_t rest = np - next_py;
+        memmove(e->text + after_py + rest, e->text + after_py, (k - after_py) * sizeof(char *));
+        for (uint32_t r = 0; r < rest; r++)
+            e->text[after_py + r] = py_text(st, &pf[next_py++]);
+        k += rest;
+    }
+    free(cls);
+    for (uint32_t t = 0; t < k; t++)
+        if (!e->text[t])
+            e->text[t] = strdup("?");
+    e->ntext = k;
+    return true;
+}
+
 const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t *n)
 {
     *n = 0;
-    if (!st || id == 0 || id >= st->cap || !st->tab[id].frames)
+    if (!st || id == 0 || id >= st->cap || (!st->tab[id].frames && !st->tab[id].py))
         return NULL;
     struct stack_entry *e = &st->tab[id];
-    if (!e->text) {
-        e->text = calloc(e->n ? e->n : 1, sizeof(char *));
-        if (!e->text)
-            return NULL;
-        for (uint32_t i = 0; i < e->n; i++) {
-            char buf[1024];
-            if (st->sym)
-                shp_symbolize(st->sym, e->frames[i], i > 0, buf, sizeof(buf));
-            else
-                snprintf(buf, sizeof(buf), "0x%" PRIx64, e->frames[i]);
-            e->text[i] = demangled(buf);
-            if (!e->text[i])
-                e->text[i] = strdup("?");
-        }
-    }
-    *n = e->n;
+    if (!e->text && !(e->py ? build_merged(st, e) : build_native(st, e)))
+        return NULL;
+    *n = e->ntext;
     return (const char *const *)e->text;
 }
 
@@ -175,5 +393,30 @@ void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len)
 {
     size_t n;
     const char *const *fr = shp_stacks_frames(st, id, &n);
-    snprintf(out, len, "%s", fr && n ? fr[0] : "");
+    size_t site = 0;
+    /* In a Python program the line that made the call is the site a person looks for. */
+    while (site < n && strncmp(fr[site], "py: ", 4) != 0)
+        site++;
+    snprintf(out, len, "%s", fr && n ? fr[site < n ? site : 0] : "");
+}
+
+void shp_stacks_frame_function(const char *frame, char *out, size_t len)
+{
+    if (!strncmp(frame, "py: ", 4)) {
+        /* A Python name has no space; its file name may. */
+        frame += 4;
+        snprintf(out, len, "%.*s", (int)strcspn(frame, " "), frame);
+        return;
+    }
+    /* The place is in the last " (...)": a C++ name may hold one ("std::function<void (int)>"),
+     * a module path hardly ever. */
+    size_t n = strlen(frame);
+    for (const char *p = strstr(frame, " ("); p; p = strstr(p + 1, " ("))
+        n = (size_t)(p - frame);
+    const char *plus = NULL;
+    for (const char *p = frame; (p = strstr(p, "+0x")) && (size_t)(p - frame) < n; p++)
+        plus = p;
+    if (plus && strspn(plus + 3, "0123456789abcdef") == n - (size_t)(plus - frame) - 3)
+        n = (size_t)(plus - frame);
+    snprintf(out, len, "%.*s", (int)n, frame);
 }

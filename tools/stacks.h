@@ -18,13 +18,30 @@ struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize);
 void shp_stacks_free(struct shp_stacks *st);
 
 /* The frames of stack `id`, innermost first, as "function (file:line)" or
- * "function+0xoff (module)"; *n is 0 for an unknown id. Owned by st. */
+ * "function+0xoff (module)"; *n is 0 for an unknown id. Owned by st. A stack recorded with
+ * Python frames (SHAPETRACE_STACKS=python) has them as "py: function (file.py:line)" (or
+ * "py: function (file.py)" when the line is unknown), in place of the interpreter's native frames
+ * that ran them: a native frame never starts with "py: ". */
 const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t *n);
 
 /* Print stack `id` as a JSON array of strings, or null. */
 void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id);
 
-/* The innermost frame as one line ("" if none). */
+/* The call site as one line: the innermost Python frame if the stack has one, else the innermost
+ * frame ("" if none). */
 void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len);
+
+/* The function part of a frame text, into out (NUL-terminated, cut to len bytes): "generate" for
+ * "generate (x.c:3)", "generate+0x1f (mod.so)" and "py: generate (serve.py:88)"; a demangled C++
+ * name keeps its arguments ("at::native::copy_(at::Tensor&, bool)"). A text without a place
+ * ("0x7f12") is returned whole. */
+void shp_stacks_frame_function(const char *frame, char *out, size_t len);
+
+/* The line of the instruction at byte `offset` of a code object, from a copy of its co_linetable
+ * in the format of CPython `py_version` (PY_VERSION_HEX: 3.10's PEP 626 pairs, or the location
+ * table of 3.11 and later), as PyCode_Addr2Line computes it. SHP_PYFRAME_NO_OFFSET gives
+ * firstlineno. Returns -1 when the table has no line there. */
+int shp_py_addr2line(const uint8_t *table, size_t len, int firstlineno, uint32_t py_version,
+                     uint32_t offset);
 
 #endif

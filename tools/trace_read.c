@@ -25,6 +25,9 @@ static const size_t min_size[SHP_REC_TYPE_COUNT] = {
     [SHP_REC_STACK] = sizeof(struct shp_rec_stack),
     [SHP_REC_MODULE] = sizeof(struct shp_rec_module),
     [SHP_REC_MARK] = sizeof(struct shp_rec_mark),
+    [SHP_REC_PYINFO] = sizeof(struct shp_rec_pyinfo),
+    [SHP_REC_PYCODE] = sizeof(struct shp_rec_pycode),
+    [SHP_REC_PYSTACK] = sizeof(struct shp_rec_pystack),
 };
 
 int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen)

@@ -64,6 +64,7 @@ _Static_assert(sizeof(struct shp_file_header) <= SHP_HEADER_SIZE, "header fits i
 
 #define SHP_STACKS_NONE 0u
 #define SHP_STACKS_NATIVE 1u
+#define SHP_STACKS_PYTHON 2u /* native frames, plus the calling thread's Python frames */
 
 /* Record types. */
 enum shp_rec_type {
@@ -78,6 +79,9 @@ enum shp_rec_type {
     SHP_REC_STACK = 8,
     SHP_REC_MODULE = 9,
     SHP_REC_MARK = 10,
+    SHP_REC_PYINFO = 11,
+    SHP_REC_PYCODE = 12,
+    SHP_REC_PYSTACK = 13,
     SHP_REC_TYPE_COUNT
 };
 
@@ -262,6 +266,74 @@ struct shp_rec_mark {
     char text[128]; /* NUL-terminated */
 };
 _Static_assert(sizeof(struct shp_rec_mark) == 144, "mark layout");
+
+/* Python call sites (SHAPETRACE_STACKS=python). An event's `stack` id then names either a
+ * SHP_REC_STACK (no Python frames on that thread at that moment) or a SHP_REC_PYSTACK: one id
+ * space for both, so that a reader that finds a PYSTACK id knows the call had Python frames. A
+ * PYSTACK holds the id of the native stack plus (code, instruction offset) pairs; each code
+ * object's names and line table are stored once in a PYCODE record, and the line is computed
+ * offline (computing it at record time would walk the line table on every call). */
+
+/* SHP_REC_PYINFO: the interpreter, once per trace before the first PYSTACK. Native return
+ * addresses in [eval_lo, eval_hi) are _PyEval_EvalFrameDefault calls: each ran the Python frames
+ * of one group (see SHP_PYFRAME_ENTRY), and a reader shows that group in its place. The other
+ * frames in [interp_lo, interp_hi) (libpython, or a python executable that links it statically)
+ * in the same unbroken run are the interpreter's own plumbing: the run's groups replace it. */
+struct shp_rec_pyinfo {
+    struct shp_rec h;
+    uint32_t py_version; /* PY_VERSION_HEX of the interpreter, e.g. 0x030b07f0 */
+    uint32_t flags;      /* 0 */
+    uint64_t eval_lo, eval_hi;
+    uint64_t interp_lo, interp_hi;
+};
+_Static_assert(sizeof(struct shp_rec_pyinfo) == 48, "pyinfo layout");
+
+/* SHP_REC_PYCODE: one code object, stored the first time a stack holds it. A code object that
+ * takes the address of a freed one gets a record of its own: the writer's key covers, beyond the
+ * address, those of its names and line table, its names' hashes, first line and size. */
+struct shp_rec_pycode {
+    struct shp_rec h;
+    uint32_t id;            /* referred to by shp_pyframe.code; ids start at 1 */
+    uint32_t py_version;    /* PY_VERSION_HEX: the line table's format (3.10: PEP 626 pairs;
+                               3.11 and later: the location table of Objects/locations.md) */
+    int32_t firstlineno;    /* co_firstlineno */
+    uint16_t name_len;      /* co_name, UTF-8, no NUL */
+    uint16_t qualname_len;  /* co_qualname (3.11+; 0 on 3.10) */
+    uint16_t filename_len;  /* co_filename */
+    uint16_t flags;         /* SHP_PYCODE_* */
+    uint32_t linetable_len; /* bytes of co_linetable copied */
+    /* char name[], qualname[], filename[]; uint8_t linetable[]; zero padding to 8 */
+};
+_Static_assert(sizeof(struct shp_rec_pycode) == 32, "pycode layout");
+#define SHP_PYCODE_LINETABLE_CUT 0x1u /* the line table was longer than what was copied */
+
+/* One Python frame. `lasti` is the byte offset of the instruction the frame is executing (the
+ * call that led here), from the start of the code's bytecode, as PyCode_Addr2Line takes it. */
+struct shp_pyframe {
+    uint32_t code;  /* PYCODE id; 0 if the code record could not be stored */
+    uint32_t lasti; /* offset | SHP_PYFRAME_ENTRY, or SHP_PYFRAME_NO_OFFSET */
+};
+_Static_assert(sizeof(struct shp_pyframe) == 8, "pyframe layout");
+/* In lasti: the outermost frame of the group that one native _PyEval_EvalFrameDefault call ran
+ * (on 3.10, every frame). */
+#define SHP_PYFRAME_ENTRY 0x80000000u
+/* lasti of a frame not started yet: its line is co_firstlineno. */
+#define SHP_PYFRAME_NO_OFFSET 0x7fffffffu
+#define SHP_PYFRAME_OFFSET(lasti) ((lasti) & ~SHP_PYFRAME_ENTRY)
+
+/* SHP_REC_PYSTACK: a call's Python frames, innermost first, and its native stack. */
+struct shp_rec_pystack {
+    struct shp_rec h;
+    uint32_t id;      /* in the SHP_REC_STACK id space: what events' `stack` refers to */
+    uint32_t native;  /* SHP_REC_STACK id of the same call's native frames; 0 if none */
+    uint32_t nframes; /* at most SHP_PYSTACK_MAX_FRAMES */
+    uint32_t flags;   /* SHP_PYSTACK_* */
+    /* struct shp_pyframe frames[nframes]; */
+};
+_Static_assert(sizeof(struct shp_rec_pystack) == 24, "pystack layout");
+#define SHP_PYSTACK_MAX_FRAMES 64
+/* Flags: more frames than SHP_PYSTACK_MAX_FRAMES; the outermost ones are not stored. */
+#define SHP_PYSTACK_TRUNCATED 0x1u
 
 /* True for record types that start with struct shp_ev. */
 static inline int shp_rec_is_call(unsigned type)

@@ -1,0 +1,685 @@
+/* shapetrace preload: Python call sites. The calling thread's Python frames, read straight from
+ * CPython's structures without the GIL, deduplicated into PYSTACK records next to the native
+ * stack; code objects' names and line tables are stored once (PYCODE) and lines found offline. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "preload.h"
+
+/* Why no GIL: torch releases it before it reaches cudaMemcpyAsync or ncclAllReduce, and taking
+ * it back from inside the wrapper costs microseconds and can deadlock (a thread holding the GIL
+ * may wait for this one's collective). Reading without it is sound for the calling thread's own
+ * frames: only that thread pushes or pops them, and it is inside our wrapper. Each frame holds a
+ * strong reference to its code object, and code objects, their names and line tables are
+ * immutable. The thread state comes from PyGILState_GetThisThreadState (the GIL-state TSS slot,
+ * set for every thread that ever ran Python and kept while it releases the GIL; 3.12's
+ * thread-local current state is cleared on release, so it cannot serve). */
+
+/* Where things are in one CPython minor version, in bytes, from that version's headers
+ * (cpython/pystate.h, internal/pycore_frame.h, cpython/code.h, cpython/unicodeobject.h);
+ * 3.13 takes them from the _Py_DebugOffsets it exports at the start of _PyRuntime. Offsets every
+ * version shares: ob_type 8, ob_size 16; a str's length 16, hash 24, state 32; a bytes' data 32. */
+struct py_layout {
+    unsigned minor;
+    uint32_t ts_frame;   /* thread state -> 3.10 frame, 3.11/3.12 cframe, 3.13 frame */
+    int32_t cf_current;  /* 3.11/3.12: _PyCFrame -> current frame; -1 otherwise */
+    uint32_t fr_back;    /* frame -> the calling frame */
+    uint32_t fr_code;    /* frame -> code object (3.13: f_executable) */
+    uint32_t fr_instr;   /* 3.10: int f_lasti (code units); later: instruction pointer */
+    int32_t fr_owner;    /* char owner; -1 on 3.10 */
+    int32_t fr_is_entry; /* 3.11: bool is_entry; -1 otherwise */
+    int owner_generator; /* FRAME_OWNED_BY_GENERATOR; -1 on 3.10 */
+    int owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+: an eval call's entry); -1 */
+    uint32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
+    int32_t co_firsttraceable; /* frames before it have not started; -1: not checked */
+    uint32_t co_code;          /* 3.11+: co_code_adaptive, the bytecode inside the object */
+    uint32_t str_ascii;        /* sizeof(PyASCIIObject): an ASCII str's data */
+    uint32_t str_compact;      /* sizeof(PyCompactUnicodeObject): other compact strs' data */
+    uint32_t rt_finalizing;    /* _PyRuntime._finalizing */
+};
+
+static const struct py_layout layouts[] = {
+    {.minor = 10,
+     .ts_frame = 24,
+     .cf_current = -1,
+     .fr_back = 24,
+     .fr_code = 32,
+     .fr_instr = 96,
+     .fr_owner = -1,
+     .fr_is_entry = -1,
+     .owner_generator = -1,
+     .owner_cstack = -1,
+     .co_filename = 104,
+     .co_name = 112,
+     .co_qualname = 0,
+     .co_linetable = 120,
+     .co_firstlineno = 40,
+     .co_firsttraceable = -1,
+     .co_code = 0,
+     .str_ascii = 48,
+     .str_compact = 72,
+     .rt_finalizing = 16},
+    {.minor = 11,
+     .ts_frame = 56,
+     .cf_current = 8,
+     .fr_back = 48,
+     .fr_code = 32,
+     .fr_instr = 56,
+     .fr_owner = 69,
+     .fr_is_entry = 68,
+     .owner_generator = 1,
+     .owner_cstack = -1,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_qualname = 128,
+     .co_linetable = 136,
+     .co_firstlineno = 72,
+     .co_firsttraceable = 168,
+     .co_code = 184,
+     .str_ascii = 48,
+     .str_compact = 72,
+     .rt_finalizing = 24},
+    {.minor = 12,
+     .ts_frame = 56,
+     .cf_current = 0,
+     .fr_back = 8,
+     .fr_code = 0,
+     .fr_instr = 56,
+     .fr_owner = 70,
+     .fr_is_entry = -1,
+     .owner_generator = 1,
+     .owner_cstack = 3,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_qualname = 128,
+     .co_linetable = 136,
+     .co_firstlineno = 68,
+     .co_firsttraceable = 176,
+     .co_code = 192,
+     .str_ascii = 40,
+     .str_compact = 56,
+     .rt_finalizing = 24},
+};
+
+/* The beginning of 3.13's _Py_DebugOffsets (internal/pycore_runtime.h), up to what we read. */
+struct debug_offsets_313 {
+    char cookie[8]; /* "xdebugpy" */
+    uint64_t version;
+    uint64_t free_threaded;
+    uint64_t runtime_size, runtime_finalizing, runtime_interpreters_head;
+    uint64_t interp[13];
+    uint64_t ts_size, ts_prev, ts_next, ts_interp, ts_current_frame, ts_thread_id,
+        ts_native_thread_id, ts_datastack_chunk, ts_status;
+    uint64_t fr_size, fr_previous, fr_executable, fr_instr_ptr, fr_localsplus, fr_owner;
+    uint64_t co_size, co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_argcount,
+        co_localsplusnames, co_localspluskinds, co_code_adaptive;
+    uint64_t ob_size, ob_type;
+    uint64_t type_object[4], tuple_object[3], list_object[3], dict_object[3], float_object[2],
+        long_object[3];
+    uint64_t bytes_size, bytes_ob_size, bytes_ob_sval;
+    uint64_t str_size, str_state, str_length, str_asciiobject_size;
+};
+
+enum { PY_UNRESOLVED, PY_READY, PY_ABSENT, PY_OFF };
+
+#define CODE_SLOTS (1u << 16)
+#define MAX_HOPS (4 * SHP_PYSTACK_MAX_FRAMES) /* frames looked at, skipped ones included */
+#define NAME_MAX_BYTES 1024
+#define FILE_MAX_BYTES 4096
+#define LINETABLE_MAX_BYTES (256u << 10)
+
+typedef void *(*this_tstate_fn)(void);
+typedef int (*is_initialized_fn)(void);
+
+static struct {
+    _Atomic int state; /* PY_* */
+    pthread_mutex_t mu;
+    struct py_layout L;
+    uint32_t version; /* PY_VERSION_HEX */
+    this_tstate_fn this_tstate;
+    is_initialized_fn is_initialized;
+    const char *runtime; /* &_PyRuntime */
+    const void *code_type, *unicode_type, *bytes_type, *none;
+    uint64_t eval_lo, eval_hi, interp_lo, interp_hi;
+    struct shp_intern_slot *code_tab; /* code object identity -> PYCODE id */
+    _Atomic uint32_t next_code_id;
+    _Atomic int info_written;
+} py = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- reading the interpreter's memory ---- */
+
+static inline const char *ld_ptr(const char *p, uint32_t off)
+{
+    const char *v;
+    memcpy(&v, p + off, sizeof(v));
+    return v;
+}
+
+static inline int64_t ld_i64(const char *p, uint32_t off)
+{
+    int64_t v;
+    memcpy(&v, p + off, sizeof(v));
+    return v;
+}
+
+static inline int32_t ld_i32(const char *p, uint32_t off)
+{
+    int32_t v;
+    memcpy(&v, p + off, sizeof(v));
+    return v;
+}
+
+/* A cheap sanity check before a dereference: aligned, in user space, not in the zero page. The
+ * type checks that follow catch a pointer that passes this and still is not what we expect. */
+static inline bool ok_ptr(const void *p)
+{
+    uintptr_t v = (uintptr_t)p;
+    return v >= 4096 && v < (1ull << 47) && !(v & 7);
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v;
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+    return h;
+}
+
+/* What identifies a code object beyond its address: a freed one leaves its address for the next,
+ * and code generated at run time (torch.fx, exec) can get the very addresses of the last one's
+ * code, names and line table too (seen: four threads exec'ing functions in a loop). So the key
+ * also holds the name's hash (interned, so computed), the file name's hash when it has one, the
+ * first line and the bytecode's size. Independent multiplies, then one mix: this runs for every
+ * frame of every call. */
+static inline uint64_t str_hash(const char *s)
+{
+    return ok_ptr(s) ? (uint64_t)ld_i64(s, 24) : 0;
+}
+
+static inline uint64_t code_key(const char *co, uint64_t units)
+{
+    const struct py_layout *L = &py.L;
+    const char *file = ld_ptr(co, L->co_filename), *name = ld_ptr(co, L->co_name);
+    uint64_t h = (uintptr_t)co * 0x9e3779b97f4a7c15ull + (uintptr_t)file * 0xc2b2ae3d27d4eb4full +
+                 (uintptr_t)name * 0x165667b19e3779f9ull +
+                 (uintptr_t)ld_ptr(co, L->co_linetable) * 0x27d4eb2f165667c5ull +
+                 (uint64_t)(uint32_t)ld_i32(co, L->co_firstlineno) * 0xff51afd7ed558ccdull +
+                 str_hash(name) * 0xc4ceb9fe1a85ec53ull + str_hash(file) * 0x94d049bb133111ebull +
+                 units * 0xbf58476d1ce4e5b9ull;
+    h = mix(h, h >> 31);
+    return h ? h : 1;
+}
+
+struct raw_frame {
+    const char *code;
+    uint64_t key; /* code_key(code) */
+    uint32_t lasti;
+};
+
+struct py_walk {
+    uint32_t native;
+    uint32_t flags; /* SHP_PYSTACK_* */
+    int n;
+    struct raw_frame f[SHP_PYSTACK_MAX_FRAMES];
+};
+
+/* The frames of thread state `ts`, innermost first. False when what we read does not look like
+ * this version's frames (a code slot that holds no code object): the layout is not what we
+ * think, and the caller stops reading Python frames. */
+static bool walk(const char *ts, struct py_walk *w)
+{
+    const struct py_layout *L = &py.L;
+    const char *f = ld_ptr(ts, L->ts_frame);
+    if (L->cf_current >= 0) {
+        if (!f)
+            return true;
+        if (!ok_ptr(f))
+            return false;
+        f = ld_ptr(f, (uint32_t)L->cf_current);
+    }
+    for (int hops = 0; f; hops++, f = ld_ptr(f, L->fr_back)) {
+        if (hops == MAX_HOPS) {
+            w->flags |= SHP_PYSTACK_TRUNCATED;
+            break;
+        }
+        if (!ok_ptr(f))
+            return false;
+        int owner = L->fr_owner >= 0 ? *(const signed char *)(f + L->fr_owner) : -1;
+        if (owner >= 0 && owner == L->owner_cstack) {
+            /* 3.12+: each _PyEval_EvalFrameDefault call pushes an entry frame of its own
+             * below the first frame it runs: the frame before it ends that call's group. */
+            if (w->n)
+                w->f[w->n - 1].lasti |= SHP_PYFRAME_ENTRY;
+            continue;
+        }
+        const char *co = ld_ptr(f, L->fr_code);
+        if (!ok_ptr(co) || ld_ptr(co, 8) != py.code_type) {
+            if (co == py.none) /* 3.13 shim frames run None */
+                continue;
+            return false;
+        }
+        uint32_t lasti;
+        uint64_t units = 0; /* bytecode size in code units (3.11+: the code object's ob_size) */
+        if (L->minor == 10) {
+            /* Every 3.10 frame is run by an eval call of its own. */
+            int32_t l = ld_i32(f, L->fr_instr);
+            lasti = (l < 0 ? SHP_PYFRAME_NO_OFFSET : (uint32_t)l * 2) | SHP_PYFRAME_ENTRY;
+        } else {
+            intptr_t off = ld_ptr(f, L->fr_instr) - (co + L->co_code);
+            /* A frame pushed but not started (its arguments are still being set up): CPython's
+             * own tracebacks leave it out. */
+            if (L->co_firsttraceable >= 0 && owner != L->owner_generator &&
+                off < (intptr_t)ld_i32(co, (uint32_t)L->co_firsttraceable) * 2)
+                continue;
+            units = (uint64_t)ld_i64(co, 16);
+            lasti = off >= 0 && (uint64_t)off < units * 2 && off < SHP_PYFRAME_NO_OFFSET
+                        ? (uint32_t)off
+                        : SHP_PYFRAME_NO_OFFSET;
+            if (L->fr_is_entry >= 0 && *(f + L->fr_is_entry))
+                lasti |= SHP_PYFRAME_ENTRY;
+        }
+        if (w->n == SHP_PYSTACK_MAX_FRAMES) {
+            w->flags |= SHP_PYSTACK_TRUNCATED;
+            break;
+        }
+        w->f[w->n].code = co;
+        w->f[w->n].key = code_key(co, units);
+        w->f[w->n].lasti = lasti;
+        w->n++;
+    }
+    return true;
+}
+
+/* ---- records ---- */
+
+/* A str object's text as UTF-8 into out (NULL: only measure), at most cap bytes, cut at a
+ * character. Compact strs only (code objects' names always are); 0 for anything else. */
+static size_t str_utf8(const char *s, char *out, size_t cap)
+{
+    if (!ok_ptr(s) || ld_ptr(s, 8) != py.unicode_type)
+        return 0;
+    uint32_t state = (uint32_t)ld_i32(s, 32);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    int64_t len = ld_i64(s, 16);
+    if (!compact || len < 0 || (kind != 1 && kind != 2 && kind != 4))
+        return 0;
+    const unsigned char *data =
+        (const unsigned char *)s + (ascii ? py.L.str_ascii : py.L.str_compact);
+    if (ascii) {
+        size_t n = (size_t)len < cap ? (size_t)len : cap;
+        if (out)
+            memcpy(out, data, n);
+        return n;
+    }
+    size_t n = 0;
+    for (int64_t i = 0; i < len; i++) {
+        uint32_t c = kind == 1   ? data[i]
+                     : kind == 2 ? ((const uint16_t *)(const void *)data)[i]
+                                 : ((const uint32_t *)(const void *)data)[i];
+        char enc[4];
+        size_t m;
+        if (c >= 0xd800 && c < 0xe000)
+            c = '?'; /* a lone surrogate (surrogateescape'd file name) is no UTF-8 */
+        if (c < 0x80) {
+            enc[0] = (char)c, m = 1;
+        } else if (c < 0x800) {
+            enc[0] = (char)(0xc0 | c >> 6), enc[1] = (char)(0x80 | (c & 0x3f)), m = 2;
+        } else if (c < 0x10000) {
+            enc[0] = (char)(0xe0 | c >> 12), enc[1] = (char)(0x80 | ((c >> 6) & 0x3f));
+            enc[2] = (char)(0x80 | (c & 0x3f)), m = 3;
+        } else {
+            enc[0] = (char)(0xf0 | c >> 18), enc[1] = (char)(0x80 | ((c >> 12) & 0x3f));
+            enc[2] = (char)(0x80 | ((c >> 6) & 0x3f)), enc[3] = (char)(0x80 | (c & 0x3f)), m = 4;
+        }
+        if (n + m > cap)
+            break;
+        if (out)
+            memcpy(out + n, enc, m);
+        n += m;
+    }
+    return n;
+}
+
+static uint32_t store_code(void *arg)
+{
+    const char *co = arg;
+    const struct py_layout *L = &py.L;
+    const char *name = ld_ptr(co, L->co_name), *file = ld_ptr(co, L->co_filename);
+    const char *qual = L->co_qualname ? ld_ptr(co, L->co_qualname) : NULL;
+    const char *lt = ld_ptr(co, L->co_linetable);
+    size_t nlen = str_utf8(name, NULL, NAME_MAX_BYTES);
+    size_t qlen = qual ? str_utf8(qual, NULL, NAME_MAX_BYTES) : 0;
+    size_t flen = str_utf8(file, NULL, FILE_MAX_BYTES);
+    size_t ltlen = 0;
+    uint16_t flags = 0;
+    if (ok_ptr(lt) && ld_ptr(lt, 8) == py.bytes_type && ld_i64(lt, 16) > 0) {
+        ltlen = (size_t)ld_i64(lt, 16);
+        if (ltlen > LINETABLE_MAX_BYTES) {
+            ltlen = LINETABLE_MAX_BYTES;
+            flags |= SHP_PYCODE_LINETABLE_CUT;
+        }
+    }
+    size_t size = (sizeof(struct shp_rec_pycode) + nlen + qlen + flen + ltlen + 7) & ~(size_t)7;
+    uint32_t id = atomic_fetch_add(&py.next_code_id, 1) + 1;
+    struct shp_rec_pycode *r = shp_writer_reserve(SHP_REC_PYCODE, size);
+    if (!r)
+        return 0;
+    memset((char *)r + sizeof(r->h), 0, size - sizeof(r->h));
+    r->id = id;
+    r->py_version = py.version;
+    r->firstlineno = ld_i32(co, L->co_firstlineno);
+    r->flags = flags;
+    char *p = (char *)(r + 1);
+    r->name_len = (uint16_t)str_utf8(name, p, nlen);
+    p += r->name_len;
+    r->qualname_len = qual ? (uint16_t)str_utf8(qual, p, qlen) : 0;
+    p += r->qualname_len;
+    r->filename_len = (uint16_t)str_utf8(file, p, flen);
+    p += r->filename_len;
+    if (ltlen)
+        memcpy(p, lt + 32, ltlen);
+    r->linetable_len = (uint32_t)ltlen;
+    shp_writer_publish(r, SHP_REC_PYCODE, size);
+    return id;
+}
+
+static void write_info(void)
+{
+    if (atomic_exchange(&py.info_written, 1))
+        return;
+    struct shp_rec_pyinfo *r = shp_writer_reserve(SHP_REC_PYINFO, sizeof(*r));
+    if (!r)
+        return;
+    memset((char *)r + sizeof(r->h), 0, sizeof(*r) - sizeof(r->h));
+    r->py_version = py.version;
+    r->eval_lo = py.eval_lo;
+    r->eval_hi = py.eval_hi;
+    r->interp_lo = py.interp_lo;
+    r->interp_hi = py.interp_hi;
+    shp_writer_publish(r, SHP_REC_PYINFO, sizeof(*r));
+}
+
+static uint32_t store_pystack(void *arg)
+{
+    const struct py_walk *w = arg;
+    write_info();
+    uint32_t codes[SHP_PYSTACK_MAX_FRAMES];
+    for (int i = 0; i < w->n; i++)
+        codes[i] = shp_intern(py.code_tab, CODE_SLOTS, w->f[i].key, store_code,
+                              (void *)(uintptr_t)w->f[i].code);
+    uint32_t id = shp_stack_new_id();
+    size_t size = sizeof(struct shp_rec_pystack) + (size_t)w->n * sizeof(struct shp_pyframe);
+    struct shp_rec_pystack *r = shp_writer_reserve(SHP_REC_PYSTACK, size);
+    if (!r)
+        return 0;
+    r->id = id;
+    r->native = w->native;
+    r->nframes = (uint32_t)w->n;
+    r->flags = w->flags;
+    struct shp_pyframe *out = (struct shp_pyframe *)(r + 1);
+    for (int i = 0; i < w->n; i++) {
+        out[i].code = codes[i];
+        out[i].lasti = w->f[i].lasti;
+    }
+    shp_writer_publish(r, SHP_REC_PYSTACK, size);
+    return id;
+}
+
+/* ---- finding the interpreter ---- */
+
+struct find_obj {
+    uintptr_t addr;   /* in: an address inside the object (0: find libpython by name) */
+    uintptr_t lo, hi; /* out: its PT_LOAD range */
+    char path[PATH_MAX];
+};
+
+static int find_obj_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct find_obj *f = data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (f->addr) {
+        if (f->addr < lo || f->addr >= hi)
+            return 0;
+    } else {
+        const char *name = info->dlpi_name, *base = name ? strrchr(name, '/') : NULL;
+        base = base ? base + 1 : name;
+        if (!base || strncmp(base, "libpython3.", 11) != 0)
+            return 0;
+        snprintf(f->path, sizeof(f->path), "%s", name);
+    }
+    f->lo = lo;
+    f->hi = hi;
+    return 1;
+}
+
+/* Where the interpreter's symbols are: the global scope (python links libpython, or is it), else
+ * a libpython that a program embedding Python opened RTLD_LOCAL. False when neither has them. */
+static bool interpreter_handle(void **h)
+{
+    *h = RTLD_DEFAULT;
+    if (dlsym(*h, "PyGILState_GetThisThreadState"))
+        return true;
+    struct find_obj f = {0};
+    if (!dl_iterate_phdr(find_obj_cb, &f))
+        return false;
+    *h = dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD);
+    return *h && dlsym(*h, "PyGILState_GetThisThreadState");
+}
+
+static uint32_t interpreter_version(void *h)
+{
+    const unsigned long *v = dlsym(h, "Py_Version"); /* 3.11+ */
+    if (v)
+        return (uint32_t)*v;
+    const char *(*get)(void) = (const char *(*)(void))dlsym(h, "Py_GetVersion");
+    unsigned major = 0, minor = 0, micro = 0;
+    if (!get || sscanf(get(), "%u.%u.%u", &major, &minor, &micro) < 2)
+        return 0;
+    return major << 24 | minor << 16 | micro << 8;
+}
+
+static bool layout_313(struct py_layout *L)
+{
+    const struct debug_offsets_313 *d = (const void *)py.runtime;
+    if (memcmp(d->cookie, "xdebugpy", 8) != 0 || (d->version >> 16) != (py.version >> 16) ||
+        d->free_threaded || d->ob_type != 8 || d->str_state != 32 || d->str_length != 16 ||
+        d->bytes_ob_size != 16 || d->bytes_ob_sval != 32 || d->fr_size > 4096 ||
+        d->co_size > 4096 || d->ts_size > 65536)
+        return false;
+    uint64_t in_fr[] = {d->fr_previous, d->fr_executable, d->fr_instr_ptr, d->fr_owner};
+    uint64_t in_co[] = {d->co_filename,  d->co_name,        d->co_qualname,
+                        d->co_linetable, d->co_firstlineno, d->co_code_adaptive};
+    for (size_t i = 0; i < sizeof(in_fr) / sizeof(in_fr[0]); i++)
+        if (in_fr[i] + 8 > d->fr_size)
+            return false;
+    for (size_t i = 0; i < sizeof(in_co) / sizeof(in_co[0]); i++)
+        if (in_co[i] > d->co_size)
+            return false;
+    if (d->ts_current_frame + 8 > d->ts_size || d->runtime_finalizing + 8 > d->runtime_size)
+        return false;
+    *L = (struct py_layout){
+        .minor = 13,
+        .ts_frame = (uint32_t)d->ts_current_frame,
+        .cf_current = -1,
+        .fr_back = (uint32_t)d->fr_previous,
+        .fr_code = (uint32_t)d->fr_executable,
+        .fr_instr = (uint32_t)d->fr_instr_ptr,
+        .fr_owner = (int32_t)d->fr_owner,
+        .fr_is_entry = -1,
+        .owner_generator = 1,
+        .owner_cstack = 3,
+        .co_filename = (uint32_t)d->co_filename,
+        .co_name = (uint32_t)d->co_name,
+        .co_qualname = (uint32_t)d->co_qualname,
+        .co_linetable = (uint32_t)d->co_linetable,
+        .co_firstlineno = (uint32_t)d->co_firstlineno,
+        /* Not among the debug offsets: 3.13.0's, where the fields around it are where 3.13.0
+         * has them. */
+        .co_firsttraceable = d->co_code_adaptive == 200 ? 184 : -1,
+        .co_code = (uint32_t)d->co_code_adaptive,
+        .str_ascii = (uint32_t)d->str_asciiobject_size,
+        .str_compact = (uint32_t)d->str_asciiobject_size + 16,
+        .rt_finalizing = (uint32_t)d->runtime_finalizing,
+    };
+    return true;
+}
+
+static int resolve(void)
+{
+    void *h;
+    if (!interpreter_handle(&h)) {
+        SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "no Python in this process");
+        return PY_ABSENT;
+    }
+    py.version = interpreter_version(h);
+    unsigned major = py.version >> 24, minor = (py.version >> 16) & 0xff;
+    if (major != 3 || minor < 10 || minor > 13) {
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK,
+                      "Python %u.%u: Python call sites support 3.10 to 3.13; native stacks only",
+                      major, minor);
+        return PY_OFF;
+    }
+    static const char *const names[] = {
+        "PyGILState_GetThisThreadState",
+        "Py_IsInitialized",
+        "_PyRuntime",
+        "PyCode_Type",
+        "PyUnicode_Type",
+        "PyBytes_Type",
+        "_Py_NoneStruct",
+        "PyType_Type",
+        "_PyEval_EvalFrameDefault",
+    };
+    void *sym[sizeof(names) / sizeof(names[0])];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        sym[i] = dlsym(h, names[i]);
+        if (!sym[i]) {
+            SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK, "Python %u.%u has no %s: native stacks only",
+                          major, minor, names[i]);
+            return PY_OFF;
+        }
+    }
+    py.this_tstate = (this_tstate_fn)sym[0];
+    py.is_initialized = (is_initialized_fn)sym[1];
+    py.runtime = sym[2];
+    py.code_type = sym[3];
+    py.unicode_type = sym[4];
+    py.bytes_type = sym[5];
+    py.none = sym[6];
+    /* A debug (trace-refs) or free-threaded build has another object header. */
+    if (ld_ptr(sym[3], 8) != sym[7] || ld_ptr(sym[4], 8) != sym[7]) {
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK,
+                      "Python %u.%u has an object layout of its own (a debug or free-threaded "
+                      "build?): native stacks only",
+                      major, minor);
+        return PY_OFF;
+    }
+    if (minor == 13) {
+        if (!layout_313(&py.L)) {
+            SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK,
+                          "Python 3.13's debug offsets are not as expected: native stacks only");
+            return PY_OFF;
+        }
+    } else {
+        py.L = layouts[minor - 10];
+    }
+
+    /* Return addresses inside _PyEval_EvalFrameDefault mark where the tools put Python frames. */
+    Dl_info info;
+    const ElfW(Sym) *es = NULL;
+    py.eval_lo = (uintptr_t)sym[8];
+    py.eval_hi = py.eval_lo;
+    if (dladdr1(sym[8], &info, (void **)&es, RTLD_DL_SYMENT) && es)
+        py.eval_hi = py.eval_lo + es->st_size;
+    struct find_obj f = {.addr = (uintptr_t)sym[8]};
+    if (dl_iterate_phdr(find_obj_cb, &f)) {
+        py.interp_lo = f.lo;
+        py.interp_hi = f.hi;
+    }
+
+    void *tab = mmap(NULL, sizeof(struct shp_intern_slot) * CODE_SLOTS, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (tab == MAP_FAILED) {
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK, "no memory for Python code objects: native stacks");
+        return PY_OFF;
+    }
+    py.code_tab = tab;
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "Python %u.%u.%u call sites", major, minor,
+            (py.version >> 8) & 0xff);
+    return PY_READY;
+}
+
+static int setup(void)
+{
+    pthread_mutex_lock(&py.mu);
+    int st = atomic_load(&py.state);
+    if (st == PY_UNRESOLVED) {
+        st = resolve();
+        atomic_store_explicit(&py.state, st, memory_order_release);
+    }
+    pthread_mutex_unlock(&py.mu);
+    return st;
+}
+
+uint32_t shp_py_stack(uint32_t native)
+{
+    int st = atomic_load_explicit(&py.state, memory_order_acquire);
+    if (__builtin_expect(st != PY_READY, 0) && (st != PY_UNRESOLVED || setup() != PY_READY))
+        return native;
+    /* Not yet, or no longer, a running interpreter: at finalization the main thread frees other
+     * threads' states, and a daemon thread may be in here. */
+    if (!py.is_initialized() || ld_ptr(py.runtime, py.L.rt_finalizing))
+        return native;
+    const char *ts = py.this_tstate();
+    if (!ts)
+        return native;
+    struct py_walk w;
+    w.native = native;
+    w.flags = 0;
+    w.n = 0;
+    if (!ok_ptr(ts) || !walk(ts, &w)) {
+        atomic_store(&py.state, PY_OFF);
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK,
+                      "Python %u.%u frames are not laid out as expected; Python call sites are "
+                      "off, native stacks only",
+                      py.version >> 24, (py.version >> 16) & 0xff);
+        return native;
+    }
+    if (!w.n)
+        return native;
+    uint64_t h = mix(0x3c6ef372fe94f82bull, native);
+    for (int i = 0; i < w.n; i++)
+        h = mix(h, w.f[i].key ^ ((uint64_t)w.f[i].lasti << 32 | w.f[i].lasti));
+    uint32_t id = shp_stack_intern(h ? h : 1, store_pystack, &w);
+    return id ? id : native;
+}
+
+void shp_py_modules_changed(void)
+{
+    int expect = PY_ABSENT;
+    atomic_compare_exchange_strong(&py.state, &expect, PY_UNRESOLVED);
+}
+
+void shp_py_atfork_child(void)
+{
+    /* The child's trace starts empty: code objects and the interpreter are written again. */
+    if (py.code_tab)
+        memset(py.code_tab, 0, sizeof(*py.code_tab) * CODE_SLOTS);
+    atomic_store(&py.next_code_id, 0);
+    atomic_store(&py.info_written, 0);
+    pthread_mutex_init(&py.mu, NULL);
+}
