@@ -25,11 +25,38 @@ LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/run SHAPETRACE_DEBUG=INFO \
 grep -E '^check' "$OUT/traced.log"
 grep -q FAIL "$OUT/traced.log" && fail=1
 ls -la "$OUT/run"
-echo "== bench (per call, us)"
-python3 "$here/bench_gpu.py" >"$OUT/bench_untraced.log" 2>&1
-LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/bench_run python3 "$here/bench_gpu.py" \
-    >"$OUT/bench_traced.log" 2>&1
-LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/bench_run_nostack SHAPETRACE_STACKS=none \
-    python3 "$here/bench_gpu.py" >"$OUT/bench_traced_nostacks.log" 2>&1
-paste "$OUT/bench_untraced.log" "$OUT/bench_traced.log" "$OUT/bench_traced_nostacks.log"
+echo "== the PyTorch example, buggy and fixed, traced"
+for m in buggy fixed; do
+    rm -rf "$OUT/example_$m"
+    flag=""
+    [ "$m" = buggy ] && flag=--buggy
+    LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/example_$m \
+        python3 "$here/../../examples/torch_hidden_states.py" $flag >"$OUT/example_$m.log" 2>&1 ||
+        fail=1
+    cat "$OUT/example_$m.log"
+done
+echo "== bench: per call in us, 3 interleaved rounds, median (analyze the traces elsewhere)"
+modes="untraced native python none dormant"
+for round in 1 2 3; do
+    for mode in $modes; do
+        rm -rf "$OUT/bench_run"
+        case $mode in
+        untraced) python3 "$here/bench_gpu.py" ;;
+        dormant) LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/bench_run SHAPETRACE_DORMANT=1 \
+            python3 "$here/bench_gpu.py" ;;
+        *) LD_PRELOAD=$PRELOAD SHAPETRACE_DIR=$OUT/bench_run SHAPETRACE_STACKS=$mode \
+            python3 "$here/bench_gpu.py" ;;
+        esac >"$OUT/bench_${mode}_$round.log" 2>&1
+    done
+done
+rm -rf "$OUT/bench_run"
+for op in all_reduce_4KiB copy_d2d_1KiB copy_d2h_pinned_1KiB; do
+    printf "%-22s" "$op"
+    for mode in $modes; do
+        v=$(cat "$OUT"/bench_${mode}_*.log | awk -v op="$op" '$1 == op {print $2}' | sort -n |
+            awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+        printf " %s=%s" "$mode" "$v"
+    done
+    echo
+done
 exit $fail
