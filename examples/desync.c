@@ -31,12 +31,23 @@ int main(int argc, char **argv)
     EX_CHECK(cudaMalloc(&in, (size_t)TOKENS * HIDDEN * 2));
     EX_CHECK(cudaMalloc(&out, (size_t)TOKENS * HIDDEN * 2 * (size_t)tp));
     EX_CHECK(cudaMalloc(&logits, 4096 * 4));
+    /* Each rank's piece holds its rank number, so the gathered blocks can be checked. */
+    size_t piece = (size_t)TOKENS * (HIDDEN / (size_t)tp);
+    uint16_t *host = malloc(piece * 2 * (size_t)tp);
+    for (size_t i = 0; i < piece; i++)
+        host[i] = ex_bf16((float)rank);
+    EX_CHECK(cudaMemcpy(in, host, piece * 2, cudaMemcpyHostToDevice));
+    size_t wrong = 0;
     for (int step = 0; step < steps; step++) {
         size_t tokens = !clean && step == 3 && rank == odd ? TOKENS - 1 : TOKENS;
         gather_activations(comm, in, out, tokens, tp);
         reduce_logits(comm, logits);
+        EX_CHECK(cudaMemcpy(host, out, piece * 2 * (size_t)tp, cudaMemcpyDeviceToHost));
+        for (int r = 0; r < tp; r++)
+            for (size_t i = 0; i < piece; i += 61)
+                wrong += ex_float(host[(size_t)r * piece + i]) != (float)r;
     }
-    printf("rank %d: %d steps done\n", rank, steps);
+    printf("rank %d: %d steps done, gathered data %s\n", rank, steps, wrong ? "WRONG" : "checked");
     EX_CHECK(ncclCommDestroy(comm));
     return 0;
 }

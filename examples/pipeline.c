@@ -27,13 +27,23 @@ int main(int argc, char **argv)
     int rank = ex_rank(), stages = ex_world();
     ncclComm_t comm = ex_world_comm();
     void *act;
-    EX_CHECK(cudaMalloc(&act, (size_t)TOKENS * HIDDEN * 2));
+    size_t n = (size_t)TOKENS * HIDDEN, wrong = 0;
+    uint16_t *host = malloc(n * 2);
+    EX_CHECK(cudaMalloc(&act, n * 2));
     ncclResult_t r = ncclSuccess;
     for (int micro = 0; micro < 3 && r == ncclSuccess; micro++) {
         if (rank > 0) {
             size_t tokens = !clean && rank == 2 ? TOKENS - 1 : TOKENS;
             r = recv_activations(comm, act, tokens, rank - 1);
+            /* Stage k-1 sent activations holding micro * 10 + k - 1. */
+            EX_CHECK(cudaMemcpy(host, act, n * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; r == ncclSuccess && i < tokens * HIDDEN; i += 53)
+                wrong += ex_float(host[i]) != (float)(micro * 10 + rank - 1);
         }
+        /* This stage's work: its output holds micro * 10 + rank. */
+        for (size_t i = 0; i < n; i++)
+            host[i] = ex_bf16((float)(micro * 10 + rank));
+        EX_CHECK(cudaMemcpy(act, host, n * 2, cudaMemcpyHostToDevice));
         if (r == ncclSuccess && rank + 1 < stages)
             r = send_activations(comm, act, rank + 1);
     }
@@ -41,7 +51,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: pipeline transfer failed: %s\n", rank, ncclGetErrorString(r));
         return 1;
     }
-    printf("rank %d: 3 micro-batches done\n", rank);
+    printf("rank %d: 3 micro-batches done, received data %s\n", rank, wrong ? "WRONG" : "checked");
     EX_CHECK(ncclCommDestroy(comm));
     return 0;
 }

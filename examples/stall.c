@@ -18,8 +18,13 @@ int main(int argc, char **argv)
     int rank = ex_rank(), world = ex_world();
     ncclComm_t comm = ex_world_comm();
     void *buf;
+    float *host = malloc(4 << 16);
+    size_t wrong = 0;
     EX_CHECK(cudaMalloc(&buf, 4 << 16));
     for (int step = 0; step < 8; step++) {
+        for (int i = 0; i < 1 << 16; i++)
+            host[i] = 1.0f;
+        EX_CHECK(cudaMemcpy(buf, host, 4 << 16, cudaMemcpyHostToDevice));
         if (!clean && step == 5 && rank == world - 1) {
             printf("rank %d: stopping before step %d\n", rank, step);
             return 0; /* leaves without a word: the others wait */
@@ -30,8 +35,11 @@ int main(int argc, char **argv)
                     ncclGetErrorString(r));
             return 1;
         }
+        EX_CHECK(cudaMemcpy(host, buf, 4 << 16, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 1 << 16; i += 97)
+            wrong += host[i] != (float)world;
     }
-    printf("rank %d: 8 steps done\n", rank);
+    printf("rank %d: 8 steps done, sums %s\n", rank, wrong ? "WRONG" : "checked");
     EX_CHECK(ncclCommDestroy(comm));
     return 0;
 }

@@ -384,15 +384,19 @@ def test_example_hidden_states():
 
 def test_example_desync():
     p, p2 = check_example("desync")
-    assert p.stdout.count("6 steps done") == 4
+    assert p2.stdout.count("6 steps done, gathered data checked") == 4, p2.stdout
+    # the planted run goes on with wrong data, as NCCL would
+    assert p.stdout.count("6 steps done") == 4 and "WRONG" in p.stdout, p.stdout
 
 
 def test_example_pipeline():
-    check_example("pipeline")
+    p, p2 = check_example("pipeline")
+    assert p2.stdout.count("received data checked") == 4, p2.stdout
 
 
 def test_example_stall():
-    p, _ = check_example("stall")
+    p, p2 = check_example("stall")
+    assert p2.stdout.count("8 steps done, sums checked") == 4, p2.stdout
     # the others waited for the stalled rank until the double's timeout, then failed
     assert p.returncode != 0 and "stopping before step 5" in p.stdout, (p.stdout, p.stderr)
 
