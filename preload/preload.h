@@ -149,6 +149,10 @@ void *shp_real_aux(int slot, enum shp_aux aux);
 /* A wrapper's real function was not found: warn once for op, return `err`. */
 int shp_missing(unsigned op, int err);
 
+/* The address range [lo, hi) of a loaded object's PT_LOAD segments; hi 0 if it has none. */
+struct dl_phdr_info;
+void shp_load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi);
+
 /* True if addr lies in libshapetrace.so itself. */
 bool shp_is_self(const void *addr);
 

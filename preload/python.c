@@ -442,15 +442,8 @@ static int find_obj_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     struct find_obj *f = data;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        lo = a < lo ? a : lo;
-        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
-    }
+    uintptr_t lo, hi;
+    shp_load_range(info, &lo, &hi);
     if (f->addr) {
         if (f->addr < lo || f->addr >= hi)
             return 0;

@@ -52,23 +52,28 @@ static void *libc_dlsym(void *handle, const char *name)
     return f ? f(handle, name) : NULL;
 }
 
+void shp_load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = UINTPTR_MAX;
+    *hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        *lo = a < *lo ? a : *lo;
+        *hi = a + ph->p_memsz > *hi ? a + ph->p_memsz : *hi;
+    }
+}
+
 static uintptr_t self_lo, self_hi;
 
 static int self_range_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     uintptr_t want = (uintptr_t)data;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
-    }
+    uintptr_t lo, hi;
+    shp_load_range(info, &lo, &hi);
     if (want >= lo && want < hi) {
         self_lo = lo;
         self_hi = hi;

@@ -213,15 +213,8 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     (void)data;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uint64_t a = info->dlpi_addr + ph->p_vaddr;
-        lo = a < lo ? a : lo;
-        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
-    }
+    uintptr_t lo, hi;
+    shp_load_range(info, &lo, &hi);
     if (!hi)
         return 0;
     uint64_t key = lo ^ (hi << 1);
