@@ -7,7 +7,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
+
+from harness import run_all  # the script's own folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -402,22 +403,7 @@ def test_example_stall():
 
 
 def main():
-    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
-    passed = failed = 0
-    for name, fn in tests:
-        if ONLY and name not in ONLY:
-            continue
-        try:
-            fn()
-            print(f"ok   {name}")
-            passed += 1
-        except Exception:  # noqa: BLE001 - a test harness reports every failure
-            print(f"FAIL {name}")
-            traceback.print_exc()
-            failed += 1
-    shutil.rmtree(TMP, ignore_errors=True)
-    print(f"analyze: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_all(globals(), "analyze", ONLY, TMP)
 
 
 if __name__ == "__main__":

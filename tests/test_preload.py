@@ -11,7 +11,8 @@ import stat
 import subprocess
 import sys
 import tempfile
-import traceback
+
+from harness import NotRun, run_all  # the script's own folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -478,10 +479,6 @@ def test_python_call_sites():
     check_python_call_sites(shutil.which("python3"), "pysites")
 
 
-class NotRun(Exception):
-    """A test that cannot run on this machine: reported by name, counted neither way."""
-
-
 def test_python_call_sites_other_versions():
     pys = other_pythons()
     if not pys:
@@ -828,24 +825,7 @@ def test_attach_one_process_by_pid():
 
 
 def main():
-    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
-    passed = failed = 0
-    for name, fn in tests:
-        if ONLY and name not in ONLY:
-            continue
-        try:
-            fn()
-            print(f"ok   {name}")
-            passed += 1
-        except NotRun as why:
-            print(f"NOT RUN {name}: {why}")
-        except Exception:  # noqa: BLE001 - a test harness reports every failure
-            print(f"FAIL {name}")
-            traceback.print_exc()
-            failed += 1
-    shutil.rmtree(TMP, ignore_errors=True)
-    print(f"preload: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_all(globals(), "preload", ONLY, TMP)
 
 
 if __name__ == "__main__":

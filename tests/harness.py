@@ -1,0 +1,31 @@
+"""shapetrace tests: the runner the Python suites share. Runs every test_* function of a module,
+one line each, and ends with 'LABEL: N passed, M failed' (the line tests/run.sh adds up)."""
+import shutil
+import traceback
+
+
+class NotRun(Exception):
+    """A test that cannot run on this machine: reported by name, counted neither way."""
+
+
+def run_all(namespace, label, only=(), tmp=None):
+    """Run the test_* callables of namespace (a module's globals()); returns the exit status."""
+    tests = [(n, f) for n, f in sorted(namespace.items()) if n.startswith("test_") and callable(f)]
+    passed = failed = 0
+    for name, fn in tests:
+        if only and name not in only:
+            continue
+        try:
+            fn()
+            print(f"ok   {name}")
+            passed += 1
+        except NotRun as why:
+            print(f"NOT RUN {name}: {why}")
+        except Exception:  # noqa: BLE001 - a test harness reports every failure
+            print(f"FAIL {name}")
+            traceback.print_exc()
+            failed += 1
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{label}: {passed} passed, {failed} failed")
+    return 1 if failed else 0
