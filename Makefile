@@ -37,7 +37,9 @@ SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
 endif
 
 CFLAGS_BASE := -std=gnu11 $(OPT) $(WARN) $(SANFLAGS) -fno-strict-aliasing -MMD -MP
-CPPFLAGS_BASE := -Iinclude -Icommon
+# Includes are path-qualified from the top of the tree ("tools/lib/reader.h"); -Iinclude and
+# -Icommon stay for the files that still include "shapetrace/trace.h" and "ops.h".
+CPPFLAGS_BASE := -I. -Iinclude -Icommon
 GPU_INC := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
 
 # ---- shared code, built once with -fPIC for the preload and the tools ----
@@ -52,7 +54,7 @@ PRELOAD := $(B)/lib/libshapetrace.so
 EXPORTS := $(B)/obj/preload/exports.map
 
 # ---- the command ----
-TOOLS_SRC := $(wildcard tools/*.c)
+TOOLS_SRC := $(wildcard tools/lib/*.c tools/analyze/*.c tools/cmd/*.c)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/obj/%.o)
 TOOL := $(B)/bin/shapetrace
 TOOLS_LIBS := -ldw -lelf -ljansson -lm -lstdc++ -lpthread
@@ -96,7 +98,7 @@ $(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.
 $(B)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -c $< -o $@
 
 $(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -133,7 +135,7 @@ $(B)/tests/local_module: tests/load/local_module.c
 # Multi-rank scenarios share the examples' launcher-facing helpers.
 $(B)/tests/ranks: tests/load/ranks.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Iexamples -Itests/doubles $(GPU_INC) -o $@ $< \
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< \
 		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
 
 $(B)/tests/missing: tests/load/missing.c
@@ -179,21 +181,21 @@ $(B)/tests/test_doubles: tests/unit/test_doubles.c $(DOUBLE_CUDART) $(DOUBLE_NCC
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -lm
 
-$(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/symbolize.c
+$(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/lib/symbolize.c
 	@mkdir -p $(@D)
-	$(Q)$(CC) -std=gnu11 -g -O0 $(WARN) $(SANFLAGS) -Itools -o $@ $^ -ldw -lelf
+	$(Q)$(CC) -std=gnu11 -g -O0 $(WARN) $(SANFLAGS) -I. -o $@ $^ -ldw -lelf
 
-$(B)/tests/test_%: tests/unit/test_%.c $(filter-out $(B)/obj/tools/main.o,$(TOOLS_OBJ)) \
+$(B)/tests/test_%: tests/unit/test_%.c $(filter-out $(B)/obj/tools/cmd/main.o,$(TOOLS_OBJ)) \
 		$(COMMON_OBJ)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools $(SANFLAGS) -o $@ $^ $(TOOLS_LIBS)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(TOOLS_LIBS)
 
 # Examples: linked by soname, so they run on the test doubles here and on the real libraries on a
 # GPU host (build there with CUDA_HOME/NCCL_HOME set and the real libraries on the path).
 $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itests/doubles $(GPU_INC) -o $@ $< -L$(B)/tests \
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
@@ -231,7 +233,7 @@ install: all
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
 	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
 
-FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
+FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
 	include/shapetrace/*.h)
 format:
 	clang-format -i $(FORMAT_SRC)

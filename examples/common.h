@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "uid_exchange.h"
+#include "tests/doubles/uid_exchange.h"
 
 #define EX_CHECK(x)                                                                                \
     do {                                                                                           \

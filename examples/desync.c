@@ -4,7 +4,7 @@
  * tokens instead of 512 at step 3). */
 #include <nccl.h>
 
-#include "common.h"
+#include "examples/common.h"
 
 #define HIDDEN 1024
 #define TOKENS 512

@@ -10,7 +10,7 @@
  * Run with shp_launch -n 4 (test doubles) or torchrun-like launchers (real NCCL). */
 #include <nccl.h>
 
-#include "common.h"
+#include "examples/common.h"
 
 #define HIDDEN 7168
 #define TOKENS 771

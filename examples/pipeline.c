@@ -3,7 +3,7 @@
  * transfer fails or hangs. Usage: pipeline [--clean] (one stage a rank). */
 #include <nccl.h>
 
-#include "common.h"
+#include "examples/common.h"
 
 #define HIDDEN 2048
 #define TOKENS 128

@@ -3,7 +3,7 @@
  * Usage: stall [--clean] (the last rank stops before step 5's all-reduce). */
 #include <nccl.h>
 
-#include "common.h"
+#include "examples/common.h"
 
 /* Not a tail call, so that the call site keeps this frame. */
 __attribute__((noinline, optimize("no-optimize-sibling-calls"))) static ncclResult_t

@@ -5,7 +5,7 @@
  * Usage: ranks clean|op|redop|root|split|group|p2pdtype|unmatched */
 #include <nccl.h>
 
-#include "common.h"
+#include "examples/common.h"
 
 static const char *mode;
 

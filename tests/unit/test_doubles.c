@@ -17,8 +17,8 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "../doubles/cudart_ptds.h"
-#include "../doubles/shp_double.h"
+#include "tests/doubles/cudart_ptds.h"
+#include "tests/doubles/shp_double.h"
 
 #define NRANKS 4
 #define N 6 /* elements per rank's chunk */

@@ -24,7 +24,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "../doubles/uid_exchange.h"
+#include "tests/doubles/uid_exchange.h"
 
 #define C 6               /* elements per rank's chunk in the small collectives */
 #define SENTINEL (-7.0)   /* what a buffer holds where a call must not write */

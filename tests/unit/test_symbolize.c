@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "symbolize.h"
+#include "tools/lib/symbolize.h"
 
 static int passed;
 static int failed;

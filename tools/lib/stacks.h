@@ -7,14 +7,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "trace_read.h"
+#include "tools/lib/reader.h"
 
 struct shp_stacks;
 
-/* Read the stack and module records of t (one pass; t's torn count is left as it was). With
- * symbolize false, frames print as raw addresses. Returns NULL only when out of memory, and the
- * functions below accept NULL. Not thread-safe. */
-struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize);
+/* Read the stack and module records of t (one walk of its own: t is not changed, so other
+ * threads may read t meanwhile). With symbolize false, frames print as raw addresses. Returns
+ * NULL only when out of memory, and the functions below accept NULL. One shp_stacks is not
+ * thread-safe. */
+struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize);
 void shp_stacks_free(struct shp_stacks *st);
 
 /* The frames of stack `id`, innermost first, as "function (file:line)" or

@@ -1,17 +1,23 @@
-/* shapetrace analyze, pass 1: open every trace and hand out their events merged by time, so that
+/* shapetrace analyze, loading: open every trace and hand out their events merged by time, so that
  * the ranks' collectives arrive roughly together and little has to be held open. */
+#include "tools/analyze/load.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include "analyze.h"
-#include "cmd.h"
+#include "tools/analyze/pass.h"
+#include "tools/lib/out.h"
+#include "tools/lib/stacks.h"
 
-static uint32_t *heap;
-static uint64_t release_step = 8ull << 20;
-static size_t heap_n;
+/* The processes with events left, as a heap on the time of their next event. */
+struct an_load {
+    uint32_t *heap;
+    size_t heap_n;
+    uint64_t release_step;
+};
 
 static uint64_t key(const struct an_ctx *ctx, uint32_t i)
 {
@@ -20,6 +26,8 @@ static uint64_t key(const struct an_ctx *ctx, uint32_t i)
 
 static void heap_down(struct an_ctx *ctx, size_t i)
 {
+    uint32_t *heap = ctx->load->heap;
+    size_t heap_n = ctx->load->heap_n;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
         if (l < heap_n && key(ctx, heap[l]) < key(ctx, heap[m]))
@@ -37,6 +45,7 @@ static void heap_down(struct an_ctx *ctx, size_t i)
 
 static void heap_up(struct an_ctx *ctx, size_t i)
 {
+    uint32_t *heap = ctx->load->heap;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
         if (key(ctx, heap[parent]) <= key(ctx, heap[i]))
@@ -55,7 +64,7 @@ static void read_ahead(struct an_proc *p, uint32_t idx)
     size_t size;
     const struct shp_rec *r;
     p->has_next = false;
-    while ((r = shp_trace_next(&p->t, &p->off, &type, &size))) {
+    while ((r = shp_trace_next(&p->t, &p->cur, &type, &size))) {
         if (!shp_event_decode(&p->t, r, type, &p->next))
             continue;
         p->next.index = p->index++;
@@ -78,15 +87,17 @@ int an_load(struct an_ctx *ctx, char **paths, int npaths)
         }
     }
     ctx->procs = calloc(n ? n : 1, sizeof(*ctx->procs));
-    heap = calloc(n ? n : 1, sizeof(*heap));
-    if (!ctx->procs || !heap) {
+    struct an_load *L = ctx->load = calloc(1, sizeof(*ctx->load));
+    if (L)
+        L->heap = calloc(n ? n : 1, sizeof(*L->heap));
+    if (!ctx->procs || !L || !L->heap) {
         shp_err("out of memory");
         goto fail;
     }
-    release_step = n ? (128ull << 20) / n : release_step;
-    release_step = release_step > (8ull << 20)    ? (8ull << 20)
-                   : release_step < (64ull << 10) ? (64ull << 10)
-                                                  : release_step & ~((64ull << 10) - 1);
+    uint64_t step = n ? (128ull << 20) / n : 8ull << 20;
+    L->release_step = step > (8ull << 20)    ? (8ull << 20)
+                      : step < (64ull << 10) ? (64ull << 10)
+                                             : step & ~((64ull << 10) - 1);
     for (size_t i = 0; i < n; i++) {
         struct an_proc *p = &ctx->procs[i];
         char err[256];
@@ -100,8 +111,8 @@ int an_load(struct an_ctx *ctx, char **paths, int npaths)
         ctx->bytes_total += p->t.end;
         read_ahead(p, (uint32_t)i);
         if (p->has_next) {
-            heap[heap_n++] = (uint32_t)i;
-            heap_up(ctx, heap_n - 1);
+            L->heap[L->heap_n++] = (uint32_t)i;
+            heap_up(ctx, L->heap_n - 1);
         } else {
             p->ended = true;
         }
@@ -131,12 +142,12 @@ fail:
  * together under about 128 MiB (8 MiB a trace at most, 64 KiB at least): they stay in the page
  * cache and are read back if a report needs one of their records, so memory follows what is
  * open, not the size of the traces. */
-static void release_behind(struct an_proc *p)
+static void release_behind(const struct an_load *L, struct an_proc *p)
 {
-    const uint64_t step = release_step;
-    if (p->off < p->released + 2 * step)
+    const uint64_t step = L->release_step;
+    if (p->cur.off < p->released + 2 * step)
         return;
-    uint64_t upto = (p->off - step) & ~(step - 1);
+    uint64_t upto = (p->cur.off - step) & ~(step - 1);
     if (upto > p->released) {
         madvise((void *)(p->t.map + p->released), upto - p->released, MADV_DONTNEED);
         p->released = upto;
@@ -145,20 +156,21 @@ static void release_behind(struct an_proc *p)
 
 bool an_next(struct an_ctx *ctx, struct an_proc **proc, struct shp_event *e, struct an_ref *ref)
 {
-    while (heap_n) {
-        uint32_t i = heap[0];
+    struct an_load *L = ctx->load;
+    while (L && L->heap_n) {
+        uint32_t i = L->heap[0];
         struct an_proc *p = &ctx->procs[i];
         *proc = p;
         *e = p->next;
         *ref = p->next_ref;
-        uint64_t before = p->off;
+        uint64_t before = p->cur.off;
         read_ahead(p, i);
-        ctx->bytes_done += p->off - before;
-        release_behind(p);
+        ctx->bytes_done += p->cur.off - before;
+        release_behind(L, p);
         if (p->has_next) {
             heap_down(ctx, 0);
         } else {
-            heap[0] = heap[--heap_n];
+            L->heap[0] = L->heap[--L->heap_n];
             heap_down(ctx, 0);
             /* The caller learns that p ended with its last event: flagged here, acted on by
              * the driver after it has handed this event on. */
@@ -173,11 +185,13 @@ void an_unload(struct an_ctx *ctx)
 {
     for (size_t i = 0; i < ctx->nprocs; i++) {
         shp_stacks_free(ctx->procs[i].stacks);
-        free(ctx->procs[i].allocs);
         shp_trace_close(&ctx->procs[i].t);
     }
     free(ctx->procs);
-    free(heap);
-    heap = NULL;
-    heap_n = 0;
+    ctx->procs = NULL;
+    ctx->nprocs = 0;
+    if (ctx->load)
+        free(ctx->load->heap);
+    free(ctx->load);
+    ctx->load = NULL;
 }

@@ -1,7 +1,7 @@
 /* shapetrace tools: the trace reader. Files are mapped read-only; a live trace may grow while it
  * is read, and only what its header's tail covered at open is read. */
 #define _GNU_SOURCE
-#include "trace_read.h"
+#include "tools/lib/reader.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -118,20 +118,20 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
     return true;
 }
 
-const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigned *type,
-                                     size_t *size)
+const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_cursor *c,
+                                     unsigned *type, size_t *size)
 {
-    uint64_t o = *off < SHP_HEADER_SIZE ? SHP_HEADER_SIZE : *off;
+    uint64_t o = c->off < SHP_HEADER_SIZE ? SHP_HEADER_SIZE : c->off;
     while (o + 8 <= t->end) {
         if (valid_at(t, o, type, size)) {
-            *off = o + *size;
+            c->off = o + *size;
             return (const struct shp_rec *)(t->map + o);
         }
-        if (t->live) {
-            *off = o;
+        if (c->live) {
+            c->off = o;
             return NULL;
         }
-        t->torn++;
+        c->torn++;
         const struct shp_rec *r = (const struct shp_rec *)(t->map + o);
         uint32_t w = __atomic_load_n(&r->word, __ATOMIC_ACQUIRE);
         size_t sz = SHP_REC_WORD_SIZE(w);
@@ -146,13 +146,13 @@ const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigne
             s += 8;
         o = s;
     }
-    *off = t->end;
+    c->off = t->end;
     return NULL;
 }
 
-bool shp_trace_complete(const struct shp_trace *t)
+bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c)
 {
-    return (t->hdr->flags & SHP_FILE_COMPLETE) && !t->torn && !t->truncated;
+    return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated;
 }
 
 int shp_trace_rank(const struct shp_trace *t)

@@ -1,12 +1,12 @@
 /* shapetrace tools: decoding records into events, with each op's size rule applied. */
-#include "event.h"
+#include "tools/lib/event.h"
 
 #include <inttypes.h>
 #include <string.h>
 
-#include "cmd.h"
-#include "ops.h"
-#include "stacks.h"
+#include "common/ops.h"
+#include "tools/lib/out.h"
+#include "tools/lib/stacks.h"
 
 const char *const shp_kind_names[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
 const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shrink",
@@ -137,6 +137,41 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     }
 }
 
+void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write)
+{
+    *read = *write = (struct shp_span){.rows = 1};
+    switch (e->type) {
+    case SHP_REC_COLL:
+    case SHP_REC_P2P:
+        if (e->src != SHP_NONE && e->send_bytes != SHP_NONE)
+            read->start = e->src, read->len = e->send_bytes;
+        if (e->dst != SHP_NONE && e->recv_bytes != SHP_NONE) {
+            write->start = e->dst;
+            write->len = e->recv_bytes;
+            /* An all-gather's output is its ranks' pieces side by side: rows of one piece. */
+            if (e->op == SHP_OP_ncclAllGather && e->nranks > 1)
+                write->pitch = write->width = e->send_bytes;
+        }
+        break;
+    case SHP_REC_COPY:
+        if (e->height == SHP_NONE || e->height == 0)
+            break;
+        read->start = e->src;
+        write->start = e->dst;
+        read->len = (e->height - 1) * e->spitch + e->width;
+        write->len = (e->height - 1) * e->dpitch + e->width;
+        read->rows = write->rows = e->height;
+        if (e->height > 1) {
+            read->pitch = e->spitch;
+            write->pitch = e->dpitch;
+            read->width = write->width = e->width;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
 static void json_u64(FILE *f, const char *key, uint64_t v)
 {
     if (v == SHP_NONE)
@@ -172,7 +207,8 @@ static void comm_id(char *buf, size_t len, uint64_t id)
     snprintf(buf, len, "%016" PRIx64, id);
 }
 
-void shp_event_json(FILE *f, struct shp_trace *t, struct shp_stacks *st, const struct shp_event *e)
+void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
+                    const struct shp_event *e)
 {
     const struct shp_file_header *h = t->hdr;
     fputs("{\"file\":", f);

@@ -1,9 +1,12 @@
-/* shapetrace analyze, expectations: shapes the user believes in (--expect FILE, DESIGN's format).
+/* shapetrace analyze, expectation pass (per process): shapes the user believes in (--expect FILE,
+ * in the format of docs/CONTRACTS.md).
  * Each expectation selects calls (globs on op and on any frame's function, exact kind, comm,
  * rank) and says what shape their element count must have; the first call that cannot have it
  * is reported with the producers of what it read, and an expectation that matched nothing is
  * a warning, not silence. */
 #define _GNU_SOURCE
+#include "tools/analyze/expect.h"
+
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -11,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analyze.h"
-#include "cmd.h"
-#include "ops.h"
+#include "common/ops.h"
+#include "tools/analyze/findings.h"
+#include "tools/analyze/pass.h"
+#include "tools/lib/out.h"
+#include "tools/lib/stacks.h"
 
 #define MAX_EXTENTS 8
 
@@ -34,14 +39,14 @@ struct expectation {
     size_t finding; /* SIZE_MAX until the first violation */
 };
 
+/* The expectations as read; each walk works on a copy that counts its own matches. */
 struct an_expect {
     struct expectation *v;
     size_t n;
-    bool need_sites;
 };
 
 /* "hidden", "hidden/tp", "hidden*tp", "4096", products and quotients left to right. */
-static int eval_extent(const struct an_ctx *ctx, const char *s, uint64_t *out)
+static int eval_extent(const struct an_dims *dims, const char *s, uint64_t *out)
 {
     uint64_t acc = 0;
     char op = 0;
@@ -60,11 +65,11 @@ static int eval_extent(const struct an_ctx *ctx, const char *s, uint64_t *out)
             v = num;
         } else {
             int i;
-            for (i = 0; i < ctx->ndims && strcmp(ctx->dims[i].name, tok); i++)
+            for (i = 0; i < dims->n && strcmp(dims->v[i].name, tok); i++)
                 ;
-            if (i == ctx->ndims)
+            if (i == dims->n)
                 return -2;
-            v = ctx->dims[i].value;
+            v = dims->v[i].value;
         }
         if (!op)
             acc = v;
@@ -107,29 +112,28 @@ static int copy_str(json_t *o, const char *key, char *out, size_t len, const cha
     return 0;
 }
 
-int an_expect_load(struct an_ctx *ctx, const char *path)
+struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
 {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) {
         shp_err("%s:%d:%d: %s", path, err.line, err.column, err.text);
-        return -1;
+        return NULL;
     }
     int rc = -1;
     struct an_expect *E = calloc(1, sizeof(*E));
-    ctx->expect = E;
     if (!E || !json_is_object(root)) {
         fail(path, "top level", "expected an object with \"dims\" and \"expect\"");
         goto out;
     }
-    json_t *dims = json_object_get(root, "dims");
-    if (dims && !json_is_object(dims)) {
+    json_t *jdims = json_object_get(root, "dims");
+    if (jdims && !json_is_object(jdims)) {
         fail(path, "dims", "expected an object of NAME: positive integer");
         goto out;
     }
     const char *key;
     json_t *val;
-    json_object_foreach(dims, key, val)
+    json_object_foreach(jdims, key, val)
     {
         if (!json_is_integer(val) || json_integer_value(val) <= 0 || strlen(key) >= 32) {
             char w[96];
@@ -138,16 +142,16 @@ int an_expect_load(struct an_ctx *ctx, const char *path)
             goto out;
         }
         int i;
-        for (i = 0; i < ctx->ndims && strcmp(ctx->dims[i].name, key); i++)
+        for (i = 0; i < dims->n && strcmp(dims->v[i].name, key); i++)
             ;
-        if (i < ctx->ndims)
+        if (i < dims->n)
             continue; /* --dim on the command line wins */
-        if (ctx->ndims == (int)(sizeof(ctx->dims) / sizeof(ctx->dims[0]))) {
+        if (dims->n == (int)(sizeof(dims->v) / sizeof(dims->v[0]))) {
             fail(path, "dims", "too many dims (16 at most)");
             goto out;
         }
-        snprintf(ctx->dims[ctx->ndims].name, sizeof(ctx->dims[0].name), "%s", key);
-        ctx->dims[ctx->ndims++].value = (uint64_t)json_integer_value(val);
+        snprintf(dims->v[dims->n].name, sizeof(dims->v[0].name), "%s", key);
+        dims->v[dims->n++].value = (uint64_t)json_integer_value(val);
     }
     json_t *list = json_object_get(root, "expect");
     if (!json_is_array(list)) {
@@ -197,8 +201,6 @@ int an_expect_load(struct an_ctx *ctx, const char *path)
             }
             x->rank = (int)json_integer_value(r);
         }
-        if (x->site[0])
-            E->need_sites = true;
         char dt[16] = "";
         if (copy_str(o, "dtype", dt, sizeof(dt), path, where) < 0)
             goto out;
@@ -232,7 +234,7 @@ int an_expect_load(struct an_ctx *ctx, const char *path)
                 snprintf(xe->text, sizeof(xe->text), "*");
             } else if (json_is_string(e)) {
                 snprintf(xe->text, sizeof(xe->text), "%s", json_string_value(e));
-                int er = eval_extent(ctx, xe->text, &xe->value);
+                int er = eval_extent(dims, xe->text, &xe->value);
                 if (er < 0) {
                     char msg[200];
                     snprintf(msg, sizeof(msg), "'%s' %s", xe->text,
@@ -251,7 +253,11 @@ int an_expect_load(struct an_ctx *ctx, const char *path)
     rc = 0;
 out:
     json_decref(root);
-    return rc;
+    if (rc < 0) {
+        an_expect_free(E);
+        return NULL;
+    }
+    return E;
 }
 
 /* The function part of a frame text: "generate (x.c:3)", "generate+0x1f (mod)", or a Python
@@ -261,14 +267,6 @@ static bool site_matches(const char *glob, const char *frame)
     char fn[512];
     shp_stacks_frame_function(frame, fn, sizeof(fn));
     return fnmatch(glob, fn, 0) == 0;
-}
-
-static struct shp_stacks *stacks_for(struct an_ctx *ctx, uint32_t proc)
-{
-    struct an_proc *p = &ctx->procs[proc];
-    if (!p->stacks)
-        p->stacks = shp_stacks_load(&p->t, true);
-    return p->stacks;
 }
 
 /* Whether count elements can be written as the expectation's shape. */
@@ -287,11 +285,13 @@ static bool fits(const struct expectation *x, uint64_t count)
     return stars ? count >= known && count % known == 0 : count == known;
 }
 
-void an_expect_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_event *e,
-                     const struct an_ref *ref)
+static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
 {
-    struct an_expect *E = ctx->expect;
-    if (!E || e->mark || !e->op || e->result != 0)
+    struct an_expect *E = st;
+    const struct shp_event *e = s->e;
+    const struct an_ref *ref = s->ref;
+    struct an_proc *p = s->proc;
+    if (e->mark || !e->op || e->result != 0)
         return;
     const char *op = shp_op_name(e->op);
     for (size_t i = 0; i < E->n; i++) {
@@ -310,7 +310,7 @@ void an_expect_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_eve
         }
         if (x->site[0]) {
             size_t n;
-            const char *const *fr = shp_stacks_frames(stacks_for(ctx, ref->proc), e->stack, &n);
+            const char *const *fr = shp_stacks_frames(an_stacks(ctx, ref->proc), e->stack, &n);
             bool hit = false;
             for (size_t k = 0; k < n && !hit; k++)
                 hit = site_matches(x->site, fr[k]);
@@ -333,22 +333,23 @@ void an_expect_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_eve
         x->violated++;
         if (x->finding != SIZE_MAX)
             continue;
-        struct an_finding *f = an_add_finding(ctx, AN_EXPECTATION_VIOLATION, true);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_EXPECTATION_VIOLATION, true);
         if (!f)
             return;
-        x->finding = (size_t)(f - ctx->findings);
+        x->finding = (size_t)(f - ctx->findings.v);
         f->comm = e->comm;
         f->seq = e->seq;
         f->t_ns = e->t_ns;
         if (p->rank >= 0)
             f->ranks[f->nranks++] = p->rank;
         f->events[f->nevents++] = *ref;
-        an_lineage_current(ctx, f);
+        for (int k = 0; k < s->nproducers && f->nlineage < AN_MAX_LINEAGE; k++)
+            f->lineage[f->nlineage++] = s->producers[k];
         char shape[160] = "", have[96];
         for (int k = 0; k < x->next; k++)
             snprintf(shape + strlen(shape), sizeof(shape) - strlen(shape), "%s%s", k ? ", " : "",
                      x->ext[k].text);
-        an_shape(ctx, count, have, sizeof(have));
+        an_shape(&ctx->dims, count, have, sizeof(have));
         char site[256];
         an_site(ctx, ref, site, sizeof(site));
         if (bad_dtype)
@@ -364,17 +365,17 @@ void an_expect_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_eve
     }
 }
 
-void an_expect_finish(struct an_ctx *ctx)
+/* Main thread, after the merges: an expectation that matched nothing is a warning, not
+ * silence; a violated one says how often. */
+static void expect_done(void *st, struct an_ctx *ctx)
 {
-    struct an_expect *E = ctx->expect;
-    if (!E)
-        return;
+    struct an_expect *E = st;
     for (size_t i = 0; i < E->n; i++) {
         struct expectation *x = &E->v[i];
         if (!x->matched)
             shp_err("warning: expectation \"%s\" matched no call", x->name);
         else if (x->finding != SIZE_MAX) {
-            struct an_finding *f = &ctx->findings[x->finding];
+            struct an_finding *f = &ctx->findings.v[x->finding];
             size_t l = strlen(f->summary);
             snprintf(f->summary + l, sizeof(f->summary) - l,
                      " (%" PRIu64 " of %" PRIu64 " matching calls violate it)", x->violated,
@@ -383,38 +384,35 @@ void an_expect_finish(struct an_ctx *ctx)
     }
 }
 
-void an_expect_free(struct an_ctx *ctx)
+void an_expect_free(struct an_expect *E)
 {
-    if (ctx->expect)
-        free(ctx->expect->v);
-    free(ctx->expect);
-    ctx->expect = NULL;
+    if (E)
+        free(E->v);
+    free(E);
 }
 
-int an_expect_clone(const struct an_ctx *from, struct an_ctx *to)
+/* A copy of the expectations read, with counters of its own. */
+static void *expect_init(struct an_ctx *ctx)
 {
-    to->expect = NULL;
-    if (!from->expect)
-        return 0;
+    const struct an_expect *from = ctx->expect;
+    if (!from)
+        return NULL;
     struct an_expect *E = calloc(1, sizeof(*E));
     if (!E)
-        return -1;
-    *E = *from->expect;
+        return NULL;
+    *E = *from;
     E->v = malloc((E->n ? E->n : 1) * sizeof(*E->v));
     if (!E->v) {
         free(E);
-        return -1;
+        return NULL;
     }
-    memcpy(E->v, from->expect->v, E->n * sizeof(*E->v));
-    to->expect = E;
-    return 0;
+    memcpy(E->v, from->v, E->n * sizeof(*E->v));
+    return E;
 }
 
-void an_expect_merge(struct an_ctx *into, const struct an_ctx *from, size_t finding_base)
+static void expect_merge(void *into, struct an_ctx *ctx, void *from, size_t finding_base)
 {
-    struct an_expect *A = into->expect, *B = from->expect;
-    if (!A || !B)
-        return;
+    struct an_expect *A = into, *B = from;
     for (size_t i = 0; i < A->n && i < B->n; i++) {
         struct expectation *a = &A->v[i], *b = &B->v[i];
         a->matched += b->matched;
@@ -425,11 +423,25 @@ void an_expect_merge(struct an_ctx *into, const struct an_ctx *from, size_t find
         /* One finding per expectation: the earliest violation among the processes. */
         if (a->finding == SIZE_MAX) {
             a->finding = bf;
-        } else if (into->findings[bf].t_ns < into->findings[a->finding].t_ns) {
-            into->findings[a->finding].kind = AN_KIND_COUNT; /* dropped below */
+        } else if (ctx->findings.v[bf].t_ns < ctx->findings.v[a->finding].t_ns) {
+            ctx->findings.v[a->finding].kind = AN_KIND_COUNT; /* dropped by the driver */
             a->finding = bf;
         } else {
-            into->findings[bf].kind = AN_KIND_COUNT;
+            ctx->findings.v[bf].kind = AN_KIND_COUNT;
         }
     }
 }
+
+static void expect_free_state(void *st)
+{
+    an_expect_free(st);
+}
+
+const struct an_pass an_pass_expect = {
+    .name = "expect",
+    .init = expect_init,
+    .event = expect_event,
+    .merge = expect_merge,
+    .done = expect_done,
+    .free = expect_free_state,
+};

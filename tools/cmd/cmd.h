@@ -2,8 +2,6 @@
 #ifndef SHAPETRACE_CMD_H
 #define SHAPETRACE_CMD_H
 
-#include <stdio.h>
-
 /* Exit statuses of the tools (the README lists them). */
 #define SHP_EXIT_OK 0
 #define SHP_EXIT_FINDINGS 1
@@ -15,11 +13,5 @@ int shp_cmd_dump(int argc, char **argv);
 int shp_cmd_attach(int argc, char **argv);
 int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
-
-/* "shapetrace: <text>" on stderr, one line. */
-void shp_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* JSON string with escapes, or null for NULL. */
-void shp_json_str(FILE *f, const char *s);
 
 #endif

@@ -6,17 +6,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shapetrace/trace.h"
+#include "include/shapetrace/trace.h"
 
+/* One mapped trace. Immutable once open, so any number of threads may read it at once, each
+ * with its own cursor. */
 struct shp_trace {
     char *path;
     const unsigned char *map;
     size_t size;                       /* bytes mapped (the file's size at open) */
     const struct shp_file_header *hdr; /* points into map */
     uint64_t end;                      /* end of records: min(tail, file size) */
-    uint64_t torn;                     /* records skipped by shp_trace_next so far */
     bool truncated;                    /* the file is shorter than its header says */
-    bool live;                         /* set by the caller: the writer may still be running */
+};
+
+/* One walk over a trace's records: start from {0}. */
+struct shp_cursor {
+    uint64_t off;  /* where the next record is looked for */
+    uint64_t torn; /* records this walk stepped over */
+    bool live;     /* set by the caller: the writer may still be running */
 };
 
 /* Map and validate the trace at `path`. On error returns a negative errno and writes a one-line
@@ -24,15 +31,16 @@ struct shp_trace {
 int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen);
 void shp_trace_close(struct shp_trace *t);
 
-/* The next whole record at or after *off (start with *off = 0), stepping over records whose
- * writer died before publishing them (counted in t->torn). Returns NULL at the end. Sets *type
- * and *size; advances *off past the record. With t->live set, an unpublished record is one still
- * being written: the walk stops before it (NULL, *off left there) so a later call can resume. */
-const struct shp_rec *shp_trace_next(struct shp_trace *t, uint64_t *off, unsigned *type,
-                                     size_t *size);
+/* The next whole record at or after c->off, stepping over records whose writer died before
+ * publishing them (counted in c->torn). Returns NULL at the end. Sets *type and *size; advances
+ * c->off past the record. With c->live set, an unpublished record is one still being written:
+ * the walk stops before it (NULL, c->off left there) so a later call can resume. */
+const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_cursor *c,
+                                     unsigned *type, size_t *size);
 
-/* True when the writer closed the trace and nothing was torn or cut. Call after iterating. */
-bool shp_trace_complete(const struct shp_trace *t);
+/* True when the writer closed the trace and nothing was torn (by the walk c, which went to the
+ * end) or cut. */
+bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c);
 
 /* The process's global rank: the environment's, else its rank in the first communicator. */
 int shp_trace_rank(const struct shp_trace *t);

@@ -13,10 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd.h"
-#include "event.h"
-#include "ops.h"
-#include "trace_read.h"
+#include "common/ops.h"
+#include "tools/cmd/cmd.h"
+#include "tools/lib/event.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
 
 struct comm_pos {
     uint64_t id;
@@ -101,11 +102,11 @@ static int refresh(struct proc *p)
     p->alive_known = same_host(h->host);
     p->alive = !p->complete && (!p->alive_known || kill((pid_t)p->pid, 0) == 0 || errno == EPERM);
     /* A process still writing may have records half-stored at the end: stop before them. */
-    t.live = p->alive;
+    struct shp_cursor cur = {.off = p->off, .live = p->alive};
     unsigned type;
     size_t size;
     const struct shp_rec *r;
-    while ((r = shp_trace_next(&t, &p->off, &type, &size))) {
+    while ((r = shp_trace_next(&t, &cur, &type, &size))) {
         struct shp_event e;
         if (!shp_event_decode(&t, r, type, &e))
             continue;
@@ -128,6 +129,7 @@ static int refresh(struct proc *p)
             comm_of(p, e.comm);
         }
     }
+    p->off = cur.off;
     shp_trace_close(&t);
     return 0;
 }

@@ -17,8 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd.h"
-#include "trace_read.h"
+#include "tools/cmd/cmd.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
 
 static void attach_usage(FILE *f)
 {

@@ -1,7 +1,7 @@
-/* shapetrace analyze, lineage pass: per process, which call last wrote each byte (copy
- * destinations, collective and p2p receive buffers, by each op's size rule), and for every read
- * (copy source, collective send buffer, send) the producers of the bytes it reads. Reads of one
- * producer region from one call site form a pattern (pieces, piece size, stride, offset): a 2-D
+/* shapetrace analyze, lineage pass (per process): per process, which call last wrote each byte
+ * (copy destinations, collective and p2p receive buffers, by each op's size rule), and for every
+ * read (copy source, collective send buffer, send) the producers of the bytes it reads. Reads of
+ * one producer region from one call site form a pattern (pieces, piece size, stride, offset): a 2-D
  * view of the region. When the producer's rows are known (a 2-D copy's pitch, or --dim values
  * that factor the region) and the consumer reads pieces shorter than a row at a stride of one
  * row, it cuts the region along another axis than the producer laid it out: shape_mismatch.
@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "analyze.h"
-#include "ops.h"
+#include "common/ops.h"
+#include "tools/analyze/findings.h"
+#include "tools/analyze/pass.h"
+#include "tools/lib/allocs.h"
 
 /* ---- a treap of non-overlapping byte ranges -> region, one per process ---- */
 
@@ -61,17 +63,12 @@ struct an_lineage {
     size_t ngroups, gcap;
     uint32_t free_group; /* + 1 */
     uint32_t seed;
-    /* The producers of what the current event read, taken before its own write can replace
-     * them (an in-place collective). */
-    struct an_ref cur[AN_MAX_LINEAGE];
-    int ncur;
     /* The allocations of the process being walked, for what a free ends. */
-    struct an_alloc *al;
-    size_t nal, alcap;
+    struct shp_allocs al;
 };
 
 static void retire(struct an_lineage *L, uint32_t region);
-static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g);
+static void judge(struct an_lineage *L, uint32_t region, const struct group *g);
 
 static uint32_t rnd(struct an_lineage *L)
 {
@@ -280,36 +277,29 @@ static void on_read(void *arg, const struct node *n)
         add_piece(g, rc->ref, a - r->start, b - a);
 }
 
-/* Read [s, e) in process p; returns the main producer (region + 1) or 0, and keeps its chain
- * as the current event's lineage. */
-static uint32_t do_read(struct an_ctx *ctx, uint32_t proc, const struct an_ref *ref, uint32_t site,
-                        uint64_t s, uint64_t e)
+/* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
+ * read of a step that finds one hands its chain to the passes after this one. */
+static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e)
 {
-    struct an_lineage *L = ctx->lineage;
-    struct read_ctx rc = {.L = L, .ref = ref, .site = site, .s = s, .e = e};
+    struct read_ctx rc = {.L = L, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
     if (s < e)
-        visit(L->roots[proc], s, e, on_read, &rc);
-    if (rc.best && !L->ncur) {
+        visit(L->roots[st->ref->proc], s, e, on_read, &rc);
+    if (rc.best && !st->nproducers) {
         const struct an_region *r = &L->regions[rc.best - 1];
-        L->cur[L->ncur++] = r->ref;
-        for (int i = 0; i < r->nanc && L->ncur < AN_MAX_LINEAGE; i++)
-            L->cur[L->ncur++] = r->anc[i];
+        st->producers[st->nproducers++] = r->ref;
+        for (int i = 0; i < r->nanc && st->nproducers < AN_MAX_LINEAGE; i++)
+            st->producers[st->nproducers++] = r->anc[i];
     }
     return rc.best;
 }
 
-void an_lineage_current(struct an_ctx *ctx, struct an_finding *f)
+/* The step's call writes the span w (rows when w->pitch is set), made of what `parent` holds. */
+static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct shp_span *w,
+                         uint32_t parent, int dtype)
 {
-    struct an_lineage *L = ctx->lineage;
-    for (int i = 0; L && i < L->ncur && f->nlineage < AN_MAX_LINEAGE; i++)
-        f->lineage[f->nlineage++] = L->cur[i];
-}
-
-static uint32_t do_write(struct an_ctx *ctx, uint32_t proc, const struct an_ref *ref, uint32_t site,
-                         uint64_t s, uint64_t len, uint64_t pitch, uint64_t width, uint32_t parent,
-                         int dtype)
-{
-    struct an_lineage *L = ctx->lineage;
+    uint32_t proc = st->ref->proc, site = st->e->stack;
+    const struct an_ref *ref = st->ref;
+    uint64_t s = w->start, len = w->len, pitch = w->pitch, width = w->width;
     if (!len)
         return 0;
     uint32_t id = L->free_region;
@@ -362,86 +352,44 @@ static uint32_t do_write(struct an_ctx *ctx, uint32_t proc, const struct an_ref 
     return id;
 }
 
-void an_lineage_init(struct an_ctx *ctx)
+static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
 {
-    ctx->lineage = calloc(1, sizeof(*ctx->lineage));
-    if (ctx->lineage) {
-        ctx->lineage->roots = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(struct node *));
-        ctx->lineage->seed = 0x2545f491u;
-        ctx->lineage->ctx = ctx;
-    }
-}
-
-uint32_t an_lineage_event(struct an_ctx *ctx, struct an_proc *p, const struct shp_event *e,
-                          const struct an_ref *ref)
-{
-    struct an_lineage *L = ctx->lineage;
-    uint32_t parent = 0;
-    (void)p;
-    if (!L || !L->roots)
-        return 0;
-    L->ncur = 0;
+    struct an_lineage *L = st;
+    const struct shp_event *e = s->e;
+    (void)ctx;
     if (e->result != 0)
-        return 0;
-    uint32_t proc = ref->proc;
+        return;
+    struct shp_span rd, wr;
+    shp_event_spans(e, &rd, &wr);
+    uint32_t parent = 0;
     switch (e->type) {
-    case SHP_REC_COPY: {
-        if (e->height == SHP_NONE || !e->height)
-            break;
-        if (e->height == 1) {
-            parent = do_read(ctx, proc, ref, e->stack, e->src, e->src + e->width);
-            do_write(ctx, proc, ref, e->stack, e->dst, e->width, 0, 0, parent, -1);
-        } else {
-            /* A 2-D read is its rows, at the source pitch. */
-            parent = 0;
-            for (uint64_t row = 0; row < e->height && row < 65536; row++) {
-                uint64_t s = e->src + row * e->spitch;
-                uint32_t pr = do_read(ctx, proc, ref, e->stack, s, s + e->width);
-                if (!parent)
-                    parent = pr;
-            }
-            do_write(ctx, proc, ref, e->stack, e->dst, (e->height - 1) * e->dpitch + e->width,
-                     e->dpitch, e->width, parent, -1);
+    case SHP_REC_COPY:
+        /* A 2-D read is its rows, at the source pitch. */
+        for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
+            uint64_t from = rd.start + row * rd.pitch;
+            uint32_t pr = do_read(L, s, from, from + (rd.pitch ? rd.width : rd.len));
+            if (!parent)
+                parent = pr;
         }
+        do_write(L, s, &wr, parent, -1);
         break;
-    }
     case SHP_REC_COLL:
-    case SHP_REC_P2P: {
-        if (e->src != SHP_NONE && e->send_bytes != SHP_NONE)
-            parent = do_read(ctx, proc, ref, e->stack, e->src, e->src + e->send_bytes);
-        if (e->dst != SHP_NONE && e->recv_bytes != SHP_NONE) {
-            /* An all-gather's output is its ranks' pieces side by side: rows of one piece. */
-            uint64_t piece = e->op == SHP_OP_ncclAllGather && e->nranks > 1 ? e->send_bytes : 0;
-            do_write(ctx, proc, ref, e->stack, e->dst, e->recv_bytes, piece, piece,
-                     e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype);
-        }
+    case SHP_REC_P2P:
+        parent = do_read(L, s, rd.start, rd.start + rd.len);
+        do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype);
         break;
-    }
     case SHP_REC_ALLOC:
-        if (e->cls == SHP_CLS_ALLOC && e->ptr != SHP_NONE && e->ptr) {
-            if (L->nal == L->alcap) {
-                size_t ncap = L->alcap ? L->alcap * 2 : 64;
-                struct an_alloc *n = realloc(L->al, ncap * sizeof(*n));
-                if (!n)
-                    break;
-                L->al = n;
-                L->alcap = ncap;
-            }
-            L->al[L->nal++] = (struct an_alloc){e->ptr, e->size};
-        } else if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE && e->ptr) {
+        if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE) {
             /* Freed memory holds nothing any more. */
-            for (size_t i = L->nal; i-- > 0;)
-                if (L->al[i].ptr == e->ptr) {
-                    assign(L, &L->roots[proc], e->ptr, e->ptr + L->al[i].size, 0);
-                    L->al[i] = L->al[--L->nal];
-                    break;
-                }
+            const struct shp_alloc *a = shp_allocs_at(&L->al, e->ptr);
+            if (a)
+                assign(L, &L->roots[s->ref->proc], a->ptr, a->ptr + a->size, 0);
         }
+        shp_allocs_event(&L->al, e);
         break;
     default:
         break;
     }
-    return parent;
 }
 
 /* The rows of a region: a 2-D write's rows (width bytes every pitch bytes), else rows from the
@@ -469,7 +417,7 @@ static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uin
             continue;
         uint64_t elems = r->len / size, best = 0;
         char name[64];
-        an_factor(ctx, elems, &best, name, sizeof(name));
+        an_factor(&ctx->dims, elems, &best, name, sizeof(name));
         if (!best || best == elems)
             continue;
         snprintf(shape, len, "[%" PRIu64 ", %s]", elems / best, name);
@@ -480,10 +428,10 @@ static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uin
     return 0;
 }
 
-void an_lineage_chain(struct an_ctx *ctx, struct an_finding *f, uint32_t region)
+/* Fill f's lineage with the producer chain from region (+1) back to its origin. */
+static void chain(struct an_lineage *L, struct an_finding *f, uint32_t region)
 {
-    struct an_lineage *L = ctx->lineage;
-    if (!L || !region)
+    if (!region)
         return;
     const struct an_region *r = &L->regions[region - 1];
     f->lineage[f->nlineage++] = r->ref;
@@ -492,9 +440,9 @@ void an_lineage_chain(struct an_ctx *ctx, struct an_finding *f, uint32_t region)
 }
 
 /* A region's reads from one site, judged against the rows the region was written in. */
-static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
+static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
 {
-    struct an_lineage *L = ctx->lineage;
+    struct an_ctx *ctx = L->ctx;
     if (g->n < 2 || !g->same_piece || !g->regular)
         return;
     const struct an_region *r = &L->regions[region - 1];
@@ -502,7 +450,7 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
     uint64_t pitch = 0, es = 1, row = rows_of(ctx, r, &pitch, &es, pshape, sizeof(pshape));
     if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
         return;
-    struct an_finding *f = an_add_finding(ctx, AN_SHAPE_MISMATCH, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_SHAPE_MISMATCH, true);
     if (!f)
         return;
     f->events[f->nevents++] = g->first;
@@ -513,7 +461,7 @@ static void judge(struct an_ctx *ctx, uint32_t region, const struct group *g)
     int rank = ctx->procs[g->first.proc].rank;
     if (rank >= 0)
         f->ranks[f->nranks++] = rank;
-    an_lineage_chain(ctx, f, region);
+    chain(L, f, region);
     struct shp_event pe;
     const char *producer = "?";
     if (shp_event_decode(&ctx->procs[r->ref.proc].t, r->ref.rec, r->ref.type, &pe))
@@ -539,7 +487,7 @@ static void retire(struct an_lineage *L, uint32_t region)
     struct an_region *r = &L->regions[region - 1];
     for (uint32_t g = r->groups; g;) {
         uint32_t next = L->groups[g - 1].next;
-        judge(L->ctx, region, &L->groups[g - 1]);
+        judge(L, region, &L->groups[g - 1]);
         L->groups[g - 1].next = L->free_group;
         L->free_group = g;
         g = next;
@@ -549,39 +497,35 @@ static void retire(struct an_lineage *L, uint32_t region)
     L->free_region = region;
 }
 
-void an_lineage_process(struct an_ctx *ctx, uint32_t proc)
+static void *lineage_init(struct an_ctx *ctx)
 {
-    struct an_lineage *L = ctx->lineage;
-    struct an_proc *p = &ctx->procs[proc];
-    if (!L || !L->roots)
-        return;
-    L->nal = 0;
-    uint64_t off = 0, index = 0;
-    unsigned type;
-    size_t size;
-    const struct shp_rec *r;
-    /* Its own reader state: the alignment pass may be reading the same trace meanwhile. */
-    struct shp_trace t = p->t;
-    while ((r = shp_trace_next(&t, &off, &type, &size))) {
-        struct shp_event e;
-        if (!shp_event_decode(&t, r, type, &e))
-            continue;
-        e.index = index++;
-        struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
-        an_lineage_event(ctx, p, &e, &ref);
-        an_expect_event(ctx, p, &e, &ref);
+    struct an_lineage *L = calloc(1, sizeof(*L));
+    if (!L)
+        return NULL;
+    if (!(L->roots = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(struct node *)))) {
+        free(L);
+        return NULL;
     }
-    /* What is still in memory at its end: judge its readers too. */
+    L->seed = 0x2545f491u;
+    L->ctx = ctx;
+    return L;
+}
+
+/* What is still in memory at the end of a process: judge its readers too. */
+static void lineage_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
+{
+    struct an_lineage *L = st;
+    size_t proc = (size_t)(p - ctx->procs);
     free_tree(L, L->roots[proc], true);
     L->roots[proc] = NULL;
+    shp_allocs_clear(&L->al);
     madvise((void *)p->t.map, p->t.size, MADV_DONTNEED);
 }
 
-void an_lineage_finish(struct an_ctx *ctx)
+static void lineage_finish(void *st, struct an_ctx *ctx)
 {
-    struct an_lineage *L = ctx->lineage;
-    if (!L)
-        return;
+    struct an_lineage *L = st;
+    (void)ctx;
     if (getenv("SHP_DEBUG_LINEAGE")) {
         size_t live = 0;
         for (size_t i = 0; i < L->nregions; i++)
@@ -589,19 +533,12 @@ void an_lineage_finish(struct an_ctx *ctx)
         fprintf(stderr, "lineage: %zu region slots, %zu live, %zu group slots\n", L->nregions, live,
                 L->ngroups);
     }
-    /* What is still in memory at the end: judge its readers too. */
-    for (size_t i = 0; i < ctx->nprocs && L->roots; i++) {
-        free_tree(L, L->roots[i], true);
-        L->roots[i] = NULL;
-    }
 }
 
-void an_lineage_free(struct an_ctx *ctx)
+static void lineage_free(void *st)
 {
-    struct an_lineage *L = ctx->lineage;
-    if (!L)
-        return;
-    for (size_t i = 0; i < ctx->nprocs && L->roots; i++)
+    struct an_lineage *L = st;
+    for (size_t i = 0; i < L->ctx->nprocs; i++)
         free_tree(L, L->roots[i], false);
     while (L->free) {
         struct node *n = L->free;
@@ -609,9 +546,17 @@ void an_lineage_free(struct an_ctx *ctx)
         free(n);
     }
     free(L->roots);
-    free(L->al);
+    shp_allocs_free(&L->al);
     free(L->regions);
     free(L->groups);
     free(L);
-    ctx->lineage = NULL;
 }
+
+const struct an_pass an_pass_lineage = {
+    .name = "lineage",
+    .init = lineage_init,
+    .event = lineage_event,
+    .proc_end = lineage_proc_end,
+    .finish = lineage_finish,
+    .free = lineage_free,
+};

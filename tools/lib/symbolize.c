@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include "symbolize.h"
+#include "tools/lib/symbolize.h"
 
 #include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>

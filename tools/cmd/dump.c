@@ -9,11 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd.h"
-#include "event.h"
-#include "ops.h"
-#include "stacks.h"
-#include "trace_read.h"
+#include "common/ops.h"
+#include "tools/cmd/cmd.h"
+#include "tools/lib/event.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
+#include "tools/lib/stacks.h"
 
 static void dump_usage(FILE *f)
 {
@@ -102,7 +103,8 @@ static int dump_one(const char *path, bool json, bool stacks)
         return -1;
     }
     struct shp_stacks *st = shp_stacks_load(&t, stacks);
-    uint64_t off = 0, index = 0, t0 = 0;
+    struct shp_cursor cur = {0};
+    uint64_t index = 0, t0 = 0;
     unsigned type;
     size_t size;
     const struct shp_rec *r;
@@ -112,7 +114,7 @@ static int dump_one(const char *path, bool json, bool stacks)
                 "%6s %11s %7s %-24s %-40s %10s %-10s %11s %s\n",
                 t.path, t.hdr->host, t.hdr->pid, shp_trace_rank(&t), t.hdr->exe, "index", "t(s)",
                 "tid", "op", "what", "count", "dtype", "bytes", "site");
-    while ((r = shp_trace_next(&t, &off, &type, &size))) {
+    while ((r = shp_trace_next(&t, &cur, &type, &size))) {
         struct shp_event e;
         if (!shp_event_decode(&t, r, type, &e))
             continue;
@@ -124,13 +126,14 @@ static int dump_one(const char *path, bool json, bool stacks)
         else
             print_row(stdout, st, &e, t0);
     }
-    bool complete = shp_trace_complete(&t);
+    bool complete = shp_trace_complete(&t, &cur);
     const struct shp_file_header *h = t.hdr;
     if (!json) {
         fprintf(stdout, "   %" PRIu64 " events; %s", index,
                 complete ? "complete" : "INCOMPLETE (the process did not exit normally)");
-        if (t.torn)
-            fprintf(stdout, "; %" PRIu64 " torn record%s skipped", t.torn, t.torn == 1 ? "" : "s");
+        if (cur.torn)
+            fprintf(stdout, "; %" PRIu64 " torn record%s skipped", cur.torn,
+                    cur.torn == 1 ? "" : "s");
         if (h->dropped)
             fprintf(stdout, "; %" PRIu64 " records DROPPED at the cap", h->dropped);
         if (h->flags & SHP_FILE_DISABLED)

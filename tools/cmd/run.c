@@ -15,8 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd.h"
-#include "trace_read.h"
+#include "tools/cmd/cmd.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
 
 #ifndef SHP_PREFIX
 #define SHP_PREFIX "/usr/local"

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "trace_read.h"
+#include "tools/lib/reader.h"
 
 /* Unset integer fields are -1 (signed) or SHP_NONE (unsigned); has_* says which apply. */
 #define SHP_NONE UINT64_MAX
@@ -51,9 +51,24 @@ struct shp_event {
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
                       struct shp_event *e);
 
+/* A byte range of device or host memory that a call reads or writes: len bytes from start, as
+ * rows of width bytes every pitch bytes when pitch is nonzero (a 2-D copy, an all-gather's
+ * pieces side by side); len 0 when the call has no such range. */
+struct shp_span {
+    uint64_t start, len;
+    uint64_t pitch, width;
+    uint64_t rows; /* the rows a 2-D copy reads or writes; 1 otherwise */
+};
+
+/* The bytes the call e reads and writes, by its op's size rule: a collective's or p2p call's
+ * send and receive buffers, a copy's source and destination. Both are len 0 for other events,
+ * and for a call whose size is unknown. */
+void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write);
+
 struct shp_stacks;
-/* Print e as one JSON object with DESIGN's dump keys (no newline). */
-void shp_event_json(FILE *f, struct shp_trace *t, struct shp_stacks *st, const struct shp_event *e);
+/* Print e as one JSON object with the dump keys of docs/CONTRACTS.md (no newline). */
+void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
+                    const struct shp_event *e);
 
 extern const char *const shp_kind_names[5];
 extern const char *const shp_comm_kind_names[7];

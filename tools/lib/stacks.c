@@ -2,14 +2,14 @@
  * stacks are merged with their native frames here, and their lines found in the line tables
  * that the trace holds once per code object. */
 #define _GNU_SOURCE
-#include "stacks.h"
+#include "tools/lib/stacks.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd.h"
-#include "symbolize.h"
+#include "tools/lib/out.h"
+#include "tools/lib/symbolize.h"
 
 /* From the C++ runtime: NCCL and torch frames are C++, and people read them demangled. */
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
@@ -61,7 +61,7 @@ static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, s
     st->codes[c->id] = c;
 }
 
-struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize)
+struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
 {
     struct shp_stacks *st = calloc(1, sizeof(*st));
     if (!st)
@@ -69,11 +69,11 @@ struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize)
     st->symbolize = symbolize;
     if (symbolize)
         st->sym = shp_symbolizer_new();
-    uint64_t off = 0, torn = t->torn;
+    struct shp_cursor cur = {0};
     unsigned type;
     size_t size;
     const struct shp_rec *r;
-    while ((r = shp_trace_next(t, &off, &type, &size))) {
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         if (type == SHP_REC_MODULE && st->sym) {
             const struct shp_rec_module *m = (const void *)r;
             size_t plen = m->path_len;
@@ -103,7 +103,6 @@ struct shp_stacks *shp_stacks_load(struct shp_trace *t, bool symbolize)
             st->pyinfo = (const void *)r;
         }
     }
-    t->torn = torn;
     return st;
 }
 

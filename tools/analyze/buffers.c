@@ -1,0 +1,106 @@
+/* shapetrace analyze, buffers pass: within one process, a collective or copy whose byte range
+ * runs past the allocation that holds its buffer. Only buffers inside a traced allocation are
+ * checked (torch's caching allocator hands out pieces of large cudaMalloc segments: an overrun
+ * of a piece that stays inside its segment is not seen here). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/ops.h"
+#include "tools/analyze/findings.h"
+#include "tools/analyze/pass.h"
+#include "tools/lib/allocs.h"
+
+struct buffers {
+    struct shp_allocs *allocs; /* per process */
+    size_t nprocs;
+};
+
+static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an_step *s,
+                  const struct shp_span *span, const char *what)
+{
+    const struct shp_event *e = s->e;
+    uint64_t buf = span->start, len = span->len;
+    if (buf == SHP_NONE || len == SHP_NONE || len == 0)
+        return;
+    const struct shp_alloc *a = shp_allocs_find(allocs, buf);
+    if (!a || buf + len <= a->ptr + a->size)
+        return;
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_BUFFER_OVERRUN, true);
+    if (!f)
+        return;
+    struct an_proc *p = s->proc;
+    f->comm = e->comm ? e->comm : 0;
+    f->seq = e->seq;
+    if (p->rank >= 0)
+        f->ranks[f->nranks++] = p->rank;
+    f->events[f->nevents++] = *s->ref;
+    f->t_ns = e->t_ns;
+    char who[64];
+    if (p->rank >= 0)
+        snprintf(who, sizeof(who), "rank %d", p->rank);
+    else
+        snprintf(who, sizeof(who), "pid %" PRIu64, p->t.hdr->pid);
+    snprintf(f->summary, sizeof(f->summary),
+             "%s: %s %s %" PRIu64 " bytes at 0x%" PRIx64 ", %" PRIu64
+             " bytes past the end of its %" PRIu64 "-byte allocation at 0x%" PRIx64,
+             who, shp_op_name(e->op), what, len, buf, buf + len - (a->ptr + a->size), a->size,
+             a->ptr);
+}
+
+static void *buffers_init(struct an_ctx *ctx)
+{
+    struct buffers *B = calloc(1, sizeof(*B));
+    if (!B)
+        return NULL;
+    B->nprocs = ctx->nprocs;
+    if (!(B->allocs = calloc(B->nprocs ? B->nprocs : 1, sizeof(*B->allocs)))) {
+        free(B);
+        return NULL;
+    }
+    return B;
+}
+
+static void buffers_event(void *st, struct an_ctx *ctx, struct an_step *s)
+{
+    struct buffers *B = st;
+    const struct shp_event *e = s->e;
+    struct shp_allocs *allocs = &B->allocs[s->ref->proc];
+    struct shp_span rd, wr;
+    switch (e->type) {
+    case SHP_REC_ALLOC:
+        shp_allocs_event(allocs, e);
+        break;
+    case SHP_REC_COLL:
+    case SHP_REC_P2P:
+        shp_event_spans(e, &rd, &wr);
+        check(ctx, allocs, s, &rd, "reads");
+        /* An in-place collective reads and writes one range: one finding. */
+        if (wr.start != rd.start || wr.len != rd.len)
+            check(ctx, allocs, s, &wr, "writes");
+        break;
+    case SHP_REC_COPY:
+        shp_event_spans(e, &rd, &wr);
+        check(ctx, allocs, s, &rd, "reads");
+        check(ctx, allocs, s, &wr, "writes");
+        break;
+    default:
+        break;
+    }
+}
+
+static void buffers_free(void *st)
+{
+    struct buffers *B = st;
+    for (size_t i = 0; i < B->nprocs; i++)
+        shp_allocs_free(&B->allocs[i]);
+    free(B->allocs);
+    free(B);
+}
+
+const struct an_pass an_pass_buffers = {
+    .name = "buffers",
+    .init = buffers_init,
+    .event = buffers_event,
+    .free = buffers_free,
+};

@@ -1,0 +1,17 @@
+/* shapetrace analyze: the merged event stream, for the driver. */
+#ifndef SHAPETRACE_LOAD_H
+#define SHAPETRACE_LOAD_H
+
+#include <stdbool.h>
+
+#include "tools/analyze/pass.h"
+
+/* Open the inputs (files or directories) into ctx->procs; 0, or -1 after printing one line
+ * (call an_unload either way). */
+int an_load(struct an_ctx *ctx, char **paths, int npaths);
+/* The next event in time order across all processes; false at the end. After the last event
+ * of a process, that process's `ended` is set. */
+bool an_next(struct an_ctx *ctx, struct an_proc **proc, struct shp_event *e, struct an_ref *ref);
+void an_unload(struct an_ctx *ctx);
+
+#endif

@@ -1,0 +1,164 @@
+/* shapetrace analyze, p2p pass: sends and receives are matched per (communicator, sender,
+ * receiver) in issue order, as NCCL matches them; a pair that disagrees on size or datatype is
+ * reported once per channel (later ones are its consequences), and what is left unmatched at
+ * the end is reported per channel. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/ops.h"
+#include "tools/analyze/findings.h"
+#include "tools/analyze/pass.h"
+
+struct an_chan {
+    uint64_t comm;
+    int src, dst;
+    struct an_queue send, recv;
+    size_t finding; /* + 1: later mismatches on the channel are its consequences */
+};
+
+struct p2p {
+    struct an_table chans; /* of struct an_chan, by chan_key */
+};
+
+static uint64_t chan_key(uint64_t comm, int src, int dst)
+{
+    return an_mix(comm ^ ((uint64_t)(uint32_t)src << 32 | (uint32_t)dst));
+}
+
+static uint64_t chan_key_of(const void *item)
+{
+    const struct an_chan *c = item;
+    return chan_key(c->comm, c->src, c->dst);
+}
+
+static struct an_chan *chan_get(struct p2p *P, uint64_t comm, int src, int dst)
+{
+    struct an_chan *c = an_table_get(&P->chans, chan_key(comm, src, dst));
+    if (c)
+        return c;
+    if (!(c = calloc(1, sizeof(*c))))
+        return NULL;
+    c->comm = comm;
+    c->src = src;
+    c->dst = dst;
+    if (an_table_add(&P->chans, c) < 0) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_entry *s,
+                        const struct an_entry *r, uint64_t sb, uint64_t rb)
+{
+    bool size = sb != rb;
+    struct an_finding *f =
+        an_finding_add(&ctx->findings, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH, size);
+    if (!f)
+        return;
+    f->comm = ch->comm;
+    f->seq = s->seq;
+    int gs = ctx->procs[s->ref.proc].rank, gr = ctx->procs[r->ref.proc].rank;
+    an_finding_rank(f, gs >= 0 ? gs : ch->src);
+    an_finding_rank(f, gr >= 0 ? gr : ch->dst);
+    an_finding_event(f, &s->ref, s->t_ns);
+    an_finding_event(f, &r->ref, r->t_ns);
+    char a[96], b[96];
+    an_shape(&ctx->dims, s->count, a, sizeof(a));
+    an_shape(&ctx->dims, r->count, b, sizeof(b));
+    snprintf(f->summary, sizeof(f->summary),
+             "rank %d sent %" PRIu64 " %s%s%s (%" PRIu64 " bytes) to rank %d, which "
+             "received %" PRIu64 " %s%s%s (%" PRIu64 " bytes) (communicator %.8" PRIx64
+             ", message #%" PRIu64 ")",
+             gs, s->count, shp_dtype_name((unsigned)s->dtype), a[0] ? " " : "", a, sb, gr, r->count,
+             shp_dtype_name((unsigned)r->dtype), b[0] ? " " : "", b, rb, ch->comm >> 32, s->seq);
+    ch->finding = (size_t)(f - ctx->findings.v) + 1;
+}
+
+static void match(struct an_ctx *ctx, struct an_chan *ch)
+{
+    while (ch->send.n && ch->recv.n) {
+        struct an_entry *s = an_queue_at(&ch->send, 0), *r = an_queue_at(&ch->recv, 0);
+        uint64_t sb = s->count * shp_dtype_size((unsigned)s->dtype);
+        uint64_t rb = r->count * shp_dtype_size((unsigned)r->dtype);
+        if ((sb != rb || s->dtype != r->dtype) && ch->finding)
+            ctx->findings.v[ch->finding - 1].consequences++;
+        else if (sb != rb || s->dtype != r->dtype)
+            report_pair(ctx, ch, s, r, sb, rb);
+        an_queue_pop(&ch->send);
+        an_queue_pop(&ch->recv);
+    }
+}
+
+static void *p2p_init(struct an_ctx *ctx)
+{
+    (void)ctx;
+    struct p2p *P = calloc(1, sizeof(*P));
+    if (P)
+        P->chans.key = chan_key_of;
+    return P;
+}
+
+static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
+{
+    const struct shp_event *e = s->e;
+    if (e->type != SHP_REC_P2P || e->comm_rank < 0 || e->peer < 0)
+        return;
+    bool send = e->op == SHP_OP_ncclSend;
+    int src = send ? e->comm_rank : e->peer, dst = send ? e->peer : e->comm_rank;
+    struct an_chan *ch = chan_get(st, e->comm, src, dst);
+    if (!ch)
+        return;
+    struct an_entry en = an_entry_of(e, s->ref);
+    if (an_queue_push(send ? &ch->send : &ch->recv, &en) == 0)
+        match(ctx, ch);
+}
+
+/* Sends and receives that found no partner. */
+static void p2p_finish(void *st, struct an_ctx *ctx)
+{
+    struct p2p *P = st;
+    for (size_t i = 0; i < P->chans.n; i++) {
+        struct an_chan *ch = P->chans.v[i];
+        struct an_queue *left = ch->send.n ? &ch->send : ch->recv.n ? &ch->recv : NULL;
+        if (!left)
+            continue;
+        struct an_entry *e = an_queue_at(left, 0);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_P2P_UNMATCHED, true);
+        if (!f)
+            continue;
+        f->comm = ch->comm;
+        f->seq = e->seq;
+        int g = ctx->procs[e->ref.proc].rank;
+        an_finding_rank(f, ch->src);
+        an_finding_rank(f, ch->dst);
+        an_finding_event(f, &e->ref, e->t_ns);
+        snprintf(f->summary, sizeof(f->summary),
+                 "%zu %s from rank %d to rank %d on communicator %.8" PRIx64
+                 " found no matching %s (first: message #%" PRIu64 ", issued by rank %d)",
+                 left->n, left == &ch->send ? "send(s)" : "receive(s)", ch->src, ch->dst,
+                 ch->comm >> 32, left == &ch->send ? "receive" : "send", e->seq, g);
+    }
+}
+
+static void p2p_free(void *st)
+{
+    struct p2p *P = st;
+    for (size_t i = 0; i < P->chans.n; i++) {
+        struct an_chan *ch = P->chans.v[i];
+        free(ch->send.v);
+        free(ch->recv.v);
+        free(ch);
+    }
+    an_table_free(&P->chans);
+    free(P);
+}
+
+const struct an_pass an_pass_p2p = {
+    .name = "p2p",
+    .init = p2p_init,
+    .event = p2p_event,
+    .finish = p2p_finish,
+    .free = p2p_free,
+};

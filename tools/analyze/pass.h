@@ -1,0 +1,129 @@
+/* shapetrace analyze: what a pass sees. The traces are read once, merged by time (load.c), and
+ * each event is handed to the merged-stream passes as it comes (align collectives, match p2p,
+ * check buffers); the per-process passes (lineage, expectations) walk one process's trace at a
+ * time on worker threads. Only the driver (driver.c) names the passes. A pass keeps only what
+ * is still open, so memory follows the ranks and the open collectives, not the number of
+ * events. */
+#ifndef SHAPETRACE_PASS_H
+#define SHAPETRACE_PASS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tools/analyze/findings.h"
+#include "tools/lib/event.h"
+#include "tools/lib/reader.h"
+
+struct an_proc {
+    struct shp_trace t;
+    struct shp_cursor cur;     /* the merged stream's walk (load.c) */
+    struct shp_stacks *stacks; /* loaded on first use: an_stacks */
+    int rank;                  /* global rank, -1 if unknown */
+    uint64_t index;            /* events handed out so far */
+    uint64_t released;         /* bytes of the mapping given back (load.c) */
+    bool ended;
+    /* the next event, read ahead for the merge */
+    struct shp_event next;
+    struct an_ref next_ref;
+    bool has_next;
+    /* the last call seen, for the hang report */
+    struct an_ref last;
+};
+
+/* A communicator as the alignment pass saw it, for the report. */
+struct an_comm_summary {
+    uint64_t id;
+    int nranks;
+    uint64_t collectives;
+    int *ranks; /* global ranks of the members some trace provides */
+    int nmembers;
+};
+
+struct an_load;
+struct an_expect;
+
+struct an_ctx {
+    struct an_proc *procs;
+    size_t nprocs;
+    struct an_findings findings;
+    struct an_dims dims;
+    struct an_load *load;           /* the merge (load.c) */
+    const struct an_expect *expect; /* --expect FILE as read (expect.c); NULL if none */
+    /* summary figures */
+    uint64_t events, collectives;
+    struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
+    size_t ncomms;
+    uint64_t bytes_total, bytes_done;
+};
+
+/* One event as the passes see it. */
+struct an_step {
+    struct an_proc *proc;
+    const struct shp_event *e;
+    const struct an_ref *ref;
+    /* Per-process passes: the producers of most of what this call read, nearest first, as the
+     * lineage pass found them before the call's own write replaced them (an in-place
+     * collective); the passes after it read them. */
+    struct an_ref producers[AN_MAX_LINEAGE];
+    int nproducers;
+};
+
+/* A pass. Every hook but event may be NULL. */
+struct an_pass {
+    const char *name;
+    /* Its state for one walk: the merged stream, or one worker's processes. NULL: the pass has
+     * nothing to do (or no memory) and is skipped. */
+    void *(*init)(struct an_ctx *ctx);
+    void (*event)(void *st, struct an_ctx *ctx, struct an_step *s);
+    /* Merged stream: p has handed out its last event. Per process: the walk of p is over. */
+    void (*proc_end)(void *st, struct an_ctx *ctx, struct an_proc *p);
+    /* After the last event of the walk, on the thread that walked. */
+    void (*finish)(void *st, struct an_ctx *ctx);
+    /* Per-process passes: fold a worker's state into the main thread's; the worker's findings
+     * are already in ctx, from index base on. */
+    void (*merge)(void *into, struct an_ctx *ctx, void *from, size_t base);
+    /* Per-process passes: on the main thread, after every merge. */
+    void (*done)(void *st, struct an_ctx *ctx);
+    void (*free)(void *st);
+};
+
+/* ---- what passes share: a queue of calls, and an index from 64-bit keys ---- */
+
+/* One call as the alignment and p2p passes keep it while it is open. */
+struct an_entry {
+    struct an_ref ref;
+    uint64_t t_ns, seq, count;
+    int root, redop, dtype;
+    unsigned op;
+};
+struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref);
+
+/* A FIFO of entries (a ring buffer). */
+struct an_queue {
+    struct an_entry *v;
+    size_t head, n, cap;
+};
+struct an_entry *an_queue_at(struct an_queue *q, size_t i);
+/* 0, or -1 when out of memory (q unchanged). */
+int an_queue_push(struct an_queue *q, const struct an_entry *e);
+/* Drop the head; q must not be empty. */
+void an_queue_pop(struct an_queue *q);
+
+/* A table of pointers with an open-addressing index from 64-bit keys to positions. */
+struct an_table {
+    void **v;
+    size_t n, cap;
+    size_t *slots; /* position + 1, 0 for empty */
+    size_t nslots;
+    uint64_t (*key)(const void *item);
+};
+uint64_t an_mix(uint64_t h);
+/* The item with key k, or NULL. */
+void *an_table_get(const struct an_table *t, uint64_t k);
+/* Add item (whose key is not in t yet); 0, or -1 when out of memory (item not added). */
+int an_table_add(struct an_table *t, void *item);
+/* Frees the table's arrays, not the items. */
+void an_table_free(struct an_table *t);
+
+#endif

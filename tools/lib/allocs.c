@@ -1,0 +1,86 @@
+/* shapetrace tools: live allocations of one process (see allocs.h). */
+#include "tools/lib/allocs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ops.h"
+
+/* Index of the last block starting at or below ptr, or -1. */
+static long last_at_or_below(const struct shp_allocs *a, uint64_t ptr)
+{
+    size_t lo = 0, hi = a->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->v[mid].ptr <= ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (long)lo - 1;
+}
+
+static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
+{
+    long i = last_at_or_below(a, ptr);
+    if (i >= 0 && a->v[i].ptr == ptr) {
+        a->v[i].size = size; /* the same address handed out again */
+        return;
+    }
+    if (a->n == a->cap) {
+        size_t ncap = a->cap ? a->cap * 2 : 64;
+        struct shp_alloc *n = realloc(a->v, ncap * sizeof(*n));
+        if (!n)
+            return;
+        a->v = n;
+        a->cap = ncap;
+    }
+    size_t at = (size_t)(i + 1);
+    memmove(a->v + at + 1, a->v + at, (a->n - at) * sizeof(*a->v));
+    a->v[at] = (struct shp_alloc){ptr, size};
+    a->n++;
+}
+
+static void remove_at(struct shp_allocs *a, uint64_t ptr)
+{
+    long i = last_at_or_below(a, ptr);
+    if (i < 0 || a->v[i].ptr != ptr)
+        return;
+    memmove(a->v + i, a->v + i + 1, (a->n - (size_t)i - 1) * sizeof(*a->v));
+    a->n--;
+}
+
+void shp_allocs_event(struct shp_allocs *a, const struct shp_event *e)
+{
+    if (e->type != SHP_REC_ALLOC)
+        return;
+    if (e->cls == SHP_CLS_ALLOC && e->result == 0 && e->ptr != SHP_NONE && e->ptr)
+        add(a, e->ptr, e->size);
+    else if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE)
+        remove_at(a, e->ptr);
+}
+
+const struct shp_alloc *shp_allocs_find(const struct shp_allocs *a, uint64_t ptr)
+{
+    long i = last_at_or_below(a, ptr);
+    if (i < 0 || ptr >= a->v[i].ptr + a->v[i].size)
+        return NULL;
+    return &a->v[i];
+}
+
+const struct shp_alloc *shp_allocs_at(const struct shp_allocs *a, uint64_t ptr)
+{
+    long i = last_at_or_below(a, ptr);
+    return i >= 0 && a->v[i].ptr == ptr ? &a->v[i] : NULL;
+}
+
+void shp_allocs_clear(struct shp_allocs *a)
+{
+    a->n = 0;
+}
+
+void shp_allocs_free(struct shp_allocs *a)
+{
+    free(a->v);
+    memset(a, 0, sizeof(*a));
+}
