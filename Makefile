@@ -7,6 +7,7 @@
 #   make install      PREFIX=/usr/local DESTDIR=
 #   make format / format-check
 # Options: V=1 (show commands), DEBUG=1, SAN=address|undefined|thread, WERROR=1,
+#          TOOLS_SAN=thread (sanitize the shapetrace command and its unit tests only),
 #          CUDA_HOME (default /usr/local/cuda), NCCL_HOME (default CUDA_HOME).
 
 CC ?= cc
@@ -35,8 +36,13 @@ SANFLAGS :=
 ifneq ($(SAN),)
 SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
 endif
+TOOLS_SANFLAGS := $(SANFLAGS)
+ifneq ($(TOOLS_SAN),)
+TOOLS_SANFLAGS := -fsanitize=$(TOOLS_SAN) -fno-omit-frame-pointer
+endif
 
-CFLAGS_BASE := -std=gnu11 $(OPT) $(WARN) $(SANFLAGS) -fno-strict-aliasing -MMD -MP
+CFLAGS_NOSAN := -std=gnu11 $(OPT) $(WARN) -fno-strict-aliasing -MMD -MP
+CFLAGS_BASE := $(CFLAGS_NOSAN) $(SANFLAGS)
 # Includes are path-qualified from the top of the tree ("tools/lib/reader.h"); -Iinclude and
 # -Icommon stay for the files that still include "shapetrace/trace.h" and "ops.h".
 CPPFLAGS_BASE := -I. -Iinclude -Icommon
@@ -98,12 +104,12 @@ $(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.
 $(B)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_NOSAN) $(TOOLS_SANFLAGS) $(CPPFLAGS_BASE) -c $< -o $@
 
 $(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(SANFLAGS) -o $@ $(TOOLS_OBJ) $(COMMON_OBJ) $(TOOLS_LIBS)
+	$(Q)$(CC) $(TOOLS_SANFLAGS) -o $@ $(TOOLS_OBJ) $(COMMON_OBJ) $(TOOLS_LIBS)
 
 # Test doubles of libcudart.so.13 and libnccl.so.2: built against the real headers, with the
 # real sonames, so that programs linked against them load them the way they load the real ones.
@@ -185,10 +191,12 @@ $(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/lib/symbolize.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -g -O0 $(WARN) $(SANFLAGS) -I. -o $@ $^ -ldw -lelf
 
-$(B)/tests/test_%: tests/unit/test_%.c $(filter-out $(B)/obj/tools/cmd/main.o,$(TOOLS_OBJ)) \
-		$(COMMON_OBJ)
+# Unit tests of tools/lib and the analyzer: linked with everything of tools/ but its main.
+$(B)/tests/test_%: tests/unit/test_%.c tests/unit/harness.h \
+		$(filter-out $(B)/obj/tools/cmd/main.o,$(TOOLS_OBJ)) $(COMMON_OBJ)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(TOOLS_LIBS)
+	$(Q)$(CC) $(CFLAGS_NOSAN) $(TOOLS_SANFLAGS) $(CPPFLAGS_BASE) -o $@ $(filter %.c %.o,$^) \
+		$(TOOLS_LIBS)
 
 # Examples: linked by soname, so they run on the test doubles here and on the real libraries on a
 # GPU host (build there with CUDA_HOME/NCCL_HOME set and the real libraries on the path).
@@ -201,12 +209,23 @@ $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
 	$(B)/tests/shp_launch $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
-# make check: the whole suite here, then the sanitizer builds in their own trees.
+# What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
+# programs the analyze suite traces.
+TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
+tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(B)/tests/scenario \
+	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/shp_launch $(B)/bench/gen_traces \
+	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
+
+# make check: the layout rule, the whole suite here, then the sanitizer builds in their own
+# trees (ThreadSanitizer only for the command: the analyzer is what has threads).
 check: test-build
+	$(Q)python3 tests/check_layout.py $(B)
 	$(Q)tests/run.sh $(B)
 ifeq ($(SAN),)
 	$(Q)$(MAKE) --no-print-directory B=build/asan SAN=address,undefined test-build
 	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
+	$(Q)$(MAKE) --no-print-directory B=build/tsan TOOLS_SAN=thread tsan-build
+	$(Q)SHAPETRACE_TSAN=1 tests/run.sh build/tsan
 endif
 
 demo: all $(EXAMPLE_PROGS) $(B)/tests/shp_launch
@@ -243,7 +262,7 @@ format-check:
 clean:
 	rm -rf build
 
-.PHONY: all check test-build demo bench check-gpu install format format-check clean
+.PHONY: all check test-build tsan-build demo bench check-gpu install format format-check clean
 .SECONDARY:
 
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -1,6 +1,7 @@
 #!/bin/sh
-# shapetrace tests: everything `make check` runs, against one build tree. Each suite prints
-# 'N passed, M failed'; this script adds them up and prints the total the same way.
+# shapetrace tests: everything `make check` runs, against one build tree (SHAPETRACE_TSAN=1: the
+# suites of the ThreadSanitizer tree only). Each suite prints 'N passed, M failed'; this script
+# adds them up and prints the total the same way.
 set -u
 B=${1:-build}
 total_pass=0
@@ -30,17 +31,25 @@ suite() {
     total_fail=$((total_fail + ${f:-0}))
 }
 
-for t in "$B"/tests/test_*; do
-    [ -x "$t" ] || continue
-    case "$t" in *.so | *.d) continue ;; esac
-    if [ "${SHAPETRACE_SANITIZED:-0}" = 1 ]; then
-        suite "$(basename "$t") (sanitized)" env ASAN_OPTIONS=detect_leaks=1 "$t"
-    else
-        suite "$(basename "$t")" "$t"
-    fi
-done
-suite "preload and tools" python3 tests/test_preload.py "$B"
-suite "analyze" python3 tests/test_analyze.py "$B"
+if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
+    # A ThreadSanitizer report fails the program (exit 66), so the suite that ran it fails.
+    export TSAN_OPTIONS="exitcode=66 halt_on_error=1 ${TSAN_OPTIONS:-}"
+    suite "test_lib (thread)" "$B/tests/test_lib"
+    suite "test_findings (thread)" "$B/tests/test_findings"
+    suite "analyze (thread)" python3 tests/test_analyze.py "$B"
+else
+    for t in "$B"/tests/test_*; do
+        [ -x "$t" ] || continue
+        case "$t" in *.so | *.d) continue ;; esac
+        if [ "${SHAPETRACE_SANITIZED:-0}" = 1 ]; then
+            suite "$(basename "$t") (sanitized)" env ASAN_OPTIONS=detect_leaks=1 "$t"
+        else
+            suite "$(basename "$t")" "$t"
+        fi
+    done
+    suite "preload and tools" python3 tests/test_preload.py "$B"
+    suite "analyze" python3 tests/test_analyze.py "$B"
+fi
 
 echo "== total ($B)"
 echo "$total_pass passed, $total_fail failed"

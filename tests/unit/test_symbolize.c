@@ -1,4 +1,4 @@
-/* Unit test of tools/symbolize.c: registers this process's own modules the way the preload does
+/* Unit test of tools/lib/symbolize.c: registers this process's own modules the way the preload does
  * and symbolizes addresses whose names and lines are known here. Build with -g -O0, without
  * -rdynamic, so that static functions are found only through .symtab and DWARF. */
 #ifndef _GNU_SOURCE

@@ -1,0 +1,129 @@
+/* Unit tests of the analyzer's finding store (tools/analyze/findings.c), linked without the
+ * command's main: adding findings, their culprits and calls, the causal order, merging a
+ * worker's findings, and the naming of counts as shapes. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/unit/harness.h"
+#include "tools/analyze/findings.h"
+
+static struct an_finding *add(struct an_findings *fs, uint64_t comm, uint64_t seq, uint64_t t)
+{
+    struct an_finding *f = an_finding_add(fs, AN_COUNT_MISMATCH, true);
+    f->comm = comm;
+    f->seq = seq;
+    f->t_ns = t;
+    return f;
+}
+
+static size_t at(const struct an_findings *fs, size_t order)
+{
+    return (size_t)(an_findings_nth(fs, order) - fs->v);
+}
+
+static void test_add(void)
+{
+    test_group("add");
+    struct an_findings fs = {0};
+    struct an_finding *f = an_finding_add(&fs, AN_P2P_DTYPE_MISMATCH, false);
+    test_cond("a finding is added", f && fs.n == 1);
+    test_cond("with its kind and severity", f->kind == AN_P2P_DTYPE_MISMATCH && !f->error);
+    test_cond("and no seq", f->seq == SHP_NONE && f->comm == 0 && f->nranks == 0);
+    for (int i = 0; i < 20; i++)
+        an_finding_rank(f, i % 18);
+    test_cond("culprits are kept once each, up to the limit", f->nranks == AN_MAX_RANKS);
+    test_cond("in the order given", f->ranks[0] == 0 && f->ranks[15] == 15);
+    struct an_ref r = {.proc = 1, .index = 9};
+    an_finding_event(f, &r, 500);
+    an_finding_event(f, &r, 300);
+    an_finding_event(f, &r, 400);
+    test_cond("calls are kept", f->nevents == 3 && f->events[0].index == 9);
+    test_cond("the finding's time is its earliest call's", f->t_ns == 300);
+    for (int i = 0; i < 10; i++)
+        an_finding_event(f, &r, 600);
+    test_cond("calls past the limit are not kept", f->nevents == AN_MAX_EVENTS);
+    for (int i = 0; i < 40; i++)
+        an_finding_add(&fs, AN_OP_MISMATCH, true);
+    test_cond("the store grows", fs.n == 41 && fs.v[0].kind == AN_P2P_DTYPE_MISMATCH);
+    an_findings_free(&fs);
+    test_cond("and is empty after free", fs.n == 0 && fs.v == NULL);
+}
+
+static void test_order(void)
+{
+    test_group("order");
+    struct an_findings fs = {0};
+    add(&fs, 7, 40, 900);     /* 0: later seq on comm 7, earlier clock than 1 */
+    add(&fs, 7, 10, 950);     /* 1 */
+    add(&fs, 8, 5, 920);      /* 2: another communicator: time decides */
+    add(&fs, 0, SHP_NONE, 0); /* 3: no time: last */
+    add(&fs, 9, 1, 920);      /* 4: same time as 2: the order added */
+    an_findings_order(&fs);
+    test_cond("on one communicator the lower seq comes first, whatever the clocks",
+              fs.v[1].order < fs.v[0].order);
+    test_cond("across communicators, time decides", fs.v[0].order < fs.v[2].order);
+    test_cond("equal times keep the order they were added in", fs.v[2].order < fs.v[4].order);
+    test_cond("a finding without a time comes last", fs.v[3].order == 4);
+    test_cond("nth gives the first", at(&fs, 0) == 1);
+    test_cond("nth past the end is NULL", an_findings_nth(&fs, 5) == NULL);
+
+    struct an_findings w = {0};
+    add(&w, 3, 1, 100);
+    add(&w, 3, 2, 200);
+    size_t base = an_findings_append(&fs, &w);
+    test_cond("a worker's findings are appended after the others", base == 5 && fs.n == 7);
+    test_cond("whole", fs.v[6].seq == 2 && fs.v[6].comm == 3);
+    fs.v[0].kind = AN_KIND_COUNT;
+    fs.v[6].kind = AN_KIND_COUNT;
+    an_findings_compact(&fs);
+    test_cond("compact drops the marked ones and keeps the order",
+              fs.n == 5 && fs.v[0].seq == 10 && fs.v[4].seq == 1);
+    an_findings_free(&w);
+    an_findings_free(&fs);
+}
+
+static void test_naming(void)
+{
+    test_group("naming");
+    struct an_dims d = {.v = {{"hidden", 7168}, {"tp", 8}}, .n = 2};
+    char s[96];
+    an_shape(&d, 511ull * 7168, s, sizeof(s));
+    test_str("a count made of a dim", s, "[511, hidden]");
+    an_shape(&d, 7168, s, sizeof(s));
+    test_str("a count that is a dim", s, "[hidden]");
+    an_shape(&d, 3 * 896, s, sizeof(s));
+    test_str("a quotient of two dims", s, "[3, hidden/tp]");
+    an_shape(&d, 2ull * 7168 * 8, s, sizeof(s));
+    test_str("the largest extent wins: a product", s, "[2, hidden*tp]");
+    an_shape(&d, 1001, s, sizeof(s));
+    test_str("a count the dims do not divide has no shape", s, "");
+    an_shape(&d, SHP_NONE, s, sizeof(s));
+    test_str("an unknown count has no shape", s, "");
+    struct an_dims none = {.n = 0};
+    an_shape(&none, 7168, s, sizeof(s));
+    test_str("without dims, no shape", s, "");
+    uint64_t best;
+    char name[64];
+    an_factor(&d, 896 * 5, &best, name, sizeof(name));
+    test_cond("factor gives the extent", best == 896);
+    test_str("and its name", name, "hidden/tp");
+
+    int ranks[3] = {1, 5, 7};
+    char rl[64];
+    an_rank_list(ranks, 3, false, rl, sizeof(rl));
+    test_str("a rank list", rl, "1, 5, 7");
+    an_rank_list(ranks, 2, true, rl, sizeof(rl));
+    test_str("a rank list with more", rl, "1, 5, ...");
+    test_str("kinds have their contract names", an_kind_names[AN_EXPECTATION_VIOLATION],
+             "expectation_violation");
+    test_str("the last kind", an_kind_names[AN_MISSING_RANK], "missing_rank");
+}
+
+int main(void)
+{
+    test_add();
+    test_order();
+    test_naming();
+    return test_report();
+}

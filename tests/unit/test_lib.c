@@ -1,0 +1,355 @@
+/* Unit tests of tools/lib, linked without the command's main: the reader on traces built here
+ * (whole, torn, cut, still being written, read by two walks at once), events and the byte ranges
+ * they read and write, stacks, the allocation tracker and the output helpers. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/ops.h"
+#include "include/shapetrace/trace.h"
+#include "tests/unit/harness.h"
+#include "tools/lib/allocs.h"
+#include "tools/lib/event.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
+#include "tools/lib/stacks.h"
+
+/* ---- building traces ---- */
+
+struct buf {
+    unsigned char *p;
+    size_t n;
+};
+
+static void put(struct buf *b, const void *rec, unsigned type, size_t size, int publish)
+{
+    b->p = realloc(b->p, b->n + size);
+    memcpy(b->p + b->n, rec, size);
+    struct shp_rec *h = (struct shp_rec *)(b->p + b->n);
+    h->check = shp_rec_check(h, type, size);
+    h->word = publish ? SHP_REC_WORD(type, size) : SHP_REC_WORD(SHP_REC_RESERVED, size);
+    b->n += size;
+}
+
+static void start(struct buf *b)
+{
+    b->p = calloc(1, SHP_HEADER_SIZE);
+    b->n = SHP_HEADER_SIZE;
+}
+
+static struct shp_ev ev(unsigned op, uint64_t t, uint32_t stack)
+{
+    return (struct shp_ev){.t_ns = t,
+                           .tid = 7,
+                           .op = (uint16_t)op,
+                           .stack = stack,
+                           .device = 0,
+                           .dur_ns = 5,
+                           .aux = {-1, -1}};
+}
+
+static struct shp_rec_coll coll(unsigned op, uint64_t seq, uint64_t count, uint64_t send,
+                                uint64_t recv)
+{
+    return (struct shp_rec_coll){.ev = ev(op, 1000 + seq, 0),
+                                 .comm = 0xabcd,
+                                 .seq = seq,
+                                 .count = count,
+                                 .sendbuf = send,
+                                 .recvbuf = recv,
+                                 .root = -1,
+                                 .peer = -1,
+                                 .comm_rank = 1,
+                                 .nranks = 4,
+                                 .dtype = 9 /* bf16 */,
+                                 .redop = 0};
+}
+
+/* Write b as a trace file with the given header flags; returns its path (static storage). */
+static const char *finish(struct buf *b, uint32_t flags, uint64_t tail)
+{
+    static char path[64];
+    struct shp_file_header *h = (struct shp_file_header *)b->p;
+    memcpy(h->magic, SHP_TRACE_MAGIC, 8);
+    h->version = SHP_TRACE_VERSION;
+    h->byte_order = SHP_BYTE_ORDER_MARK;
+    h->header_size = SHP_HEADER_SIZE;
+    h->flags = flags;
+    h->pid = 42;
+    h->env_rank = 3;
+    h->first_comm_rank = 1;
+    h->realtime_ns = 1000000;
+    h->monotonic_ns = 1000;
+    h->tail = tail ? tail : b->n;
+    snprintf(h->host, sizeof(h->host), "unit");
+    snprintf(path, sizeof(path), "/tmp/shp-unit-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, b->p, b->n) != (ssize_t)b->n)
+        abort();
+    close(fd);
+    free(b->p);
+    b->p = NULL;
+    return path;
+}
+
+static int count_records(const struct shp_trace *t, struct shp_cursor *c)
+{
+    unsigned type;
+    size_t size;
+    int n = 0;
+    while (shp_trace_next(t, c, &type, &size))
+        n++;
+    return n;
+}
+
+/* ---- tests ---- */
+
+static void test_reader(void)
+{
+    test_group("reader");
+    struct buf b;
+    start(&b);
+    struct shp_rec_coll c0 = coll(SHP_OP_ncclAllReduce, 0, 64, 0x1000, 0x1000);
+    put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
+    struct shp_rec_coll c1 = coll(SHP_OP_ncclAllReduce, 1, 64, 0x1000, 0x1000);
+    put(&b, &c1, SHP_REC_COLL, sizeof(c1), 1);
+    const char *path = finish(&b, SHP_FILE_COMPLETE, 0);
+    struct shp_trace t;
+    char err[128];
+    test_cond("a whole trace opens", shp_trace_open(&t, path, err, sizeof(err)) == 0);
+    test_cond("the rank is the environment's", shp_trace_rank(&t) == 3);
+    test_cond("wall clock from the header", shp_trace_wall_ns(&t, 1500) == 1000500);
+    struct shp_cursor a = {0}, c = {0};
+    test_cond("a walk finds both records", count_records(&t, &a) == 2);
+    test_cond("and ends at the end", a.off == t.end);
+    test_cond("it is complete", shp_trace_complete(&t, &a));
+    test_cond("a second walk of the same trace is its own", count_records(&t, &c) == 2);
+    shp_trace_close(&t);
+    unlink(path);
+
+    /* A writer that died between reserving and publishing: the walk steps over it. */
+    start(&b);
+    put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
+    put(&b, &c1, SHP_REC_COLL, sizeof(c1), 0);
+    struct shp_rec_coll c2 = coll(SHP_OP_ncclAllReduce, 2, 64, 0x1000, 0x1000);
+    put(&b, &c2, SHP_REC_COLL, sizeof(c2), 1);
+    path = finish(&b, SHP_FILE_COMPLETE, 0);
+    test_cond("a torn trace opens", shp_trace_open(&t, path, err, sizeof(err)) == 0);
+    a = (struct shp_cursor){0};
+    test_cond("the torn record is stepped over", count_records(&t, &a) == 2);
+    test_cond("and counted on the walk", a.torn == 1);
+    test_cond("a torn trace is not complete", !shp_trace_complete(&t, &a));
+    struct shp_cursor live = {.live = true};
+    test_cond("a live walk stops before an unpublished record", count_records(&t, &live) == 1);
+    test_cond("where a later walk resumes", live.off == SHP_HEADER_SIZE + sizeof(c0));
+    test_cond("and counts nothing torn", live.torn == 0);
+    shp_trace_close(&t);
+    unlink(path);
+
+    /* The header says more than the file holds. */
+    start(&b);
+    put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
+    size_t n = b.n;
+    path = finish(&b, SHP_FILE_COMPLETE, n + 4096);
+    test_cond("a cut trace opens", shp_trace_open(&t, path, err, sizeof(err)) == 0);
+    a = (struct shp_cursor){0};
+    test_cond("its records are read", count_records(&t, &a) == 1);
+    test_cond("a cut trace is not complete", t.truncated && !shp_trace_complete(&t, &a));
+    shp_trace_close(&t);
+    unlink(path);
+
+    /* Foreign files. */
+    start(&b);
+    path = finish(&b, 0, 0);
+    FILE *f = fopen(path, "r+");
+    fputs("NOTATRACE", f);
+    fclose(f);
+    test_cond("bad magic is refused", shp_trace_open(&t, path, err, sizeof(err)) == -EINVAL);
+    test_cond("with a reason", strstr(err, "bad magic") != NULL);
+    f = fopen(path, "w");
+    fputs("short", f);
+    fclose(f);
+    test_cond("a short file is refused", shp_trace_open(&t, path, err, sizeof(err)) == -EINVAL);
+    test_cond("saying so", strstr(err, "shorter than a header") != NULL);
+    unlink(path);
+    test_cond("a missing file gives its errno",
+              shp_trace_open(&t, path, err, sizeof(err)) == -ENOENT);
+}
+
+static void test_events(void)
+{
+    test_group("events");
+    struct buf b;
+    start(&b);
+    struct shp_rec_coll ar = coll(SHP_OP_ncclAllReduce, 0, 100, 0x1000, 0x1000);
+    put(&b, &ar, SHP_REC_COLL, sizeof(ar), 1);
+    struct shp_rec_coll ag = coll(SHP_OP_ncclAllGather, 1, 10, 0x2000, 0x3000);
+    put(&b, &ag, SHP_REC_COLL, sizeof(ag), 1);
+    struct shp_rec_coll send = coll(SHP_OP_ncclSend, 0, 8, 0x4000, 0x9999);
+    send.peer = 2;
+    put(&b, &send, SHP_REC_P2P, sizeof(send), 1);
+    struct shp_rec_copy cp = {.ev = ev(SHP_OP_cudaMemcpy2D, 2000, 0),
+                              .dst = 0x5000,
+                              .src = 0x6000,
+                              .width = 16,
+                              .height = 3,
+                              .spitch = 64,
+                              .dpitch = 32,
+                              .kind = SHP_KIND_D2D};
+    put(&b, &cp, SHP_REC_COPY, sizeof(cp), 1);
+    const char *path = finish(&b, SHP_FILE_COMPLETE, 0);
+    struct shp_trace t;
+    char err[128];
+    shp_trace_open(&t, path, err, sizeof(err));
+    struct shp_cursor c = {0};
+    struct shp_event e[4];
+    unsigned type;
+    size_t size;
+    int n = 0;
+    const struct shp_rec *r;
+    while (n < 4 && (r = shp_trace_next(&t, &c, &type, &size)))
+        test_cond("a call decodes", shp_event_decode(&t, r, type, &e[n++]));
+    test_cond("four events", n == 4);
+    struct shp_span rd, wr;
+    shp_event_spans(&e[0], &rd, &wr);
+    test_cond("all-reduce: bytes by the dtype's size", e[0].bytes == 200);
+    test_cond("all-reduce reads its send buffer", rd.start == 0x1000 && rd.len == 200);
+    test_cond("and writes its receive buffer, contiguous",
+              wr.start == 0x1000 && wr.len == 200 && wr.pitch == 0 && wr.rows == 1);
+    shp_event_spans(&e[1], &rd, &wr);
+    test_cond("all-gather reads one piece", rd.start == 0x2000 && rd.len == 20);
+    test_cond("and writes nranks pieces as rows of one piece",
+              wr.start == 0x3000 && wr.len == 80 && wr.pitch == 20 && wr.width == 20);
+    shp_event_spans(&e[2], &rd, &wr);
+    test_cond("a send reads", rd.start == 0x4000 && rd.len == 16);
+    test_cond("and writes nothing", wr.len == 0);
+    test_cond("nor has a receive buffer", e[2].dst == SHP_NONE);
+    shp_event_spans(&e[3], &rd, &wr);
+    test_cond("a 2-D copy reads its rows at the source pitch",
+              rd.start == 0x6000 && rd.len == 2 * 64 + 16 && rd.pitch == 64 && rd.width == 16 &&
+                  rd.rows == 3);
+    test_cond("and writes them at the destination pitch",
+              wr.start == 0x5000 && wr.len == 2 * 32 + 16 && wr.pitch == 32 && wr.rows == 3);
+    struct shp_event mark = {.type = SHP_REC_MARK};
+    shp_event_spans(&mark, &rd, &wr);
+    test_cond("a mark reads and writes nothing", rd.len == 0 && wr.len == 0);
+
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    shp_event_json(f, &t, NULL, &e[0]);
+    fclose(f);
+    test_cond("JSON names the op", strstr(out, "\"op\":\"ncclAllReduce\"") != NULL);
+    test_cond("and the communicator as 16 hex digits",
+              strstr(out, "\"comm\":\"000000000000abcd\"") != NULL);
+    test_cond("an unknown stack is null", strstr(out, "\"stack\":null}") != NULL);
+    free(out);
+    shp_trace_close(&t);
+    unlink(path);
+}
+
+static void test_stacks(void)
+{
+    test_group("stacks");
+    struct buf b;
+    start(&b);
+    struct {
+        struct shp_rec_stack s;
+        uint64_t frames[2];
+    } st = {.s = {.id = 5, .nframes = 2}, .frames = {0x1234, 0x5678}};
+    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    struct shp_rec_coll c0 = coll(SHP_OP_ncclAllReduce, 0, 64, 0x1000, 0x1000);
+    c0.ev.stack = 5;
+    put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
+    const char *path = finish(&b, SHP_FILE_COMPLETE, 0);
+    struct shp_trace t;
+    char err[128];
+    shp_trace_open(&t, path, err, sizeof(err));
+    struct shp_stacks *s = shp_stacks_load(&t, false);
+    size_t n;
+    const char *const *fr = shp_stacks_frames(s, 5, &n);
+    test_cond("a stack's frames, innermost first", fr && n == 2);
+    test_str("unsymbolized frames are addresses", fr ? fr[0] : NULL, "0x1234");
+    test_cond("an unknown id has none", !shp_stacks_frames(s, 6, &n) && n == 0);
+    char site[64];
+    shp_stacks_site(s, 5, site, sizeof(site));
+    test_str("the site is the innermost frame", site, "0x1234");
+    shp_stacks_free(s);
+    shp_trace_close(&t);
+    unlink(path);
+
+    char fn[128];
+    shp_stacks_frame_function("generate (x.c:3)", fn, sizeof(fn));
+    test_str("function of a frame with a line", fn, "generate");
+    shp_stacks_frame_function("generate+0x1f (mod.so)", fn, sizeof(fn));
+    test_str("function of a frame with an offset", fn, "generate");
+    shp_stacks_frame_function("py: generate (serve.py:88)", fn, sizeof(fn));
+    test_str("function of a Python frame", fn, "generate");
+    shp_stacks_frame_function("std::function<void (int)>::operator()(int) const (f.cc:9)", fn,
+                              sizeof(fn));
+    test_str("a C++ name keeps its parentheses", fn,
+             "std::function<void (int)>::operator()(int) const");
+    shp_stacks_frame_function("0x7f12", fn, sizeof(fn));
+    test_str("a bare address is returned whole", fn, "0x7f12");
+}
+
+static void test_allocs(void)
+{
+    test_group("allocs");
+    struct shp_allocs a = {0};
+    struct shp_event e = {.type = SHP_REC_ALLOC, .cls = SHP_CLS_ALLOC, .ptr = 0x1000, .size = 256};
+    shp_allocs_event(&a, &e);
+    e.ptr = 0x100;
+    e.size = 16;
+    shp_allocs_event(&a, &e);
+    test_cond("two blocks, sorted", a.n == 2 && a.v[0].ptr == 0x100 && a.v[1].ptr == 0x1000);
+    test_cond("an address inside a block finds it", shp_allocs_find(&a, 0x10ff) == &a.v[1]);
+    test_cond("the end of a block is outside it", shp_allocs_find(&a, 0x1100) == NULL);
+    test_cond("below every block: none", shp_allocs_find(&a, 0x10) == NULL);
+    test_cond("at: only a block's start", shp_allocs_at(&a, 0x1000) && !shp_allocs_at(&a, 0x1001));
+    e.ptr = 0x1000;
+    e.size = 512;
+    shp_allocs_event(&a, &e);
+    test_cond("an address handed out again takes the new size", a.n == 2 && a.v[1].size == 512);
+    e.result = 2;
+    e.ptr = 0x9000;
+    shp_allocs_event(&a, &e);
+    test_cond("a failed allocation is not tracked", a.n == 2);
+    struct shp_event fr = {.type = SHP_REC_ALLOC, .cls = SHP_CLS_FREE, .ptr = 0x100};
+    shp_allocs_event(&a, &fr);
+    test_cond("a free removes its block", a.n == 1 && !shp_allocs_find(&a, 0x100));
+    fr.ptr = 0x1010;
+    shp_allocs_event(&a, &fr);
+    test_cond("a free of an inner address removes nothing", a.n == 1);
+    shp_allocs_clear(&a);
+    test_cond("clear forgets every block", a.n == 0);
+    shp_allocs_free(&a);
+}
+
+static void test_out(void)
+{
+    test_group("out");
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    shp_json_str(f, "a\"b\\c\nd\te\x01");
+    fputc(' ', f);
+    shp_json_str(f, NULL);
+    fclose(f);
+    test_str("JSON strings are escaped, NULL is null", out, "\"a\\\"b\\\\c\\nd\\te\\u0001\" null");
+    free(out);
+}
+
+int main(void)
+{
+    test_reader();
+    test_events();
+    test_stacks();
+    test_allocs();
+    test_out();
+    return test_report();
+}
