@@ -20,7 +20,7 @@ static void analyze_usage(FILE *f)
           "with receives, checks buffers against their allocations, and reports the first\n"
           "place where ranks diverge. PATHs are trace files or run directories, from any\n"
           "number of hosts.\n"
-          "  --json             DESIGN's JSON report\n"
+          "  --json             the JSON report (docs/CONTRACTS.md)\n"
           "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
           "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
           "                     known, so that a consumer cutting them is reported\n"

@@ -1,5 +1,5 @@
 /* shapetrace dump: print traces, as a table for a person or as JSON Lines for programs (the keys
- * are a contract: see DESIGN's output contracts). */
+ * are a contract: see docs/CONTRACTS.md). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>

@@ -255,7 +255,7 @@ void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
         fputs(",\"result\":null", f);
     else
         fprintf(f, ",\"result\":%d", e->result);
-    /* Keys beyond DESIGN's list. */
+    /* Keys beyond the first list of docs/CONTRACTS.md. */
     json_int(f, "device", e->device);
     fprintf(f, ",\"pending\":%s", !e->mark && e->dur_ns == SHP_NONE ? "true" : "false");
     if (e->type == SHP_REC_COMM) {
