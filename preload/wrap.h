@@ -16,31 +16,42 @@
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
 
+/* The real function, called with the guard held: what it calls of ours passes straight through,
+ * so that only the outermost intercepted call of a thread is recorded (DESIGN fact 13: NCCL's
+ * ncclBcast calls ncclBroadcast through its exported symbol; NCCL and the runtime make copies
+ * and allocations of their own). errno and the result are the real function's. */
+#define SHP_CALL_REAL(r, real, args)                                                               \
+    do {                                                                                           \
+        shp_guard++;                                                                               \
+        (r) = real args;                                                                           \
+        shp_guard--;                                                                               \
+    } while (0)
+
 /* The recording half: out of line, so that the exported wrapper stays a few loads and a jump
- * when nothing is recorded (dormant, or inside our own code). */
+ * when nothing is recorded (inside our own code or another intercepted call). */
 #define SHP_RECORD(slot_, lib, cls_, name, params, args, desc)                                     \
     static __attribute__((noinline)) SHP_RET_##lib name##_rec##slot_ params                        \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
         struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
+        SHP_RET_##lib r;                                                                           \
         if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
-            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P) {                                     \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
                 shp_dormant_count(&c);                                                             \
-            } else if (cls_ == SHP_CLS_GROUP) {                                                    \
-                SHP_RET_##lib r = real args;                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            if (cls_ == SHP_CLS_GROUP)                                                             \
                 shp_dormant_group(SHP_OP_##name, (int)r);                                          \
-                return r;                                                                          \
-            }                                                                                      \
-            return real args;                                                                      \
+            return r;                                                                              \
         }                                                                                          \
         shp_enter(&c);                                                                             \
-        SHP_RET_##lib r = real args;                                                               \
+        SHP_CALL_REAL(r, real, args);                                                              \
         shp_leave(&c, (int)r);                                                                     \
         return r;                                                                                  \
     }
 
 /* The wrapper proper. While dormant, collectives, p2p and groups still take the recording half
- * (it counts their seq and group depth); everything else not kept passes straight through. */
+ * (it counts their seq and group depth); everything else not kept calls the real function here,
+ * with the guard held all the same: an unrecorded call is still the outermost one. */
 #define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
@@ -49,8 +60,11 @@
         if (!shp_active())                                                                         \
             return real args;                                                                      \
         if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
-            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0))                          \
-            return real args;                                                                      \
+            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
+            SHP_RET_##lib r;                                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            return r;                                                                              \
+        }                                                                                          \
         return name##_rec##slot_ args;                                                             \
     }
 
