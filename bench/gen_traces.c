@@ -10,7 +10,7 @@
  *   - ncclCommInitRank of the world communicator (id from the seed alone, the same on every
  *     rank) and ncclCommSplit of the tensor-parallel child, color rank / 8, key rank: groups of 8
  *     ranks (the last group smaller when NRANKS is not a multiple of 8), id derived from the
- *     parent's id, split index 0 and the color the way preload/record.c derives it;
+ *     parent's id, split index 0 and the color by shp_comm_child_id (include/shapetrace/env.h);
  *   - cudaMalloc of three 1 GiB device segments and cudaMallocHost of one pinned 1 GiB segment
  *     (the D2H copies' destination), at 0x7f0000000000 + k GiB;
  *   - then a step of 8 calls, repeated: TP all-reduce (bf16 sum, 4096 x tokens), D2D copy, TP
@@ -48,8 +48,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shapetrace/calls.h"
-#include "shapetrace/trace.h"
+#include "common/rec.h"
+#include "include/shapetrace/calls.h"
+#include "include/shapetrace/env.h"
+#include "include/shapetrace/trace.h"
 
 #define DTYPE_FP32 7
 #define DTYPE_BF16 9
@@ -137,22 +139,11 @@ static void usage(void)
     exit(2);
 }
 
-/* The preload's mixer (preload/record.c): the split child's id must come out the same way. */
-static uint64_t mix64(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
-}
-
 /* A deterministic "random" number per (seed, a, b): no generator state, so a rank's values do
  * not depend on what other ranks drew, and every rank agrees on the values meant to be shared. */
 static uint64_t rnd(uint64_t seed, uint64_t a, uint64_t b)
 {
-    return mix64(seed ^ mix64(a * 0x9e3779b97f4a7c15ull + b + 1));
+    return shp_mix64(seed ^ shp_mix64(a * 0x9e3779b97f4a7c15ull + b + 1));
 }
 
 static uint64_t t_ns(const struct proc *pr, uint64_t at)
@@ -162,10 +153,8 @@ static uint64_t t_ns(const struct proc *pr, uint64_t at)
 
 static void emit(struct proc *pr, const void *rec, unsigned type, size_t size)
 {
-    struct shp_rec *h = (struct shp_rec *)pr->p;
     memcpy(pr->p, rec, size);
-    h->check = shp_rec_check(h, type, size);
-    h->word = SHP_REC_WORD(type, size);
+    shp_rec_publish(pr->p, type, size);
     pr->p += size;
 }
 
@@ -396,7 +385,7 @@ static size_t gen_rank(struct gen *g, int rank, unsigned char *buf)
         .tp_size = g->nranks - color * TP_MAX < TP_MAX ? g->nranks - color * TP_MAX : TP_MAX,
         .device = rank % 8,
         .tid = (uint32_t)(10000 + rank),
-        .tp_id = mix64(g->world_id ^ mix64(((uint64_t)0 << 32) ^ (uint32_t)color)),
+        .tp_id = shp_comm_child_id(g->world_id, 0, color),
         /* Processes start within half a second of each other; each host's monotonic clock
          * has its own origin (its boot). */
         .start = rnd(g->seed, (uint64_t)rank, 1u << 26) % (SEC / 2),
@@ -578,7 +567,7 @@ int main(int argc, char **argv)
         .dv = calloc(ndv ? ndv : 1, sizeof(*g.dv)),
         .ndv = ndv,
         /* The same on every rank, as the hash of a shared ncclUniqueId would be; never 0. */
-        .world_id = mix64(seed ^ 0x5348505452414345ull) | 1,
+        .world_id = shp_mix64(seed ^ 0x5348505452414345ull) | 1,
     };
     if (!g.dv)
         die("out of memory");

@@ -1,5 +1,5 @@
 /* shapetrace: the one log emitter (see log.h). */
-#include "log.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdarg.h>

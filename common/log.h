@@ -50,19 +50,4 @@ void shp_log_emit(const struct shp_log *log, int level, const char *fmt, ...)
             SHP_LOG(log, SHP_LOG_WARN, sub, __VA_ARGS__);                                          \
     } while (0)
 
-/* Propagation: internal functions return 0 or a negative errno. */
-#define SHP_TRY(expr)                                                                              \
-    ({                                                                                             \
-        int shp_rc_ = (expr);                                                                      \
-        if (shp_rc_ < 0)                                                                           \
-            return shp_rc_;                                                                        \
-        shp_rc_;                                                                                   \
-    })
-#define SHP_TRY_GOTO(expr, rc, label)                                                              \
-    do {                                                                                           \
-        (rc) = (expr);                                                                             \
-        if ((rc) < 0)                                                                              \
-            goto label;                                                                            \
-    } while (0)
-
 #endif

@@ -1,17 +1,25 @@
 /* shapetrace: name and class tables generated from the call list. */
-#include "ops.h"
+#include "common/ops.h"
 
 #include <string.h>
 
-#include "shapetrace/trace.h"
+#include "include/shapetrace/trace.h"
 
-#define SHP_X_NAME(lib, cls, name, params, args, desc) [SHP_OP_##name] = #name,
+#define SHP_X_NAME(num, lib, cls, name, params, args, desc) [num] = #name,
 static const char *const op_names[SHP_OP_COUNT] = {[SHP_OP_NONE] = "none", SHP_CALLS(SHP_X_NAME)};
 #undef SHP_X_NAME
 
-#define SHP_X_CLASS(lib, cls, name, params, args, desc) [SHP_OP_##name] = cls,
+#define SHP_X_CLASS(num, lib, cls, name, params, args, desc) [num] = cls,
 static const int op_classes[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_CLASS)};
 #undef SHP_X_CLASS
+
+#define SHP_X_LIB(num, lib, cls, name, params, args, desc) [num] = SHP_LIB_##lib,
+static const unsigned char op_libs[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_LIB)};
+#undef SHP_X_LIB
+
+const char *const shp_kind_names[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
+const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shrink",
+                                            "finalize", "destroy", "abort"};
 
 const char *shp_op_name(unsigned op)
 {
@@ -21,6 +29,11 @@ const char *shp_op_name(unsigned op)
 int shp_op_class(unsigned op)
 {
     return op < SHP_OP_COUNT ? op_classes[op] : 0;
+}
+
+int shp_op_lib(unsigned op)
+{
+    return op > SHP_OP_NONE && op < SHP_OP_COUNT ? op_libs[op] : -1;
 }
 
 unsigned shp_op_lookup(const char *name)

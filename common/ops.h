@@ -4,13 +4,16 @@
 
 #include <stdint.h>
 
-#include "shapetrace/calls.h"
+#include "include/shapetrace/calls.h"
 
 /* The API name of an op ("ncclAllGather"), "?" for an unknown number. */
 const char *shp_op_name(unsigned op);
 
 /* The op's SHP_CLS_* class, 0 for an unknown number. */
 int shp_op_class(unsigned op);
+
+/* The op's library (SHP_LIB_*, the call list's lib column), -1 for an unknown number. */
+int shp_op_lib(unsigned op);
 
 /* The op number for an exact API name, SHP_OP_NONE if it is not in the list. */
 unsigned shp_op_lookup(const char *name);
@@ -26,5 +29,10 @@ const char *shp_redop_name(unsigned redop);
  * communicator size (NCCL's rule for each op: all-gather receives count x nranks, reduce-scatter
  * sends count x nranks, ...). Both 0 for ops that are not collectives or p2p. */
 void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send, uint64_t *recv);
+
+/* Dump names of copy kinds (SHP_KIND_*, "default" for an unresolved cudaMemcpyDefault) and of
+ * communicator record kinds (SHP_COMM_*, "?" for 0). */
+extern const char *const shp_kind_names[5];
+extern const char *const shp_comm_kind_names[7];
 
 #endif

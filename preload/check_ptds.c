@@ -3,10 +3,11 @@
 #define CUDA_API_PER_THREAD_DEFAULT_STREAM 1
 #include <cuda_runtime_api.h>
 
-#include "shapetrace/calls.h"
+#include "include/shapetrace/calls.h"
 
 /* In this mode the header's cudaMemcpy is cudaMemcpy_ptds, and so on. */
-#define SHP_CHECK(lib, cls, name, params, args, desc) typedef cudaError_t(check_##name##_t) params;
+#define SHP_CHECK(num, lib, cls, name, params, args, desc)                                         \
+    typedef cudaError_t(check_##name##_t) params;
 SHP_CUDART_CALLS(SHP_CHECK)
 #undef SHP_CHECK
 

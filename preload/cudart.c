@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "wrap.h"
+#include "preload/wrap.h"
 
 /* Declared by cuda_runtime_api.h only in per-thread-default-stream mode; check_ptds.c compares
  * them with the header in that mode. */

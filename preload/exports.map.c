@@ -1,8 +1,8 @@
 /* shapetrace preload: run through the C preprocessor to make the linker's version script, so
  * that the exports are exactly the call list plus dlsym. */
 #define SHP_CALLS_LIST_ONLY
-#include "shapetrace/calls.h"
-#define SHP_EXPORT(lib, cls, name, params, args, desc) name;
+#include "include/shapetrace/calls.h"
+#define SHP_EXPORT(num, lib, cls, name, params, args, desc) name;
 {
 global:
     dlsym;

@@ -3,7 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "wrap.h"
+#include "preload/wrap.h"
 
 SHP_NCCL_CALLS(SHP_DECLARE)
 SHP_NCCL_CALLS(SHP_DEFINE)

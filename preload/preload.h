@@ -1,18 +1,21 @@
-/* shapetrace preload: what the preload's files share. Nothing here is exported from the shared
+/* shapetrace preload: what the preload's files share, one section per file, bottom layer first;
+ * a file calls only into the sections above its own. Nothing here is exported from the shared
  * object except the wrappers and dlsym (see exports.map.c); everything else is hidden. */
 #ifndef SHAPETRACE_PRELOAD_H
 #define SHAPETRACE_PRELOAD_H
 
+#include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "log.h"
-#include "ops.h"
-#include "shapetrace/calls.h"
-#include "shapetrace/trace.h"
+#include "common/log.h"
+#include "common/ops.h"
+#include "common/rec.h"
+#include "include/shapetrace/calls.h"
+#include "include/shapetrace/trace.h"
 
 #define SHP_TLS __thread __attribute__((tls_model("initial-exec")))
 
@@ -20,9 +23,6 @@
  * libraries whose functions a program looked up with dlsym(handle, name) (vLLM's pynccl, ctypes),
  * each with its own copy of every wrapper so that two loaded copies of NCCL stay apart. */
 #define SHP_SLOTS 4
-
-#define SHP_LIB_NCCL 0
-#define SHP_LIB_CUDART 1
 
 /* One intercepted call, as the wrapper describes it (calls.h `desc`) plus the recorder's state. */
 struct shp_call {
@@ -52,7 +52,7 @@ struct shp_call {
     uint32_t index;
 };
 
-/* ---- init.c: configuration, state, logging ---- */
+/* ---- config.c: configuration, state, logging (the bottom layer) ---- */
 
 enum { SHP_STATE_UNINIT, SHP_STATE_INITIALIZING, SHP_STATE_ON, SHP_STATE_OFF };
 
@@ -70,46 +70,29 @@ struct shp_config {
 extern struct shp_config shp_cfg;
 extern struct shp_log shp_log;
 extern _Atomic int shp_state;
-extern SHP_TLS int shp_guard; /* >0 while this thread runs shapetrace's own code */
+/* >0 while this thread runs shapetrace's own code, or the real function of an intercepted call:
+ * a wrapper entered meanwhile passes straight through, unrecorded. The second half is the
+ * outermost-call rule: libraries call their own exported functions (NCCL's ncclBcast calls
+ * ncclBroadcast through its symbol table), and only the call that reached the library from
+ * outside it is the application's. */
+extern SHP_TLS int shp_guard;
 
-/* Run the once-only initialisation if nobody has; safe from any thread and from constructors
- * of other libraries. */
-void shp_init(void);
-
-/* True when this call should be recorded: tracing on and not inside shapetrace's own code. */
-static inline bool shp_active(void)
+/* Enter shapetrace's own code: wrappers pass straight through until shp_own_leave, which gives
+ * errno back to the application as it was. Returns what shp_own_leave takes. Pairs nest. */
+static inline int shp_own_enter(void)
 {
-    if (__builtin_expect(shp_guard, 0))
-        return false;
-    int st = atomic_load_explicit(&shp_state, memory_order_acquire);
-    if (__builtin_expect(st != SHP_STATE_ON, 0)) {
-        if (st != SHP_STATE_UNINIT)
-            return false;
-        shp_init();
-        return atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
-    }
-    return true;
+    shp_guard++;
+    return errno;
 }
 
-/* Control words (SHP_CTL_*): the trace header's once the file is open, so that `shapetrace
- * attach` can flip them from outside; a process-local copy before that. */
-extern volatile uint64_t *shp_ctl;
-bool shp_armed_slow(void);
-
-/* Classes still recorded while dormant: later records cannot be understood without them. */
-static inline bool shp_kept_dormant(int cls)
+static inline void shp_own_leave(int saved_errno)
 {
-    return cls == SHP_CLS_COMM_INIT || cls == SHP_CLS_COMM_SPLIT || cls == SHP_CLS_COMM_END ||
-           cls == SHP_CLS_ALLOC || cls == SHP_CLS_FREE || cls == SHP_CLS_CAPTURE ||
-           cls == SHP_CLS_GRAPH;
+    errno = saved_errno;
+    shp_guard--;
 }
 
-/* True when calls are being recorded (not dormant). One load on the fast path. */
-static inline bool shp_armed(void)
-{
-    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
-    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) || shp_armed_slow();
-}
+/* Read the environment into shp_cfg and shp_log (once, from shp_init). */
+void shp_config_load(void);
 
 /* Switch tracing off for good after an error of ours; logs `why` once. */
 void shp_disable(const char *why);
@@ -117,8 +100,45 @@ void shp_disable(const char *why);
 uint64_t shp_now_ns(void);
 uint32_t shp_tid(void);
 
-/* Update the log prefix (rank may be learned late; pid changes at fork). */
-void shp_log_prefix_update(void);
+/* Update the log prefix: the environment's rank, else `comm_rank` (-1: none known); the pid
+ * changes at fork. */
+void shp_log_prefix_update(int comm_rank);
+
+/* Control words (SHP_CTL_*): the trace header's once the file is open, so that `shapetrace
+ * attach` can flip them from outside; a process-local copy before that. */
+extern volatile uint64_t *shp_ctl;
+/* True while the control words are the process-local copy (no trace open). */
+bool shp_ctl_is_local(void);
+/* Use `ctl` (an open trace header's words) from now on; NULL: back to the local copy. */
+void shp_ctl_use(volatile uint64_t *ctl);
+void shp_config_atfork_child(void);
+
+/* ---- writer.c: the trace file ---- */
+
+/* Open the trace if it is not open. Returns 1 if this call opened it, 0 if it was open, or a
+ * negative errno when it cannot be made (logged once; later calls return -EIO). */
+int shp_writer_open(void);
+/* Reserve `size` bytes for a record of `type` in the open trace, growing the file as needed;
+ * bookkeeping records (SHP_ROLE_META) may use the reserve beyond the cap. Returns NULL when the
+ * record cannot be written, counted in the header as a drop: *why is left NULL when the trace is
+ * not open or the cap is reached (tracing goes on), and set to the reason when the trace can take
+ * no more records (the header is then marked disabled; the caller switches tracing off). Fill the
+ * record, then shp_rec_publish it. Thread-safe, lock-free but for file growth. */
+void *shp_writer_reserve(unsigned type, size_t size, const char **why);
+/* The mapped header, NULL until the trace is open. */
+struct shp_file_header *shp_writer_header(void);
+void shp_writer_close(void);
+void shp_writer_atfork_child(void);
+
+/* shp_writer_reserve, switching tracing off when the trace can take no more records. */
+static inline void *shp_reserve(unsigned type, size_t size)
+{
+    const char *why = NULL;
+    void *r = shp_writer_reserve(type, size, &why);
+    if (__builtin_expect(why != NULL, 0))
+        shp_disable(why);
+    return r;
+}
 
 /* ---- resolve.c: the real functions ---- */
 
@@ -149,6 +169,13 @@ void *shp_real_aux(int slot, enum shp_aux aux);
 /* A wrapper's real function was not found: warn once for op, return `err`. */
 int shp_missing(unsigned op, int err);
 
+/* libc's dlsym (dlvsym'd once; the preload's own dlsym is the hook in dlsym.c). */
+void *shp_libc_dlsym(void *handle, const char *name);
+
+/* The slot (1..SHP_SLOTS-1) of the library that defines p, found through `handle`, taken on
+ * first sight; -1 when all are taken. */
+int shp_slot_for(void *p, void *handle);
+
 /* The address range [lo, hi) of a loaded object's PT_LOAD segments; hi 0 if it has none. */
 struct dl_phdr_info;
 void shp_load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi);
@@ -156,48 +183,7 @@ void shp_load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *h
 /* True if addr lies in libshapetrace.so itself. */
 bool shp_is_self(const void *addr);
 
-/* ---- record.c: calls to records ---- */
-
-/* Before the real call: reserve and publish the call's record (or note why not). */
-void shp_enter(struct shp_call *c);
-/* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
-void shp_leave(struct shp_call *c, int result);
-/* While dormant: keep counting a collective's seq (so ranks armed at different moments still
- * line up), and the calling thread's group depth. */
-void shp_dormant_count(struct shp_call *c);
-void shp_dormant_group(unsigned op, int result);
-/* Forget per-process state that a forked child must not inherit. */
-void shp_record_atfork_child(void);
-
-/* ---- writer.c: the trace file ---- */
-
-/* Reserve `size` bytes for a record of `type`. Bookkeeping records (communicators, stacks,
- * modules, marks) may use the reserve beyond the cap. Returns NULL (and counts a drop) when the
- * record cannot be written. Opens the trace on first use. Thread-safe, lock-free but for file
- * growth. */
-void *shp_writer_reserve(unsigned type, size_t size);
-/* Publish a reserved record: compute its check, then store its first word (release). */
-void shp_writer_publish(void *rec, unsigned type, size_t size);
-/* Complete a published call record: result fields first, dur_ns last (release). */
-void shp_writer_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0,
-                         int aux1, uint64_t dur_ns);
-/* The mapped header, NULL until the trace is open. */
-struct shp_file_header *shp_writer_header(void);
-void shp_writer_close(void);
-/* Open the trace now if it is not (a dormant process makes its file early, so that attach can
- * find it). Returns 0 or a negative errno. */
-int shp_writer_open(void);
-void shp_writer_atfork_child(void);
-
-/* ---- stacks.c: call sites ---- */
-
-/* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the
- * stack could not be stored. With SHP_STACKS_PYTHON it names a Python stack (SHP_REC_PYSTACK)
- * when the thread runs Python. Call from a wrapper with the guard held. */
-uint32_t shp_stack_here(void);
-/* Write module records for objects loaded since the last call. */
-void shp_modules_sync(void);
-void shp_stacks_atfork_child(void);
+/* ---- stackid.c: records stored once, and the stack id table ---- */
 
 /* A lock-free table from a 64-bit key hash to a record id, for records stored once (stacks,
  * Python code objects). A slot is claimed by its hash; its id is published after its record. */
@@ -218,6 +204,8 @@ uint32_t shp_intern(struct shp_intern_slot *tab, uint32_t nslots, uint64_t h,
 uint32_t shp_stack_intern(uint64_t h, uint32_t (*store)(void *arg), void *arg);
 /* A new id in the stack table's id space, for the record a store callback writes. */
 uint32_t shp_stack_new_id(void);
+/* The child's trace starts empty: forget the stored stacks. */
+void shp_stackid_atfork_child(void);
 
 /* ---- python.c: Python call sites (SHP_STACKS_PYTHON) ---- */
 
@@ -230,5 +218,69 @@ uint32_t shp_py_stack(uint32_t native);
 /* Objects were loaded or unloaded: a process found without Python looks again. */
 void shp_py_modules_changed(void);
 void shp_py_atfork_child(void);
+
+/* ---- stacks.c: native call sites and the module map ---- */
+
+/* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the
+ * stack could not be stored. With SHP_STACKS_PYTHON it names a Python stack (SHP_REC_PYSTACK)
+ * when the thread runs Python. Call from a wrapper with the guard held. */
+uint32_t shp_stack_here(void);
+/* Write module records for objects loaded since the last call. */
+void shp_modules_sync(void);
+void shp_stacks_atfork_child(void);
+
+/* ---- record.c: calls to records ---- */
+
+/* Classes still recorded while dormant: later records cannot be understood without them. */
+static inline bool shp_kept_dormant(int cls)
+{
+    return cls == SHP_CLS_COMM_INIT || cls == SHP_CLS_COMM_SPLIT || cls == SHP_CLS_COMM_END ||
+           cls == SHP_CLS_ALLOC || cls == SHP_CLS_FREE || cls == SHP_CLS_CAPTURE ||
+           cls == SHP_CLS_GRAPH;
+}
+
+/* Dormant and no trace yet: make the file now, once, so that attach can find this process.
+ * True if the new trace's control words say armed. */
+bool shp_armed_slow(void);
+
+/* True when calls are being recorded (not dormant). One load on the fast path. */
+static inline bool shp_armed(void)
+{
+    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
+    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) || shp_armed_slow();
+}
+
+/* Before the real call: reserve and publish the call's record (or note why not). */
+void shp_enter(struct shp_call *c);
+/* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
+void shp_leave(struct shp_call *c, int result);
+/* While dormant: keep counting a collective's seq (so ranks armed at different moments still
+ * line up), and the calling thread's group depth. */
+void shp_dormant_count(struct shp_call *c);
+void shp_dormant_group(unsigned op, int result);
+/* Forget per-process state that a forked child must not inherit. */
+void shp_record_atfork_child(void);
+
+/* ---- init.c: the once-only start, fork and exit (the top layer) ---- */
+
+/* Run the once-only initialisation if nobody has; safe from any thread and from constructors
+ * of other libraries. */
+void shp_init(void);
+
+/* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
+ * real function of another intercepted call is running on this thread. */
+static inline bool shp_active(void)
+{
+    if (__builtin_expect(shp_guard, 0))
+        return false;
+    int st = atomic_load_explicit(&shp_state, memory_order_acquire);
+    if (__builtin_expect(st != SHP_STATE_ON, 0)) {
+        if (st != SHP_STATE_UNINIT)
+            return false;
+        shp_init();
+        return atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
+    }
+    return true;
+}
 
 #endif

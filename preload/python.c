@@ -9,7 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "preload.h"
+#include "common/hash.h"
+#include "preload/preload.h"
 
 /* Why no GIL: torch releases it before it reaches cudaMemcpyAsync or ncclAllReduce, and taking
  * it back from inside the wrapper costs microseconds and can deadlock (a thread holding the GIL
@@ -182,14 +183,6 @@ static inline bool ok_ptr(const void *p)
     return v >= 4096 && v < (1ull << 47) && !(v & 7);
 }
 
-static inline uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v;
-    h *= 0x100000001b3ull;
-    h ^= h >> 29;
-    return h;
-}
-
 /* What identifies a code object beyond its address: a freed one leaves its address for the next,
  * and code generated at run time (torch.fx, exec) can get the very addresses of the last one's
  * code, names and line table too (seen: four threads exec'ing functions in a loop). So the key
@@ -211,7 +204,7 @@ static inline uint64_t code_key(const char *co, uint64_t units)
                  (uint64_t)(uint32_t)ld_i32(co, L->co_firstlineno) * 0xff51afd7ed558ccdull +
                  str_hash(name) * 0xc4ceb9fe1a85ec53ull + str_hash(file) * 0x94d049bb133111ebull +
                  units * 0xbf58476d1ce4e5b9ull;
-    h = mix(h, h >> 31);
+    h = shp_hash_word(h, h >> 31);
     return h ? h : 1;
 }
 
@@ -366,7 +359,7 @@ static uint32_t store_code(void *arg)
     }
     size_t size = (sizeof(struct shp_rec_pycode) + nlen + qlen + flen + ltlen + 7) & ~(size_t)7;
     uint32_t id = atomic_fetch_add(&py.next_code_id, 1) + 1;
-    struct shp_rec_pycode *r = shp_writer_reserve(SHP_REC_PYCODE, size);
+    struct shp_rec_pycode *r = shp_reserve(SHP_REC_PYCODE, size);
     if (!r)
         return 0;
     memset((char *)r + sizeof(r->h), 0, size - sizeof(r->h));
@@ -384,7 +377,7 @@ static uint32_t store_code(void *arg)
     if (ltlen)
         memcpy(p, lt + 32, ltlen);
     r->linetable_len = (uint32_t)ltlen;
-    shp_writer_publish(r, SHP_REC_PYCODE, size);
+    shp_rec_publish(r, SHP_REC_PYCODE, size);
     return id;
 }
 
@@ -392,7 +385,7 @@ static void write_info(void)
 {
     if (atomic_exchange(&py.info_written, 1))
         return;
-    struct shp_rec_pyinfo *r = shp_writer_reserve(SHP_REC_PYINFO, sizeof(*r));
+    struct shp_rec_pyinfo *r = shp_reserve(SHP_REC_PYINFO, sizeof(*r));
     if (!r)
         return;
     memset((char *)r + sizeof(r->h), 0, sizeof(*r) - sizeof(r->h));
@@ -401,7 +394,7 @@ static void write_info(void)
     r->eval_hi = py.eval_hi;
     r->interp_lo = py.interp_lo;
     r->interp_hi = py.interp_hi;
-    shp_writer_publish(r, SHP_REC_PYINFO, sizeof(*r));
+    shp_rec_publish(r, SHP_REC_PYINFO, sizeof(*r));
 }
 
 static uint32_t store_pystack(void *arg)
@@ -414,7 +407,7 @@ static uint32_t store_pystack(void *arg)
                               (void *)(uintptr_t)w->f[i].code);
     uint32_t id = shp_stack_new_id();
     size_t size = sizeof(struct shp_rec_pystack) + (size_t)w->n * sizeof(struct shp_pyframe);
-    struct shp_rec_pystack *r = shp_writer_reserve(SHP_REC_PYSTACK, size);
+    struct shp_rec_pystack *r = shp_reserve(SHP_REC_PYSTACK, size);
     if (!r)
         return 0;
     r->id = id;
@@ -426,7 +419,7 @@ static uint32_t store_pystack(void *arg)
         out[i].code = codes[i];
         out[i].lasti = w->f[i].lasti;
     }
-    shp_writer_publish(r, SHP_REC_PYSTACK, size);
+    shp_rec_publish(r, SHP_REC_PYSTACK, size);
     return id;
 }
 
@@ -464,21 +457,21 @@ static int find_obj_cb(struct dl_phdr_info *info, size_t size, void *data)
 static bool interpreter_handle(void **h)
 {
     *h = RTLD_DEFAULT;
-    if (dlsym(*h, "PyGILState_GetThisThreadState"))
+    if (shp_libc_dlsym(*h, "PyGILState_GetThisThreadState"))
         return true;
     struct find_obj f = {0};
     if (!dl_iterate_phdr(find_obj_cb, &f))
         return false;
     *h = dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD);
-    return *h && dlsym(*h, "PyGILState_GetThisThreadState");
+    return *h && shp_libc_dlsym(*h, "PyGILState_GetThisThreadState");
 }
 
 static uint32_t interpreter_version(void *h)
 {
-    const unsigned long *v = dlsym(h, "Py_Version"); /* 3.11+ */
+    const unsigned long *v = shp_libc_dlsym(h, "Py_Version"); /* 3.11+ */
     if (v)
         return (uint32_t)*v;
-    const char *(*get)(void) = (const char *(*)(void))dlsym(h, "Py_GetVersion");
+    const char *(*get)(void) = (const char *(*)(void))shp_libc_dlsym(h, "Py_GetVersion");
     unsigned major = 0, minor = 0, micro = 0;
     if (!get || sscanf(get(), "%u.%u.%u", &major, &minor, &micro) < 2)
         return 0;
@@ -559,7 +552,7 @@ static int resolve(void)
     };
     void *sym[sizeof(names) / sizeof(names[0])];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        sym[i] = dlsym(h, names[i]);
+        sym[i] = shp_libc_dlsym(h, names[i]);
         if (!sym[i]) {
             SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK, "Python %u.%u has no %s: native stacks only",
                           major, minor, names[i]);
@@ -654,9 +647,9 @@ uint32_t shp_py_stack(uint32_t native)
     }
     if (!w.n)
         return native;
-    uint64_t h = mix(0x3c6ef372fe94f82bull, native);
+    uint64_t h = shp_hash_word(0x3c6ef372fe94f82bull, native);
     for (int i = 0; i < w.n; i++)
-        h = mix(h, w.f[i].key ^ ((uint64_t)w.f[i].lasti << 32 | w.f[i].lasti));
+        h = shp_hash_word(h, w.f[i].key ^ ((uint64_t)w.f[i].lasti << 32 | w.f[i].lasti));
     uint32_t id = shp_stack_intern(h ? h : 1, store_pystack, &w);
     return id ? id : native;
 }

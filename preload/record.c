@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "preload.h"
+#include "common/hash.h"
+#include "include/shapetrace/env.h"
+#include "preload/preload.h"
 
 /* ---- per-op tables ---- */
 
@@ -21,13 +23,6 @@ static const unsigned char rec_type_of_class[] = {
     [SHP_CLS_COPY] = SHP_REC_COPY,       [SHP_CLS_ALLOC] = SHP_REC_ALLOC,
     [SHP_CLS_FREE] = SHP_REC_ALLOC,      [SHP_CLS_CAPTURE] = SHP_REC_GRAPH,
     [SHP_CLS_GRAPH] = SHP_REC_GRAPH,     [SHP_CLS_LAUNCH] = SHP_REC_GRAPH,
-};
-
-static const unsigned short rec_size_of_type[] = {
-    [SHP_REC_COMM] = sizeof(struct shp_rec_comm),   [SHP_REC_COLL] = sizeof(struct shp_rec_coll),
-    [SHP_REC_P2P] = sizeof(struct shp_rec_coll),    [SHP_REC_GROUP] = sizeof(struct shp_ev),
-    [SHP_REC_COPY] = sizeof(struct shp_rec_copy),   [SHP_REC_ALLOC] = sizeof(struct shp_rec_alloc),
-    [SHP_REC_GRAPH] = sizeof(struct shp_rec_graph),
 };
 
 static const unsigned char uses_root[SHP_OP_COUNT] = {
@@ -63,26 +58,34 @@ static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
     [SHP_OP_cudaMemcpyPeerAsync] = 1,
 };
 
-/* ---- hashing ---- */
+/* ---- the trace file ---- */
 
-static uint64_t mix64(uint64_t h)
+/* Open the trace if it is not, with module records right after the header so that every stack
+ * can be symbolized; a trace that cannot be made switches tracing off. False if there is none. */
+static bool trace_open(void)
 {
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
+    int rc = shp_writer_open();
+    if (__builtin_expect(rc == 0, 1))
+        return true;
+    if (rc < 0) {
+        shp_disable("the trace file could not be created");
+        return false;
+    }
+    if (shp_cfg.stacks != SHP_STACKS_NONE)
+        shp_modules_sync();
+    return true;
 }
 
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+bool shp_armed_slow(void)
 {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
+    /* Dormant and no file yet: make it now, once, so that attach can find this process. */
+    static _Atomic int tried;
+    if (!shp_ctl_is_local() || atomic_exchange(&tried, 1))
+        return false;
+    int saved = shp_own_enter();
+    trace_open();
+    shp_own_leave(saved);
+    return __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE)[SHP_CTL_ARMED] != 0;
 }
 
 /* ---- communicators ---- */
@@ -105,7 +108,7 @@ static _Atomic uint64_t local_comm_counter;
 
 static struct comm_state *comm_lookup(const void *handle)
 {
-    uint64_t h = mix64((uint64_t)(uintptr_t)handle);
+    uint64_t h = shp_mix64((uint64_t)(uintptr_t)handle);
     for (uint32_t i = 0; i < COMM_SLOTS; i++) {
         uint32_t s = (uint32_t)(h + i) & (COMM_SLOTS - 1);
         void *k = atomic_load_explicit(&comm_tab[s].key, memory_order_acquire);
@@ -119,7 +122,7 @@ static struct comm_state *comm_lookup(const void *handle)
 
 static void comm_insert(void *handle, struct comm_state *st)
 {
-    uint64_t h = mix64((uint64_t)(uintptr_t)handle);
+    uint64_t h = shp_mix64((uint64_t)(uintptr_t)handle);
     pthread_mutex_lock(&comm_mu);
     for (uint32_t i = 0; i < COMM_SLOTS; i++) {
         uint32_t s = (uint32_t)(h + i) & (COMM_SLOTS - 1);
@@ -169,7 +172,7 @@ static void note_first_rank(int rank)
     if (__atomic_compare_exchange_n(&h->first_comm_rank, &expect, rank, false, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED) &&
         shp_cfg.env_rank < 0)
-        shp_log_prefix_update();
+        shp_log_prefix_update(rank);
 }
 
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
@@ -182,13 +185,13 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
     int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
     int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
     int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
-    uint64_t id = mix64(hash_bytes((uint64_t)getpid(), &comm, sizeof(comm)) ^
-                        hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
+    uint64_t id = shp_mix64(shp_hash_bytes((uint64_t)getpid(), &comm, sizeof(comm)) ^
+                            shp_hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
     struct comm_state *st = comm_new(id, rank, nranks, dev);
     if (!st)
         return NULL;
     comm_insert(comm, st);
-    struct shp_rec_comm *r = shp_writer_reserve(SHP_REC_COMM, sizeof(*r));
+    struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
     if (r) {
         memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
         fill_ev(&r->ev, c, SHP_EV_COMM_UNKNOWN);
@@ -197,8 +200,8 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
         r->rank = rank;
         r->nranks = nranks;
         r->kind = SHP_COMM_INIT;
-        shp_writer_publish(r, SHP_REC_COMM, sizeof(*r));
-        shp_writer_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
+        shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_rec_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
     }
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_COMM, "communicator %p was created unseen", comm);
     note_first_rank(rank);
@@ -324,10 +327,10 @@ static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
 
 static uint64_t comm_id_of_uids(const void *uid, int nuid)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = SHP_FNV_OFFSET;
     if (uid && nuid > 0)
-        h = hash_bytes(h, uid, (size_t)nuid * sizeof(ncclUniqueId));
-    return mix64(h);
+        h = shp_hash_bytes(h, uid, (size_t)nuid * sizeof(ncclUniqueId));
+    return shp_mix64(h);
 }
 
 static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
@@ -339,8 +342,8 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->key = 0;
     if (c->cls == SHP_CLS_COMM_INIT) {
         c->id = c->op == SHP_OP_ncclCommInitAll
-                    ? mix64(atomic_fetch_add(&local_comm_counter, 1) ^ (uint64_t)getpid() ^
-                            hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)))
+                    ? shp_mix64(atomic_fetch_add(&local_comm_counter, 1) ^ (uint64_t)getpid() ^
+                                shp_hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)))
                     : comm_id_of_uids(c->uid, c->nuid);
         r->rank = c->rank;
         r->nranks = c->nranks;
@@ -348,7 +351,7 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
         struct comm_state *parent = comm_get(c, c->comm);
         uint64_t pid = parent ? parent->id : 0;
         c->index = parent ? atomic_fetch_add(&parent->nsplits, 1) : 0;
-        c->id = mix64(pid ^ mix64(((uint64_t)c->index << 32) ^ (uint32_t)c->color));
+        c->id = shp_comm_child_id(pid, c->index, c->color);
         r->parent = pid;
         r->color = c->color;
         r->key = c->key;
@@ -419,17 +422,16 @@ static void fill_copy(struct shp_rec_copy *r, struct shp_call *c)
 
 void shp_enter(struct shp_call *c)
 {
-    shp_guard++;
-    int saved = errno;
+    int saved = shp_own_enter();
     c->t0 = shp_now_ns();
     c->ev = NULL;
     c->cstate = NULL;
     /* ncclCommInitAll makes several communicators: its records are written when it returns. */
-    if (c->op == SHP_OP_ncclCommInitAll)
+    if (c->op == SHP_OP_ncclCommInitAll || !trace_open())
         goto out;
     unsigned type = rec_type_of_class[c->cls];
-    size_t size = rec_size_of_type[type];
-    struct shp_ev *ev = shp_writer_reserve(type, size);
+    size_t size = shp_rec_min_size(type);
+    struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
         goto out;
     memset((char *)ev + sizeof(ev->h), 0, size - sizeof(ev->h));
@@ -470,26 +472,25 @@ void shp_enter(struct shp_call *c)
     default:
         break;
     }
-    shp_writer_publish(ev, type, size);
+    shp_rec_publish(ev, type, size);
     c->ev = ev;
 out:
-    errno = saved;
-    shp_guard--;
+    shp_own_leave(saved);
 }
 
 static void init_all_done(struct shp_call *c, int result)
 {
-    if (result != ncclSuccess || !c->out)
+    if (result != ncclSuccess || !c->out || !trace_open())
         return;
-    uint64_t id = mix64(atomic_fetch_add(&local_comm_counter, 1) ^ ((uint64_t)getpid() << 20) ^
-                        hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
+    uint64_t id = shp_mix64(atomic_fetch_add(&local_comm_counter, 1) ^ ((uint64_t)getpid() << 20) ^
+                            shp_hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
     for (int i = 0; i < c->nranks; i++) {
         void *comm = c->out[i];
         int dev = c->devlist ? c->devlist[i] : i;
         struct comm_state *st = comm_new(id, i, c->nranks, dev);
         if (st)
             comm_insert(comm, st);
-        struct shp_rec_comm *r = shp_writer_reserve(SHP_REC_COMM, sizeof(*r));
+        struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
         if (!r)
             continue;
         memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
@@ -498,17 +499,16 @@ static void init_all_done(struct shp_call *c, int result)
         r->rank = i;
         r->nranks = c->nranks;
         r->kind = SHP_COMM_INIT;
-        shp_writer_publish(r, SHP_REC_COMM, sizeof(*r));
-        shp_writer_complete(&r->ev, result, dev, (uint64_t)(uintptr_t)comm, i, c->nranks,
-                            shp_now_ns() - c->t0);
+        shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_rec_complete(&r->ev, result, dev, (uint64_t)(uintptr_t)comm, i, c->nranks,
+                         shp_now_ns() - c->t0);
     }
     note_first_rank(0);
 }
 
 void shp_leave(struct shp_call *c, int result)
 {
-    shp_guard++;
-    int saved = errno;
+    int saved = shp_own_enter();
     uint64_t dur = shp_now_ns() - c->t0;
     int device = -1;
     uint64_t out = 0;
@@ -577,15 +577,13 @@ void shp_leave(struct shp_call *c, int result)
         break;
     }
     if (c->ev)
-        shp_writer_complete(c->ev, result, device, out, aux0, aux1, dur);
-    errno = saved;
-    shp_guard--;
+        shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
+    shp_own_leave(saved);
 }
 
 void shp_dormant_count(struct shp_call *c)
 {
-    shp_guard++;
-    int saved = errno;
+    int saved = shp_own_enter();
     struct comm_state *st = comm_get(c, c->comm);
     if (st && c->cls == SHP_CLS_COLL) {
         atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
@@ -593,8 +591,7 @@ void shp_dormant_count(struct shp_call *c)
         size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
         atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
     }
-    errno = saved;
-    shp_guard--;
+    shp_own_leave(saved);
 }
 
 void shp_dormant_group(unsigned op, int result)

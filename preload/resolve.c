@@ -1,11 +1,11 @@
-/* shapetrace preload: finding the real functions, and the dlsym hook.
+/* shapetrace preload: finding the real functions, and the library slots of the dlsym hook.
  *
  * torch loads libnccl as a dependency of a module opened RTLD_LOCAL, so dlsym(RTLD_NEXT, ...)
  * from the preload finds nothing and a wrapper that trusted it crashed torch in
  * ncclCommInitRankConfig. We fall back to the object that really defines the symbol, found by
  * soname or by walking the loaded objects, and prefer NCCL's strong pncclX aliases there. vLLM's
  * pynccl looks each NCCL function up with dlsym(handle, name), which a plain preload never sees:
- * our dlsym returns a wrapper bound to that library's slot instead. */
+ * our dlsym (dlsym.c) returns a wrapper bound to that library's slot instead. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "preload.h"
+#include "preload/preload.h"
 
 _Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
 
@@ -22,9 +22,6 @@ static void *slot_base[SHP_SLOTS];
 static void *slot_handle[SHP_SLOTS];
 static _Atomic(void *) aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
-
-extern void *const shp_nccl_variants[SHP_SLOTS][SHP_OP_COUNT];
-extern void *const shp_cudart_variants[SHP_SLOTS][SHP_OP_COUNT];
 
 typedef void *(*dlsym_fn)(void *, const char *);
 
@@ -46,7 +43,7 @@ dlsym_fn shp_libc_dlsym_resolve(void)
     return f;
 }
 
-static void *libc_dlsym(void *handle, const char *name)
+void *shp_libc_dlsym(void *handle, const char *name)
 {
     dlsym_fn f = shp_libc_dlsym_resolve();
     return f ? f(handle, name) : NULL;
@@ -131,18 +128,13 @@ static void *loaded_lib(int lib)
     return h;
 }
 
-static int op_lib(unsigned op)
-{
-    return op <= SHP_OP_ncclCommAbort ? SHP_LIB_NCCL : SHP_LIB_CUDART;
-}
-
 /* Look `name` up in library `lib` for `slot`: RTLD_NEXT (slot 0), then the library itself,
  * NCCL's pnccl alias first. Never returns one of our own functions. */
 static void *lookup(int slot, int lib, const char *name)
 {
     void *p = NULL;
     if (slot == 0) {
-        p = libc_dlsym(RTLD_NEXT, name);
+        p = shp_libc_dlsym(RTLD_NEXT, name);
         if (p && !shp_is_self(p))
             return p;
         p = NULL;
@@ -153,10 +145,10 @@ static void *lookup(int slot, int lib, const char *name)
     if (lib == SHP_LIB_NCCL) {
         char pname[96];
         snprintf(pname, sizeof(pname), "p%s", name);
-        p = libc_dlsym(h, pname);
+        p = shp_libc_dlsym(h, pname);
     }
     if (!p)
-        p = libc_dlsym(h, name);
+        p = shp_libc_dlsym(h, name);
     return p && !shp_is_self(p) ? p : NULL;
 }
 
@@ -164,14 +156,14 @@ void *shp_real_slow(unsigned op, int slot)
 {
     if (slot != 0 || op == SHP_OP_NONE || op >= SHP_OP_COUNT)
         return NULL;
-    shp_guard++;
-    void *p = lookup(0, op_lib(op), shp_op_name(op));
+    int saved = shp_own_enter();
+    void *p = lookup(0, shp_op_lib(op), shp_op_name(op));
     if (p) {
         atomic_store_explicit(&shp_real_tab[0][op], p, memory_order_release);
         SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_RESOLVE, "%s resolved at %p", shp_op_name(op), p);
     }
     /* Not found is not cached: the library may be loaded later. */
-    shp_guard--;
+    shp_own_leave(saved);
     return p;
 }
 
@@ -195,8 +187,8 @@ void *shp_real_aux(int slot, enum shp_aux aux)
      * from the default binding. */
     int from = slot;
     if (slot != 0 && slot_handle[slot]) {
-        void *probe =
-            libc_dlsym(slot_handle[slot], lib == SHP_LIB_NCCL ? "ncclGetVersion" : "cudaGetDevice");
+        void *probe = shp_libc_dlsym(slot_handle[slot],
+                                     lib == SHP_LIB_NCCL ? "ncclGetVersion" : "cudaGetDevice");
         if (!probe)
             from = 0;
     }
@@ -217,8 +209,7 @@ int shp_missing(unsigned op, int err)
     return err;
 }
 
-/* The slot for the library that defines p (found through `handle`); -1 when all are taken. */
-static int slot_for(void *p, void *handle)
+int shp_slot_for(void *p, void *handle)
 {
     Dl_info info;
     if (!dladdr(p, &info) || !info.dli_fbase)
@@ -242,60 +233,3 @@ static int slot_for(void *p, void *handle)
     pthread_mutex_unlock(&slot_mu);
     return slot;
 }
-
-/* dlsym on a real handle: return a wrapper bound to the library's slot for the names we trace. */
-__attribute__((visibility("hidden"))) void *shp_dlsym_handle(void *handle, const char *name);
-void *shp_dlsym_handle(void *handle, const char *name)
-{
-    void *p = libc_dlsym(handle, name);
-    if (!p || !name || (strncmp(name, "nccl", 4) && strncmp(name, "cuda", 4)))
-        return p;
-    unsigned op = shp_op_lookup(name);
-    if (op == SHP_OP_NONE || shp_is_self(p))
-        return p;
-    int slot = slot_for(p, handle);
-    if (slot < 0) {
-        SHP_WARN_ONCE(&shp_log, SHP_SUB_RESOLVE,
-                      "more than %d libraries looked up with dlsym; %s from another is not traced",
-                      SHP_SLOTS - 1, name);
-        return p;
-    }
-    atomic_store_explicit(&shp_real_tab[slot][op], p, memory_order_release);
-    void *w = shp_nccl_variants[slot][op];
-    return w ? w : shp_cudart_variants[slot][op];
-}
-
-/* dlsym itself. glibc gives RTLD_NEXT (and, for versioned lookups, RTLD_DEFAULT) its meaning
- * from the caller's return address, so those lookups must reach libc's dlsym as a true tail
- * call: a jump that leaves our caller's return address in place. Written in assembly so that
- * no optimisation level can turn the jump into a call (a test checks the behaviour). */
-#if defined(__x86_64__)
-__asm__(".text\n"
-        ".globl dlsym\n"
-        ".type dlsym, @function\n"
-        "dlsym:\n"
-        "    cmpq $-1, %rdi\n" /* RTLD_NEXT */
-        "    je 1f\n"
-        "    testq %rdi, %rdi\n" /* RTLD_DEFAULT */
-        "    je 1f\n"
-        "    jmp shp_dlsym_handle\n"
-        "1:  movq shp_libc_dlsym_ptr(%rip), %rax\n"
-        "    testq %rax, %rax\n"
-        "    je 2f\n"
-        "    jmp *%rax\n"
-        "2:  pushq %rdi\n"
-        "    pushq %rsi\n"
-        "    subq $8, %rsp\n"
-        "    call shp_libc_dlsym_resolve\n"
-        "    addq $8, %rsp\n"
-        "    popq %rsi\n"
-        "    popq %rdi\n"
-        "    testq %rax, %rax\n"
-        "    je 3f\n"
-        "    jmp *%rax\n"
-        "3:  xorl %eax, %eax\n"
-        "    ret\n"
-        ".size dlsym, .-dlsym\n");
-#else
-#error "the dlsym tail call is written for x86-64; port the stub in preload/resolve.c"
-#endif

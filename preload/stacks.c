@@ -8,13 +8,13 @@
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include "preload.h"
+#include "common/hash.h"
+#include "include/shapetrace/env.h"
+#include "preload/preload.h"
 
 typedef int (*unw_backtrace_fn)(void **, int);
 
@@ -24,12 +24,6 @@ static struct {
     bool use_glibc;
 } uw = {.once = PTHREAD_ONCE_INIT};
 
-/* Stack table: open addressing on the frames' hash (see shp_intern). Native and Python stacks
- * share it and its ids. */
-#define STACK_SLOTS (1u << 16)
-static struct shp_intern_slot *stack_tab;
-static _Atomic uint32_t next_stack_id;
-
 /* Modules already written to this process's trace. */
 #define MAX_MODULES 2048
 static struct {
@@ -38,14 +32,6 @@ static struct {
     uint64_t key[MAX_MODULES];
     unsigned n;
 } mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* 1 MiB, taken once, outside malloc: the wrappers may run inside an allocator's own calls. */
-static struct shp_intern_slot *mmap_alloc_stack_table(void)
-{
-    void *p = mmap(NULL, sizeof(struct shp_intern_slot) * STACK_SLOTS, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
 
 static void load_unwinder(void)
 {
@@ -62,32 +48,23 @@ static void load_unwinder(void)
         void *h = dlopen(tries[i], RTLD_LAZY | RTLD_LOCAL);
         if (!h)
             continue;
-        uw.unwind = (unw_backtrace_fn)dlsym(h, "unw_backtrace");
+        uw.unwind = (unw_backtrace_fn)shp_libc_dlsym(h, "unw_backtrace");
         if (uw.unwind)
             SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "stacks through %s", tries[i]);
     }
     if (!uw.unwind) {
         uw.use_glibc = true;
         SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK,
-                "libunwind not found (SHAPETRACE_LIBUNWIND names it); stacks through glibc");
+                "libunwind not found (" SHP_ENV_LIBUNWIND " names it); stacks through glibc");
     }
-    stack_tab = mmap_alloc_stack_table();
 }
 
 static uint64_t hash_frames(void *const *f, int n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < n; i++) {
-        h ^= (uint64_t)(uintptr_t)f[i];
-        h *= 0x100000001b3ull;
-        h ^= h >> 29;
-    }
+    uint64_t h = SHP_FNV_OFFSET;
+    for (int i = 0; i < n; i++)
+        h = shp_hash_word(h, (uint64_t)(uintptr_t)f[i]);
     return h ? h : 1;
-}
-
-uint32_t shp_stack_new_id(void)
-{
-    return atomic_fetch_add(&next_stack_id, 1) + 1;
 }
 
 struct native_frames {
@@ -101,7 +78,7 @@ static uint32_t store_stack(void *arg)
     shp_modules_sync();
     uint32_t id = shp_stack_new_id();
     size_t size = sizeof(struct shp_rec_stack) + (size_t)nf->n * 8;
-    struct shp_rec_stack *r = shp_writer_reserve(SHP_REC_STACK, size);
+    struct shp_rec_stack *r = shp_reserve(SHP_REC_STACK, size);
     if (!r)
         return 0;
     r->id = id;
@@ -109,47 +86,8 @@ static uint32_t store_stack(void *arg)
     uint64_t *out = (uint64_t *)(r + 1);
     for (int i = 0; i < nf->n; i++)
         out[i] = (uint64_t)(uintptr_t)nf->frames[i];
-    shp_writer_publish(r, SHP_REC_STACK, size);
+    shp_rec_publish(r, SHP_REC_STACK, size);
     return id;
-}
-
-uint32_t shp_intern(struct shp_intern_slot *tab, uint32_t nslots, uint64_t h,
-                    uint32_t (*store)(void *arg), void *arg)
-{
-    for (uint32_t i = 0; i < nslots; i++) {
-        struct shp_intern_slot *s = &tab[(h + i) & (nslots - 1)];
-        uint64_t cur = atomic_load_explicit(&s->hash, memory_order_acquire);
-        if (cur == 0) {
-            if (!atomic_compare_exchange_strong(&s->hash, &cur, h)) {
-                if (cur != h)
-                    continue;
-                goto found;
-            }
-            uint32_t id = store(arg);
-            /* id 0 (not stored) is published as UINT32_MAX so that waiters stop waiting. */
-            atomic_store_explicit(&s->id, id ? id : UINT32_MAX, memory_order_release);
-            return id;
-        }
-        if (cur != h)
-            continue;
-    found:
-        for (;;) {
-            uint32_t id = atomic_load_explicit(&s->id, memory_order_acquire);
-            if (id)
-                return id == UINT32_MAX ? 0 : id;
-            sched_yield();
-        }
-    }
-    struct shp_file_header *hdr = shp_writer_header();
-    if (hdr)
-        __atomic_fetch_add(&hdr->stacks_dropped, 1, __ATOMIC_RELAXED);
-    return 0;
-}
-
-uint32_t shp_stack_intern(uint64_t h, uint32_t (*store)(void *arg), void *arg)
-{
-    pthread_once(&uw.once, load_unwinder);
-    return stack_tab ? shp_intern(stack_tab, STACK_SLOTS, h, store, arg) : 0;
 }
 
 uint32_t shp_stack_here(void)
@@ -157,8 +95,6 @@ uint32_t shp_stack_here(void)
     if (shp_cfg.stacks == SHP_STACKS_NONE)
         return 0;
     pthread_once(&uw.once, load_unwinder);
-    if (!stack_tab)
-        return 0;
     void *buf[SHP_STACK_MAX_FRAMES + 8];
     int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
                       : backtrace(buf, (int)(sizeof(buf) / sizeof(buf[0])));
@@ -171,7 +107,7 @@ uint32_t shp_stack_here(void)
     uint32_t id = 0;
     if (n > 0) {
         struct native_frames nf = {buf + skip, n};
-        id = shp_intern(stack_tab, STACK_SLOTS, hash_frames(nf.frames, n), store_stack, &nf);
+        id = shp_stack_intern(hash_frames(nf.frames, n), store_stack, &nf);
     }
     return shp_cfg.stacks == SHP_STACKS_PYTHON ? shp_py_stack(id) : id;
 }
@@ -232,7 +168,7 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
     }
     size_t plen = strnlen(path, 4000);
     size_t rsize = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
-    struct shp_rec_module *r = shp_writer_reserve(SHP_REC_MODULE, rsize);
+    struct shp_rec_module *r = shp_reserve(SHP_REC_MODULE, rsize);
     if (!r)
         return 0;
     memset((char *)r + sizeof(r->h), 0, rsize - sizeof(r->h));
@@ -242,7 +178,7 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
     r->path_len = (uint16_t)plen;
     note_build_id(info, r);
     memcpy(r + 1, path, plen);
-    shp_writer_publish(r, SHP_REC_MODULE, rsize);
+    shp_rec_publish(r, SHP_REC_MODULE, rsize);
     mods.key[mods.n++] = key;
     return 0;
 }
@@ -265,10 +201,8 @@ void shp_modules_sync(void)
 void shp_stacks_atfork_child(void)
 {
     /* The child's trace starts empty: its stacks and modules must be written again. */
-    if (stack_tab)
-        memset(stack_tab, 0, sizeof(*stack_tab) * STACK_SLOTS);
+    shp_stackid_atfork_child();
     shp_py_atfork_child();
-    atomic_store(&next_stack_id, 0);
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;
     mods.adds = 0;

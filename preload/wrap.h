@@ -6,7 +6,7 @@
 #ifndef SHAPETRACE_WRAP_H
 #define SHAPETRACE_WRAP_H
 
-#include "preload.h"
+#include "preload/preload.h"
 
 #define SHP_UNPAREN(...) __VA_ARGS__
 
@@ -16,31 +16,42 @@
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
 
+/* The real function, called with the guard held: what it calls of ours passes straight through,
+ * so that only the outermost intercepted call of a thread is recorded (DESIGN fact 13: NCCL's
+ * ncclBcast calls ncclBroadcast through its exported symbol; NCCL and the runtime make copies
+ * and allocations of their own). errno and the result are the real function's. */
+#define SHP_CALL_REAL(r, real, args)                                                               \
+    do {                                                                                           \
+        shp_guard++;                                                                               \
+        (r) = real args;                                                                           \
+        shp_guard--;                                                                               \
+    } while (0)
+
 /* The recording half: out of line, so that the exported wrapper stays a few loads and a jump
- * when nothing is recorded (dormant, or inside our own code). */
+ * when nothing is recorded (inside our own code or another intercepted call). */
 #define SHP_RECORD(slot_, lib, cls_, name, params, args, desc)                                     \
     static __attribute__((noinline)) SHP_RET_##lib name##_rec##slot_ params                        \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
         struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
+        SHP_RET_##lib r;                                                                           \
         if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
-            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P) {                                     \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
                 shp_dormant_count(&c);                                                             \
-            } else if (cls_ == SHP_CLS_GROUP) {                                                    \
-                SHP_RET_##lib r = real args;                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            if (cls_ == SHP_CLS_GROUP)                                                             \
                 shp_dormant_group(SHP_OP_##name, (int)r);                                          \
-                return r;                                                                          \
-            }                                                                                      \
-            return real args;                                                                      \
+            return r;                                                                              \
         }                                                                                          \
         shp_enter(&c);                                                                             \
-        SHP_RET_##lib r = real args;                                                               \
+        SHP_CALL_REAL(r, real, args);                                                              \
         shp_leave(&c, (int)r);                                                                     \
         return r;                                                                                  \
     }
 
 /* The wrapper proper. While dormant, collectives, p2p and groups still take the recording half
- * (it counts their seq and group depth); everything else not kept passes straight through. */
+ * (it counts their seq and group depth); everything else not kept calls the real function here,
+ * with the guard held all the same: an unrecorded call is still the outermost one. */
 #define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
@@ -49,18 +60,21 @@
         if (!shp_active())                                                                         \
             return real args;                                                                      \
         if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
-            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0))                          \
-            return real args;                                                                      \
+            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
+            SHP_RET_##lib r;                                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            return r;                                                                              \
+        }                                                                                          \
         return name##_rec##slot_ args;                                                             \
     }
 
 /* Types and prototypes: the compiler checks each against the library's own declaration. */
-#define SHP_DECLARE(lib, cls, name, params, args, desc)                                            \
+#define SHP_DECLARE(num, lib, cls, name, params, args, desc)                                       \
     typedef SHP_RET_##lib(*name##_fn) params;                                                      \
     __attribute__((visibility("default"))) SHP_RET_##lib name params;
 
 /* clang-format off */
-#define SHP_DEFINE(lib, cls, name, params, args, desc)                                             \
+#define SHP_DEFINE(num, lib, cls, name, params, args, desc)                                             \
     SHP_RECORD(0, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(1, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(2, lib, cls, name, params, args, desc)                                              \
@@ -72,10 +86,10 @@
 
 _Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
 
-#define SHP_VARIANT0(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name,
-#define SHP_VARIANT1(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
-#define SHP_VARIANT2(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
-#define SHP_VARIANT3(lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
+#define SHP_VARIANT0(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name,
+#define SHP_VARIANT1(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
+#define SHP_VARIANT2(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
+#define SHP_VARIANT3(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
 #define SHP_VARIANTS(list) \
     {{list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)}, {list(SHP_VARIANT3)}}
 /* clang-format on */

@@ -12,7 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "preload.h"
+#include "include/shapetrace/env.h"
+#include "preload/preload.h"
 
 enum { W_CLOSED, W_OPEN, W_FAILED };
 
@@ -23,8 +24,7 @@ static struct {
     struct shp_file_header *hdr;
     unsigned char *base;
     size_t map_len;
-    uint64_t cap;      /* end offset for call records */
-    uint64_t meta_cap; /* end offset for bookkeeping records */
+    uint64_t cap; /* end offset for call records (the header's cap) */
     char path[PATH_MAX + 256];
 } w = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
@@ -76,12 +76,12 @@ static int grow(uint64_t need)
     return rc;
 }
 
-/* `shapetrace attach RUN_DIR` leaves the run's wish in RUN_DIR/control ("armed 0|1"), for the
- * processes whose traces did not exist yet when it ran. */
+/* `shapetrace attach RUN_DIR` leaves the run's wish in its control file, for the processes whose
+ * traces did not exist yet when it ran. */
 static uint64_t run_armed(uint64_t dflt)
 {
     char path[PATH_MAX + 16], buf[64];
-    snprintf(path, sizeof(path), "%s/control", shp_cfg.dir);
+    snprintf(path, sizeof(path), "%s/" SHP_CONTROL_FILE, shp_cfg.dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return dflt;
@@ -90,8 +90,7 @@ static uint64_t run_armed(uint64_t dflt)
     if (n <= 0)
         return dflt;
     buf[n] = 0;
-    const char *a = strstr(buf, "armed ");
-    return a ? (uint64_t)(a[6] == '1') : dflt;
+    return shp_control_armed(buf, dflt);
 }
 
 static void write_header(struct shp_file_header *h)
@@ -149,8 +148,7 @@ static int open_file(void)
         return rc;
     }
     w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
-    w.meta_cap = w.cap + shp_cfg.cap / 16;
-    w.map_len = w.meta_cap;
+    w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
     int e = posix_fallocate(fd, 0, (off_t)CHUNK_MIN);
     if (e != 0) {
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
@@ -171,12 +169,12 @@ static int open_file(void)
     w.hdr->allocated = CHUNK_MIN;
     write_header(w.hdr);
     /* From now on the header's control words are the ones a tool can flip. */
-    __atomic_store_n(&shp_ctl, w.hdr->ctl, __ATOMIC_RELEASE);
+    shp_ctl_use(w.hdr->ctl);
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
     return 0;
 }
 
-static int ensure_open(void)
+int shp_writer_open(void)
 {
     int st = atomic_load_explicit(&w.state, memory_order_acquire);
     if (__builtin_expect(st == W_OPEN, 1))
@@ -189,85 +187,49 @@ static int ensure_open(void)
     if (st == W_CLOSED) {
         rc = open_file();
         atomic_store_explicit(&w.state, rc == 0 ? W_OPEN : W_FAILED, memory_order_release);
+        if (rc == 0)
+            rc = 1;
     } else if (st == W_FAILED) {
         rc = -EIO;
     }
     pthread_mutex_unlock(&w.mu);
-    if (rc < 0) {
-        shp_disable("the trace file could not be created");
-        return rc;
-    }
-    /* Module records right after the header, so that every stack can be symbolized. */
-    if (st == W_CLOSED && shp_cfg.stacks != SHP_STACKS_NONE)
-        shp_modules_sync();
-    return 0;
+    return rc;
 }
 
-int shp_writer_open(void)
+static void dropped(struct shp_file_header *h, size_t size)
 {
-    return ensure_open();
+    __atomic_fetch_add(&h->dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
 }
 
-static bool is_bookkeeping(unsigned type)
+void *shp_writer_reserve(unsigned type, size_t size, const char **why)
 {
-    return type == SHP_REC_COMM || type == SHP_REC_STACK || type == SHP_REC_MODULE ||
-           type == SHP_REC_MARK || type == SHP_REC_PYINFO || type == SHP_REC_PYCODE ||
-           type == SHP_REC_PYSTACK;
-}
-
-void *shp_writer_reserve(unsigned type, size_t size)
-{
-    if (ensure_open() < 0)
+    if (__builtin_expect(atomic_load_explicit(&w.state, memory_order_acquire) != W_OPEN, 0))
         return NULL;
     struct shp_file_header *h = w.hdr;
-    uint64_t limit = is_bookkeeping(type) ? w.meta_cap : w.cap;
-    uint64_t off = __atomic_load_n(&h->tail, __ATOMIC_RELAXED), end;
-    do {
-        end = off + size;
-        if (end > limit) {
-            __atomic_fetch_add(&h->dropped, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
-            SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
-                          "trace cap of %llu MiB reached: later records are dropped and counted "
-                          "(SHAPETRACE_MAX_MB raises it)",
-                          (unsigned long long)(shp_cfg.cap >> 20));
-            return NULL;
-        }
-    } while (!__atomic_compare_exchange_n(&h->tail, &off, end, true, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    uint64_t off = shp_rec_reserve(h, shp_rec_limit(h, type), size);
+    if (!off) {
+        dropped(h, size);
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
+                      "trace cap of %llu MiB reached: later records are dropped and counted "
+                      "(" SHP_ENV_MAX_MB " raises it)",
+                      (unsigned long long)(shp_cfg.cap >> 20));
+        return NULL;
+    }
+    uint64_t end = off + size;
     if (end > __atomic_load_n(&h->allocated, __ATOMIC_ACQUIRE)) {
         int rc = grow(end);
         if (rc < 0) {
-            __atomic_fetch_add(&h->dropped, 1, __ATOMIC_RELAXED);
-            __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
-            shp_disable(rc == -ENOSPC ? "no space left for the trace" : "the trace cannot grow");
+            dropped(h, size);
+            __atomic_or_fetch(&h->flags, SHP_FILE_DISABLED, __ATOMIC_RELEASE);
+            *why = rc == -ENOSPC ? "no space left for the trace" : "the trace cannot grow";
             return NULL;
         }
     }
-    struct shp_rec *r = (struct shp_rec *)(w.base + off);
+    void *r = w.base + off;
     /* The reserved size first, so a reader can step over this record if we die filling it. */
-    __atomic_store_n(&r->word, SHP_REC_WORD(SHP_REC_RESERVED, size), __ATOMIC_RELAXED);
+    shp_rec_mark_reserved(r, size);
     return r;
-}
-
-void shp_writer_publish(void *rec, unsigned type, size_t size)
-{
-    struct shp_rec *r = rec;
-    r->check = shp_rec_check(rec, type, size);
-    __atomic_store_n(&r->word, SHP_REC_WORD(type, size), __ATOMIC_RELEASE);
-}
-
-void shp_writer_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0,
-                         int aux1, uint64_t dur_ns)
-{
-    ev->result = result;
-    ev->device = device;
-    ev->out = out;
-    ev->aux[0] = aux0;
-    ev->aux[1] = aux1;
-    if (dur_ns == SHP_DUR_PENDING)
-        dur_ns--;
-    __atomic_store_n(&ev->dur_ns, dur_ns, __ATOMIC_RELEASE);
 }
 
 void shp_writer_close(void)

@@ -21,8 +21,8 @@ BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 
 # The preload half of the tree still uses the old -Iinclude -Icommon forms and has a call loop
 # of its own on this branch; drop these once it is converted.
-LEGACY_FORM = ("include/", "common/", "preload/", "bench/", "tests/doubles/")
-LOOP_DIRS = ("common/", "tools/")
+LEGACY_FORM = ()
+LOOP_DIRS = ("common/", "preload/", "tools/")
 
 LAYERS = ["include/", "common/", "preload/", "tools/lib/", "tools/analyze/", "tools/cmd/"]
 ALLOWED = {

@@ -138,6 +138,33 @@ def test_basic_records():
     assert "ncclAllGather" in table and "gather_rows" in table and "complete" in table
 
 
+def test_outermost_call_only():
+    # ncclBcast runs through ncclBroadcast's exported symbol (as in NCCL), and the double's
+    # ncclCommInitRank makes a copy through a cudaMemcpy it looks up with dlsym(handle): only the
+    # application's own calls are recorded, and the inner ones consume no seq.
+    e = base_env()
+    e["SHAPETRACE_DEBUG"] = "INFO"
+    d = os.path.join(TMP, "nested")
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", "nested"],
+                       capture_output=True, text=True, timeout=60, env=e)
+    assert p.returncode == 0 and p.stdout == "nested ok\n", (p.returncode, p.stdout, p.stderr)
+    # The dlsym hook still answers inside a real function: the double checked the copy it made.
+    assert "libcudart.so.13 (via dlsym)" in p.stderr, p.stderr
+    ev, _ = dump(d)
+    colls = [x for x in ev if x["seq"] is not None and x["op"].startswith("nccl")]
+    assert [(x["op"], x["seq"]) for x in colls] == [("ncclBcast", 0), ("ncclAllReduce", 1)], \
+        [(x["op"], x["seq"]) for x in colls]
+    assert not ops(ev, "ncclBroadcast")
+    bc = colls[0]
+    assert (bc["count"], bc["root"], bc["src"] == bc["dst"]) == (64, 0, True), bc
+    assert bc["stack"][0].startswith("bcast_step ("), bc["stack"]
+    # The init's own host copy is NCCL's, not the application's.
+    assert not [x for x in ev if x["op"].startswith("cudaMemcpy")], [x["op"] for x in ev]
+    assert [x["op"] for x in ev] == ["cudaMalloc", "ncclCommInitRank", "ncclBcast",
+                                     "ncclAllReduce", "ncclCommDestroy", "cudaFree"], \
+        [x["op"] for x in ev]
+
+
 def test_exit_status_and_signals():
     _, p = traced("exit7", ["sh", "-c", "echo out; echo err >&2; exit 7"], expect_rc=7)
     assert p.stdout == "out\n" and p.stderr.startswith("err\n"), (p.stdout, p.stderr)
@@ -732,7 +759,7 @@ def test_exports_are_the_call_list():
     listed = set()
     for line in calls.splitlines():
         if line.startswith("X(") and "," in line:
-            listed.add(line.split(",")[2].strip())
+            listed.add(line.split(",")[3].strip())
     assert len(listed) == 49, len(listed)
     assert names == listed | {"dlsym"}, names ^ (listed | {"dlsym"})
     deps = run(["readelf", "-d", os.path.join(BUILD, "lib", "libshapetrace.so")]).stdout

@@ -1,7 +1,10 @@
 /* shapetrace: every intercepted function, listed once.
  *
- * SHP_CALLS(X) expands X(lib, cls, name, params, args, desc) for each function:
- *   lib     NCCL or CUDART: whose error code a wrapper returns when the real symbol is missing
+ * SHP_CALLS(X) expands X(num, lib, cls, name, params, args, desc) for each function:
+ *   num     the op number stored in traces (enum shp_op): pinned, never reused or changed;
+ *           a new function takes the next free number, wherever it sits in the list
+ *   lib     NCCL or CUDART: the library the real function is looked up in, and whose error
+ *           code a wrapper returns when the real symbol is missing
  *   cls     what the call does (SHP_CLS_*): decides the record type and the bookkeeping
  *   name    the exact exported name
  *   params  the parameter list as the library's header declares it
@@ -10,8 +13,8 @@
  *
  * The preload expands the list into the op enum, the name table, function-pointer types,
  * prototypes (so the compiler checks them against nccl.h and cuda_runtime_api.h) and the wrappers;
- * the tools expand only the names. The op number is stored in traces: append new functions at the
- * end of the list, never reorder or remove one.
+ * the tools expand only the names. tests/unit/test_ops.c holds the numbers of the traces on disk
+ * and fails if one changes.
  *
  * The `_ptds`/`_ptsz` entries are what programs built with per-thread default streams call;
  * preload/check_ptds.c checks their prototypes against the header in that mode.
@@ -45,165 +48,177 @@
 
 /* clang-format off */
 #define SHP_NCCL_CALLS(X) \
-X(NCCL, SHP_CLS_COLL, ncclAllReduce, \
+X(1, NCCL, SHP_CLS_COLL, ncclAllReduce, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, op, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .redop = op, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclBroadcast, \
+X(2, NCCL, SHP_CLS_COLL, ncclBroadcast, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, root, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .root = root, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclBcast, \
+X(3, NCCL, SHP_CLS_COLL, ncclBcast, \
   (void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream), \
   (buff, count, datatype, root, comm, stream), \
   (.a = buff, .b = buff, .count = count, .dtype = datatype, .root = root, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclReduce, \
+X(4, NCCL, SHP_CLS_COLL, ncclReduce, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, op, root, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .redop = op, .root = root, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclAllGather, \
+X(5, NCCL, SHP_CLS_COLL, ncclAllGather, \
   (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, sendcount, datatype, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = sendcount, .dtype = datatype, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclReduceScatter, \
+X(6, NCCL, SHP_CLS_COLL, ncclReduceScatter, \
   (const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, recvcount, datatype, op, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = recvcount, .dtype = datatype, .redop = op, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclAlltoAll, \
+X(7, NCCL, SHP_CLS_COLL, ncclAlltoAll, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclGather, \
+X(8, NCCL, SHP_CLS_COLL, ncclGather, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, root, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .root = root, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_COLL, ncclScatter, \
+X(9, NCCL, SHP_CLS_COLL, ncclScatter, \
   (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, recvbuff, count, datatype, root, comm, stream), \
   (.a = sendbuff, .b = recvbuff, .count = count, .dtype = datatype, .root = root, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_P2P, ncclSend, \
+X(10, NCCL, SHP_CLS_P2P, ncclSend, \
   (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream), \
   (sendbuff, count, datatype, peer, comm, stream), \
   (.a = sendbuff, .count = count, .dtype = datatype, .peer = peer, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_P2P, ncclRecv, \
+X(11, NCCL, SHP_CLS_P2P, ncclRecv, \
   (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream), \
   (recvbuff, count, datatype, peer, comm, stream), \
   (.b = recvbuff, .count = count, .dtype = datatype, .peer = peer, .comm = comm, .stream = stream)) \
-X(NCCL, SHP_CLS_GROUP, ncclGroupStart, (void), (), (.count = 0)) \
-X(NCCL, SHP_CLS_GROUP, ncclGroupEnd, (void), (), (.count = 0)) \
-X(NCCL, SHP_CLS_COMM_INIT, ncclCommInitRank, \
+X(12, NCCL, SHP_CLS_GROUP, ncclGroupStart, (void), (), (.count = 0)) \
+X(13, NCCL, SHP_CLS_GROUP, ncclGroupEnd, (void), (), (.count = 0)) \
+X(14, NCCL, SHP_CLS_COMM_INIT, ncclCommInitRank, \
   (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank), \
   (comm, nranks, commId, rank), \
   (.out = (void **)comm, .nranks = nranks, .uid = &commId, .nuid = 1, .rank = rank)) \
-X(NCCL, SHP_CLS_COMM_INIT, ncclCommInitRankConfig, \
+X(15, NCCL, SHP_CLS_COMM_INIT, ncclCommInitRankConfig, \
   (ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config), \
   (comm, nranks, commId, rank, config), \
   (.out = (void **)comm, .nranks = nranks, .uid = &commId, .nuid = 1, .rank = rank)) \
-X(NCCL, SHP_CLS_COMM_INIT, ncclCommInitAll, \
+X(16, NCCL, SHP_CLS_COMM_INIT, ncclCommInitAll, \
   (ncclComm_t *comm, int ndev, const int *devlist), \
   (comm, ndev, devlist), \
   (.out = (void **)comm, .nranks = ndev, .devlist = devlist, .rank = -1)) \
-X(NCCL, SHP_CLS_COMM_INIT, ncclCommInitRankScalable, \
+X(17, NCCL, SHP_CLS_COMM_INIT, ncclCommInitRankScalable, \
   (ncclComm_t *newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config), \
   (newcomm, nranks, myrank, nId, commIds, config), \
   (.out = (void **)newcomm, .nranks = nranks, .uid = commIds, .nuid = nId, .rank = myrank)) \
-X(NCCL, SHP_CLS_COMM_SPLIT, ncclCommSplit, \
+X(18, NCCL, SHP_CLS_COMM_SPLIT, ncclCommSplit, \
   (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config), \
   (comm, color, key, newcomm, config), \
   (.comm = comm, .color = color, .key = key, .out = (void **)newcomm)) \
-X(NCCL, SHP_CLS_COMM_SPLIT, ncclCommShrink, \
+X(19, NCCL, SHP_CLS_COMM_SPLIT, ncclCommShrink, \
   (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags), \
   (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags), \
   (.comm = comm, .color = -2, .key = excludeRanksCount, .out = (void **)newcomm)) \
-X(NCCL, SHP_CLS_COMM_END, ncclCommFinalize, (ncclComm_t comm), (comm), (.comm = comm)) \
-X(NCCL, SHP_CLS_COMM_END, ncclCommDestroy, (ncclComm_t comm), (comm), (.comm = comm)) \
-X(NCCL, SHP_CLS_COMM_END, ncclCommAbort, (ncclComm_t comm), (comm), (.comm = comm))
+X(20, NCCL, SHP_CLS_COMM_END, ncclCommFinalize, (ncclComm_t comm), (comm), (.comm = comm)) \
+X(21, NCCL, SHP_CLS_COMM_END, ncclCommDestroy, (ncclComm_t comm), (comm), (.comm = comm)) \
+X(22, NCCL, SHP_CLS_COMM_END, ncclCommAbort, (ncclComm_t comm), (comm), (.comm = comm))
 
 #define SHP_CUDART_CALLS(X) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy, \
+X(23, CUDART, SHP_CLS_COPY, cudaMemcpy, \
   (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind), \
   (dst, src, count, kind), (SHP_COPY_DESC(dst, src, count, kind, 0))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpyAsync, \
+X(24, CUDART, SHP_CLS_COPY, cudaMemcpyAsync, \
   (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream), \
   (dst, src, count, kind, stream), (SHP_COPY_DESC(dst, src, count, kind, stream))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy2D, \
+X(25, CUDART, SHP_CLS_COPY, cudaMemcpy2D, \
   (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind), \
   (dst, dpitch, src, spitch, width, height, kind), \
   (SHP_COPY2D_DESC(dst, dpitch, src, spitch, width, height, kind, 0))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy2DAsync, \
+X(26, CUDART, SHP_CLS_COPY, cudaMemcpy2DAsync, \
   (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream), \
   (dst, dpitch, src, spitch, width, height, kind, stream), \
   (SHP_COPY2D_DESC(dst, dpitch, src, spitch, width, height, kind, stream))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpyPeer, \
+X(27, CUDART, SHP_CLS_COPY, cudaMemcpyPeer, \
   (void *dst, int dstDevice, const void *src, int srcDevice, size_t count), \
   (dst, dstDevice, src, srcDevice, count), (SHP_PEER_DESC(dst, dstDevice, src, srcDevice, count, 0))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpyPeerAsync, \
+X(28, CUDART, SHP_CLS_COPY, cudaMemcpyPeerAsync, \
   (void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream), \
   (dst, dstDevice, src, srcDevice, count, stream), \
   (SHP_PEER_DESC(dst, dstDevice, src, srcDevice, count, stream))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy_ptds, \
+X(29, CUDART, SHP_CLS_COPY, cudaMemcpy_ptds, \
   (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind), \
   (dst, src, count, kind), (SHP_COPY_DESC(dst, src, count, kind, 0))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpyAsync_ptsz, \
+X(30, CUDART, SHP_CLS_COPY, cudaMemcpyAsync_ptsz, \
   (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream), \
   (dst, src, count, kind, stream), (SHP_COPY_DESC(dst, src, count, kind, stream))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy2D_ptds, \
+X(31, CUDART, SHP_CLS_COPY, cudaMemcpy2D_ptds, \
   (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind), \
   (dst, dpitch, src, spitch, width, height, kind), \
   (SHP_COPY2D_DESC(dst, dpitch, src, spitch, width, height, kind, 0))) \
-X(CUDART, SHP_CLS_COPY, cudaMemcpy2DAsync_ptsz, \
+X(32, CUDART, SHP_CLS_COPY, cudaMemcpy2DAsync_ptsz, \
   (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream), \
   (dst, dpitch, src, spitch, width, height, kind, stream), \
   (SHP_COPY2D_DESC(dst, dpitch, src, spitch, width, height, kind, stream))) \
-X(CUDART, SHP_CLS_ALLOC, cudaMalloc, (void **devPtr, size_t size), (devPtr, size), \
+X(33, CUDART, SHP_CLS_ALLOC, cudaMalloc, (void **devPtr, size_t size), (devPtr, size), \
   (.out = devPtr, .size = size, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_ALLOC, cudaMallocAsync, (void **devPtr, size_t size, cudaStream_t hStream), \
+X(34, CUDART, SHP_CLS_ALLOC, cudaMallocAsync, (void **devPtr, size_t size, cudaStream_t hStream), \
   (devPtr, size, hStream), (.out = devPtr, .size = size, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_ALLOC, cudaMallocAsync_ptsz, (void **devPtr, size_t size, cudaStream_t hStream), \
+X(35, CUDART, SHP_CLS_ALLOC, cudaMallocAsync_ptsz, (void **devPtr, size_t size, cudaStream_t hStream), \
   (devPtr, size, hStream), (.out = devPtr, .size = size, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_ALLOC, cudaMallocHost, (void **ptr, size_t size), (ptr, size), \
+X(36, CUDART, SHP_CLS_ALLOC, cudaMallocHost, (void **ptr, size_t size), (ptr, size), \
   (.out = ptr, .size = size, .kind = SHP_ALLOC_PINNED)) \
-X(CUDART, SHP_CLS_ALLOC, cudaHostAlloc, (void **pHost, size_t size, unsigned int flags), \
+X(37, CUDART, SHP_CLS_ALLOC, cudaHostAlloc, (void **pHost, size_t size, unsigned int flags), \
   (pHost, size, flags), (.out = pHost, .size = size, .flags = flags, .kind = SHP_ALLOC_PINNED)) \
-X(CUDART, SHP_CLS_FREE, cudaFree, (void *devPtr), (devPtr), (.a = devPtr, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_FREE, cudaFreeAsync, (void *devPtr, cudaStream_t hStream), (devPtr, hStream), \
+X(38, CUDART, SHP_CLS_FREE, cudaFree, (void *devPtr), (devPtr), (.a = devPtr, .kind = SHP_ALLOC_DEVICE)) \
+X(39, CUDART, SHP_CLS_FREE, cudaFreeAsync, (void *devPtr, cudaStream_t hStream), (devPtr, hStream), \
   (.a = devPtr, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_FREE, cudaFreeAsync_ptsz, (void *devPtr, cudaStream_t hStream), (devPtr, hStream), \
+X(40, CUDART, SHP_CLS_FREE, cudaFreeAsync_ptsz, (void *devPtr, cudaStream_t hStream), (devPtr, hStream), \
   (.a = devPtr, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
-X(CUDART, SHP_CLS_FREE, cudaFreeHost, (void *ptr), (ptr), (.a = ptr, .kind = SHP_ALLOC_PINNED)) \
-X(CUDART, SHP_CLS_CAPTURE, cudaStreamBeginCapture, \
+X(41, CUDART, SHP_CLS_FREE, cudaFreeHost, (void *ptr), (ptr), (.a = ptr, .kind = SHP_ALLOC_PINNED)) \
+X(42, CUDART, SHP_CLS_CAPTURE, cudaStreamBeginCapture, \
   (cudaStream_t stream, enum cudaStreamCaptureMode mode), (stream, mode), \
   (.stream = stream, .flags = (unsigned)mode)) \
-X(CUDART, SHP_CLS_CAPTURE, cudaStreamBeginCapture_ptsz, \
+X(43, CUDART, SHP_CLS_CAPTURE, cudaStreamBeginCapture_ptsz, \
   (cudaStream_t stream, enum cudaStreamCaptureMode mode), (stream, mode), \
   (.stream = stream, .flags = (unsigned)mode)) \
-X(CUDART, SHP_CLS_CAPTURE, cudaStreamEndCapture, (cudaStream_t stream, cudaGraph_t *pGraph), \
+X(44, CUDART, SHP_CLS_CAPTURE, cudaStreamEndCapture, (cudaStream_t stream, cudaGraph_t *pGraph), \
   (stream, pGraph), (.stream = stream, .out = (void **)pGraph)) \
-X(CUDART, SHP_CLS_CAPTURE, cudaStreamEndCapture_ptsz, (cudaStream_t stream, cudaGraph_t *pGraph), \
+X(45, CUDART, SHP_CLS_CAPTURE, cudaStreamEndCapture_ptsz, (cudaStream_t stream, cudaGraph_t *pGraph), \
   (stream, pGraph), (.stream = stream, .out = (void **)pGraph)) \
-X(CUDART, SHP_CLS_GRAPH, cudaGraphInstantiate, \
+X(46, CUDART, SHP_CLS_GRAPH, cudaGraphInstantiate, \
   (cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags), (pGraphExec, graph, flags), \
   (.out = (void **)pGraphExec, .graph = graph, .flags = (unsigned)flags)) \
-X(CUDART, SHP_CLS_GRAPH, cudaGraphInstantiateWithFlags, \
+X(47, CUDART, SHP_CLS_GRAPH, cudaGraphInstantiateWithFlags, \
   (cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags), (pGraphExec, graph, flags), \
   (.out = (void **)pGraphExec, .graph = graph, .flags = (unsigned)flags)) \
-X(CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch, (cudaGraphExec_t graphExec, cudaStream_t stream), \
+X(48, CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch, (cudaGraphExec_t graphExec, cudaStream_t stream), \
   (graphExec, stream), (.exec = graphExec, .stream = stream)) \
-X(CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch_ptsz, (cudaGraphExec_t graphExec, cudaStream_t stream), \
+X(49, CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch_ptsz, (cudaGraphExec_t graphExec, cudaStream_t stream), \
   (graphExec, stream), (.exec = graphExec, .stream = stream))
 /* clang-format on */
 
 #define SHP_CALLS(X) SHP_NCCL_CALLS(X) SHP_CUDART_CALLS(X)
 
+/* The lib column's values. */
+#define SHP_LIB_NCCL 0
+#define SHP_LIB_CUDART 1
+
 #ifndef SHP_CALLS_LIST_ONLY
 /* The op numbers stored in traces. 0 is "no call" (stack, module and other bookkeeping records). */
 enum shp_op {
     SHP_OP_NONE = 0,
-#define SHP_X_ENUM(lib, cls, name, params, args, desc) SHP_OP_##name,
+#define SHP_X_ENUM(num, lib, cls, name, params, args, desc) SHP_OP_##name = num,
     SHP_CALLS(SHP_X_ENUM)
 #undef SHP_X_ENUM
-        SHP_OP_COUNT
 };
+/* One more than the highest number, if the numbers are 1..N with none twice: common/ops.c's
+ * tables fail to compile on a number used twice or out of range, and the sum catches a gap. */
+#define SHP_X_ONE(num, lib, cls, name, params, args, desc) +1
+#define SHP_X_SUM(num, lib, cls, name, params, args, desc) +(num)
+enum { SHP_OP_COUNT = 1 SHP_CALLS(SHP_X_ONE) };
+_Static_assert(0 SHP_CALLS(SHP_X_SUM) == (SHP_OP_COUNT - 1) * SHP_OP_COUNT / 2,
+               "op numbers are 1..N, each once");
+#undef SHP_X_ONE
+#undef SHP_X_SUM
 #endif
 
 #endif

@@ -66,24 +66,7 @@ _Static_assert(sizeof(struct shp_file_header) <= SHP_HEADER_SIZE, "header fits i
 #define SHP_STACKS_NATIVE 1u
 #define SHP_STACKS_PYTHON 2u /* native frames, plus the calling thread's Python frames */
 
-/* Record types. */
-enum shp_rec_type {
-    SHP_REC_RESERVED = 0, /* space reserved by a writer that had not published it yet */
-    SHP_REC_COMM = 1,
-    SHP_REC_COLL = 2,
-    SHP_REC_P2P = 3,
-    SHP_REC_GROUP = 4,
-    SHP_REC_COPY = 5,
-    SHP_REC_ALLOC = 6,
-    SHP_REC_GRAPH = 7,
-    SHP_REC_STACK = 8,
-    SHP_REC_MODULE = 9,
-    SHP_REC_MARK = 10,
-    SHP_REC_PYINFO = 11,
-    SHP_REC_PYCODE = 12,
-    SHP_REC_PYSTACK = 13,
-    SHP_REC_TYPE_COUNT
-};
+/* Record types: the list, its numbers, sizes and roles are after the structs (SHP_REC_TYPES). */
 
 /* First word of every record: magic in the top byte, then the type, then size / 8. */
 #define SHP_REC_MAGIC 0xA7u
@@ -335,12 +318,89 @@ _Static_assert(sizeof(struct shp_rec_pystack) == 24, "pystack layout");
 /* Flags: more frames than SHP_PYSTACK_MAX_FRAMES; the outermost ones are not stored. */
 #define SHP_PYSTACK_TRUNCATED 0x1u
 
+/* Every record type, once: X(name, number, min_size, role).
+ *   number    stored in each record's first word: never renumber one
+ *   min_size  the record's size when it has no variable part; else the size of its fixed part
+ *   role      SHP_ROLE_CALL: starts with struct shp_ev, completed after the call (see `check`);
+ *             SHP_ROLE_META: bookkeeping that later records cannot be read without, allowed in
+ *             the reserve beyond the cap (header `cap`); SHP_ROLE_VAR: a variable part follows */
+#define SHP_ROLE_CALL 0x1u
+#define SHP_ROLE_META 0x2u
+#define SHP_ROLE_VAR 0x4u
+/* clang-format off */
+#define SHP_REC_TYPES(X) \
+    X(RESERVED, 0, 8, 0) /* space reserved by a writer that had not published it yet */ \
+    X(COMM, 1, sizeof(struct shp_rec_comm), SHP_ROLE_CALL | SHP_ROLE_META) \
+    X(COLL, 2, sizeof(struct shp_rec_coll), SHP_ROLE_CALL) \
+    X(P2P, 3, sizeof(struct shp_rec_coll), SHP_ROLE_CALL) \
+    X(GROUP, 4, sizeof(struct shp_ev), SHP_ROLE_CALL) \
+    X(COPY, 5, sizeof(struct shp_rec_copy), SHP_ROLE_CALL) \
+    X(ALLOC, 6, sizeof(struct shp_rec_alloc), SHP_ROLE_CALL) \
+    X(GRAPH, 7, sizeof(struct shp_rec_graph), SHP_ROLE_CALL) \
+    X(STACK, 8, sizeof(struct shp_rec_stack), SHP_ROLE_META | SHP_ROLE_VAR) \
+    X(MODULE, 9, sizeof(struct shp_rec_module), SHP_ROLE_META | SHP_ROLE_VAR) \
+    X(MARK, 10, sizeof(struct shp_rec_mark), SHP_ROLE_META) \
+    X(PYINFO, 11, sizeof(struct shp_rec_pyinfo), SHP_ROLE_META) \
+    X(PYCODE, 12, sizeof(struct shp_rec_pycode), SHP_ROLE_META | SHP_ROLE_VAR) \
+    X(PYSTACK, 13, sizeof(struct shp_rec_pystack), SHP_ROLE_META | SHP_ROLE_VAR)
+/* clang-format on */
+
+enum shp_rec_type {
+#define SHP_X_REC_ENUM(name, num, min, role) SHP_REC_##name = num,
+    SHP_REC_TYPES(SHP_X_REC_ENUM)
+#undef SHP_X_REC_ENUM
+        SHP_REC_TYPE_COUNT
+};
+#define SHP_X_REC_DENSE(name, num, min, role) +1
+_Static_assert(SHP_REC_TYPE_COUNT == 0 SHP_REC_TYPES(SHP_X_REC_DENSE),
+               "record types numbered densely");
+#undef SHP_X_REC_DENSE
+
+/* What the list says of a record type: its minimum size (its exact size unless SHP_ROLE_VAR) and
+ * its role bits (SHP_ROLE_*); both 0 for an unknown type. */
+struct shp_rec_info {
+    size_t min_size;
+    unsigned role;
+};
+
+static inline struct shp_rec_info shp_rec_info(unsigned type)
+{
+    switch (type) {
+#define SHP_X_REC_INFO(name, num, min, role)                                                       \
+    case num:                                                                                      \
+        return (struct shp_rec_info){min, role};
+        SHP_REC_TYPES(SHP_X_REC_INFO)
+#undef SHP_X_REC_INFO
+    }
+    return (struct shp_rec_info){0, 0};
+}
+
+static inline unsigned shp_rec_role(unsigned type)
+{
+    return shp_rec_info(type).role;
+}
+
+static inline size_t shp_rec_min_size(unsigned type)
+{
+    return shp_rec_info(type).min_size;
+}
+
 /* True for record types that start with struct shp_ev. */
 static inline int shp_rec_is_call(unsigned type)
 {
-    return type == SHP_REC_COMM || type == SHP_REC_COLL || type == SHP_REC_P2P ||
-           type == SHP_REC_GROUP || type == SHP_REC_COPY || type == SHP_REC_ALLOC ||
-           type == SHP_REC_GRAPH;
+    return (shp_rec_role(type) & SHP_ROLE_CALL) != 0;
+}
+
+/* The ids' mixer (a 64-bit finalizer). Communicator ids are built with it, and a reader that
+ * derives one (a split child's, see env.h) must mix exactly the same way. */
+static inline uint64_t shp_mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
 }
 
 /* The hash stored in shp_rec.check: over the record's bytes after the first 8, in 8-byte words,

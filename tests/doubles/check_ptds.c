@@ -3,4 +3,4 @@
 #define CUDA_API_PER_THREAD_DEFAULT_STREAM 1
 #include <cuda_runtime_api.h>
 
-#include "cudart_ptds.h"
+#include "tests/doubles/cudart_ptds.h"

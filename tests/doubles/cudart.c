@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cudart_ptds.h"
-#include "shp_double.h"
+#include "tests/doubles/cudart_ptds.h"
+#include "tests/doubles/shp_double.h"
 
 /* Everything not static is CUDA API; keep it exported even in a -fvisibility=hidden build. */
 #pragma GCC visibility push(default)

@@ -1,6 +1,8 @@
 /* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
  * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
  * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind
+ *        | nested (ncclBcast, which the NCCL double, like NCCL, runs through ncclBroadcast, then an
+ *          all-reduce; the double's init makes a copy of its own)
  *        | overrun (a copy that reads past its allocation; the double refuses it, the trace keeps
  *          it)
  *        | phases GO_FILE NPROC K STALL_RANK (NPROC processes share one communicator id; each
@@ -250,6 +252,25 @@ static int phases(char **argv, const char *go, int nproc, const char *k, const c
     return bad;
 }
 
+/* Named so that tests can find it as the call site of the broadcast. */
+__attribute__((noinline)) static void bcast_step(ncclComm_t comm, float *buf, size_t n)
+{
+    CHECK_NCCL(ncclBcast(buf, n, ncclFloat32, 0, comm, 0));
+}
+
+static int nested(void)
+{
+    float *buf;
+    CHECK_CUDA(cudaMalloc((void **)&buf, 64 * sizeof(float)));
+    ncclComm_t comm = one_rank_comm();
+    bcast_step(comm, buf, 64);
+    CHECK_NCCL(ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, 0));
+    CHECK_NCCL(ncclCommDestroy(comm));
+    CHECK_CUDA(cudaFree(buf));
+    printf("nested ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -265,6 +286,8 @@ int main(int argc, char **argv)
         return graph();
     if (!strcmp(what, "default-kind"))
         return default_kind();
+    if (!strcmp(what, "nested"))
+        return nested();
     if (!strcmp(what, "overrun"))
         return read_past_the_end();
     if (!strcmp(what, "phases") && argc > 5)

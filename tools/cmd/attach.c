@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/rec.h"
+#include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -42,19 +44,15 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Reserve room for one record in a live trace, exactly as the writer does (CAS on the tail),
- * growing the file if the writer has not yet. */
+/* Reserve room for one record in a live trace with the writer's own protocol, growing the file if
+ * the writer has not yet. */
 static int append_mark(int fd, struct shp_file_header *h, const char *text)
 {
     size_t size = sizeof(struct shp_rec_mark);
-    uint64_t limit = h->cap + (h->cap - SHP_HEADER_SIZE) / 16;
-    uint64_t off = __atomic_load_n(&h->tail, __ATOMIC_RELAXED), end;
-    do {
-        end = off + size;
-        if (end > limit)
-            return -ENOSPC;
-    } while (!__atomic_compare_exchange_n(&h->tail, &off, end, true, __ATOMIC_RELAXED,
-                                          __ATOMIC_RELAXED));
+    uint64_t off = shp_rec_reserve(h, shp_rec_limit(h, SHP_REC_MARK), size);
+    if (!off)
+        return -ENOSPC;
+    uint64_t end = off + size;
     uint64_t have = __atomic_load_n(&h->allocated, __ATOMIC_ACQUIRE);
     if (end > have) {
         uint64_t want = (end + (1u << 20)) & ~((uint64_t)(1u << 20) - 1);
@@ -74,15 +72,14 @@ static int append_mark(int fd, struct shp_file_header *h, const char *text)
     if (m == MAP_FAILED)
         return -errno;
     struct shp_rec_mark *r = (struct shp_rec_mark *)(m + (off - base));
-    __atomic_store_n(&r->h.word, SHP_REC_WORD(SHP_REC_RESERVED, size), __ATOMIC_RELAXED);
+    shp_rec_mark_reserved(r, size);
     memset((char *)r + sizeof(r->h), 0, size - sizeof(r->h));
     /* The writer's clock: CLOCK_MONOTONIC of this host (attach by PID is same-host; for a run
      * directory on a shared file system, marks of other hosts' traces are placed by this
      * host's clock). */
     r->t_ns = mono_ns();
     snprintf(r->text, sizeof(r->text), "%s", text);
-    r->h.check = shp_rec_check(r, SHP_REC_MARK, size);
-    __atomic_store_n(&r->h.word, SHP_REC_WORD(SHP_REC_MARK, size), __ATOMIC_RELEASE);
+    shp_rec_publish(r, SHP_REC_MARK, size);
     munmap(m, len);
     return 0;
 }
@@ -143,8 +140,8 @@ static int dir_of_pid(long pid, char *out, size_t len)
         return -ENOENT;
     buf[n] = 0;
     for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
-        if (!strncmp(p, "SHAPETRACE_DIR=", 15)) {
-            snprintf(out, len, "%s", p + 15);
+        if (!strncmp(p, SHP_ENV_DIR "=", sizeof(SHP_ENV_DIR))) {
+            snprintf(out, len, "%s", p + sizeof(SHP_ENV_DIR));
             return 0;
         }
     }
@@ -154,13 +151,13 @@ static int dir_of_pid(long pid, char *out, size_t len)
 static int write_run_control(const char *dir, int arm)
 {
     char tmp[PATH_MAX + 32], final[PATH_MAX + 16];
-    snprintf(tmp, sizeof(tmp), "%s/.control.%ld", dir, (long)getpid());
-    snprintf(final, sizeof(final), "%s/control", dir);
+    snprintf(tmp, sizeof(tmp), "%s/." SHP_CONTROL_FILE ".%ld", dir, (long)getpid());
+    snprintf(final, sizeof(final), "%s/" SHP_CONTROL_FILE, dir);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
     char line[32];
-    int n = snprintf(line, sizeof(line), "armed %d\n", arm);
+    int n = shp_control_format(line, sizeof(line), arm);
     bool ok = write(fd, line, (size_t)n) == n;
     close(fd);
     if (!ok || rename(tmp, final) != 0) {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -32,7 +33,8 @@ static void run_usage(FILE *f)
           "Returns CMD's exit status.\n"
           "\n"
           "  --dir DIR            run directory (default ./shapetrace-YYYYMMDD-HHMMSS)\n"
-          "  --stacks MODE        call sites to record (SHAPETRACE_STACKS; default python):\n"
+          "  --stacks MODE        call sites to record (" SHP_ENV_STACKS
+          "; default " SHP_DEFAULT_STACKS "):\n"
           "                         none    no call sites\n"
           "                         native  native return addresses, symbolized by dump\n"
           "                         python  native, plus the Python frames (function, file,\n"
@@ -40,7 +42,7 @@ static void run_usage(FILE *f)
           "                                 to 3.13), in place of the interpreter's own frames;\n"
           "                                 the same as native where no Python runs\n"
           "  --max-mb N           trace cap per process in MiB (default 1024)\n"
-          "  --debug LEVEL        WARN, INFO or TRACE (SHAPETRACE_DEBUG)\n"
+          "  --debug LEVEL        WARN, INFO or TRACE (" SHP_ENV_DEBUG ")\n"
           "  --dormant            start with recording off (shapetrace attach turns it on);\n"
           "                       communicator and allocation records are still kept\n"
           "  --preload PATH       the preload to use (default: next to this command)\n",
@@ -214,17 +216,17 @@ int shp_cmd_run(int argc, char **argv)
     }
     setenv("LD_PRELOAD", ldp, 1);
     free(ldp);
-    setenv("SHAPETRACE_DIR", absdir, 1);
+    setenv(SHP_ENV_DIR, absdir, 1);
     if (stacks)
-        setenv("SHAPETRACE_STACKS", stacks, 1);
+        setenv(SHP_ENV_STACKS, stacks, 1);
     if (maxmb)
-        setenv("SHAPETRACE_MAX_MB", maxmb, 1);
+        setenv(SHP_ENV_MAX_MB, maxmb, 1);
     if (debug)
-        setenv("SHAPETRACE_DEBUG", debug, 1);
+        setenv(SHP_ENV_DEBUG, debug, 1);
     if (dormant)
-        setenv("SHAPETRACE_DORMANT", "1", 1);
+        setenv(SHP_ENV_DORMANT, "1", 1);
     else
-        unsetenv("SHAPETRACE_DORMANT");
+        unsetenv(SHP_ENV_DORMANT);
 
     /* The terminal sends SIGINT and SIGQUIT to the whole group, the command included; we wait
      * for it to finish so the run directory is printed. Others are passed on. */

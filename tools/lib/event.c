@@ -8,10 +8,6 @@
 #include "tools/lib/out.h"
 #include "tools/lib/stacks.h"
 
-const char *const shp_kind_names[5] = {"H2H", "H2D", "D2H", "D2D", "default"};
-const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shrink",
-                                            "finalize", "destroy", "abort"};
-
 static void clear(struct shp_event *e)
 {
     memset(e, 0, sizeof(*e));

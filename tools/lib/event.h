@@ -70,7 +70,4 @@ struct shp_stacks;
 void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
                     const struct shp_event *e);
 
-extern const char *const shp_kind_names[5];
-extern const char *const shp_comm_kind_names[7];
-
 #endif

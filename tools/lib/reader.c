@@ -13,23 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const size_t min_size[SHP_REC_TYPE_COUNT] = {
-    [SHP_REC_RESERVED] = 8,
-    [SHP_REC_COMM] = sizeof(struct shp_rec_comm),
-    [SHP_REC_COLL] = sizeof(struct shp_rec_coll),
-    [SHP_REC_P2P] = sizeof(struct shp_rec_coll),
-    [SHP_REC_GROUP] = sizeof(struct shp_ev),
-    [SHP_REC_COPY] = sizeof(struct shp_rec_copy),
-    [SHP_REC_ALLOC] = sizeof(struct shp_rec_alloc),
-    [SHP_REC_GRAPH] = sizeof(struct shp_rec_graph),
-    [SHP_REC_STACK] = sizeof(struct shp_rec_stack),
-    [SHP_REC_MODULE] = sizeof(struct shp_rec_module),
-    [SHP_REC_MARK] = sizeof(struct shp_rec_mark),
-    [SHP_REC_PYINFO] = sizeof(struct shp_rec_pyinfo),
-    [SHP_REC_PYCODE] = sizeof(struct shp_rec_pycode),
-    [SHP_REC_PYSTACK] = sizeof(struct shp_rec_pystack),
-};
-
 int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
@@ -108,7 +91,7 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
         return false;
     unsigned ty = SHP_REC_WORD_TYPE(w);
     size_t sz = SHP_REC_WORD_SIZE(w);
-    if (ty == SHP_REC_RESERVED || ty >= SHP_REC_TYPE_COUNT || sz < min_size[ty] ||
+    if (ty == SHP_REC_RESERVED || ty >= SHP_REC_TYPE_COUNT || sz < shp_rec_min_size(ty) ||
         off + sz > t->end)
         return false;
     if (r->check != shp_rec_check(r, ty, sz))

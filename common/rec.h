@@ -1,0 +1,35 @@
+/* shapetrace: the record-writing protocol of include/shapetrace/trace.h, for every writer of a
+ * trace (the preload, `shapetrace attach` marking a live trace, the synthetic trace generator):
+ * reserve space at the header's tail, mark it, fill it, publish it; complete a call record. */
+#ifndef SHAPETRACE_COMMON_REC_H
+#define SHAPETRACE_COMMON_REC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/shapetrace/trace.h"
+
+/* The end offset that a record of `type` may reach in the trace with header h: the header's
+ * cap for events; a sixteenth of the cap more for bookkeeping (SHP_ROLE_META). */
+uint64_t shp_rec_limit(const struct shp_file_header *h, unsigned type);
+
+/* Reserves `size` bytes at h's tail for a record that must end by `limit`, by a CAS on the tail
+ * (any number of writers, in any number of processes sharing the mapping, at once). Returns the
+ * record's file offset, or 0 when it does not fit (nothing is reserved then). Does not grow
+ * the file: the caller makes sure the bytes exist before it writes them. */
+uint64_t shp_rec_reserve(struct shp_file_header *h, uint64_t limit, size_t size);
+
+/* Marks reserved space at rec as reserved, with its size, before it is filled: a reader steps
+ * over it if the writer dies before publishing. */
+void shp_rec_mark_reserved(void *rec, size_t size);
+
+/* Publishes a filled record: computes its check, then stores its first word with release order,
+ * so that a reader that sees the word sees the record. */
+void shp_rec_publish(void *rec, unsigned type, size_t size);
+
+/* Completes a published call record when the call returns: the result fields first, dur_ns last
+ * with release order (a dur_ns of SHP_DUR_PENDING is stored one lower: it means "not returned"). */
+void shp_rec_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0, int aux1,
+                      uint64_t dur_ns);
+
+#endif

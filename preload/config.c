@@ -1,0 +1,210 @@
+/* shapetrace preload, bottom layer: configuration from the environment, logging, the tracing
+ * state and switching it off, the control words, the clock. Calls nothing else of the preload.
+ * Everything here may run inside another library's constructor, before our own. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "include/shapetrace/env.h"
+#include "preload/preload.h"
+
+struct shp_config shp_cfg;
+struct shp_log shp_log = {
+    .level = SHP_LOG_WARN, .subsys = SHP_SUB_ALL, .fd = 2, .prefix = "shapetrace"};
+_Atomic int shp_state = SHP_STATE_UNINIT;
+static uint64_t ctl_local[8] = {[SHP_CTL_ARMED] = 1};
+volatile uint64_t *shp_ctl = ctl_local;
+SHP_TLS int shp_guard;
+static SHP_TLS uint32_t tls_tid;
+
+uint64_t shp_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t shp_tid(void)
+{
+    if (__builtin_expect(!tls_tid, 0))
+        tls_tid = (uint32_t)syscall(SYS_gettid);
+    return tls_tid;
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > INT32_MAX ? dflt : (int)v;
+}
+
+static int env_rank(void)
+{
+    static const char *const names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        int r = env_int(names[i], -1);
+        if (r >= 0)
+            return r;
+    }
+    return -1;
+}
+
+/* Expand %h (host), %p (pid), %r (rank, or "x" when unknown), %% into out. */
+static void expand_pattern(const char *pat, char *out, size_t outlen)
+{
+    size_t n = 0;
+    for (const char *p = pat; *p && n + 1 < outlen; p++) {
+        char buf[32];
+        const char *ins = NULL;
+        if (*p == '%' && p[1]) {
+            p++;
+            if (*p == 'h')
+                ins = shp_cfg.host;
+            else if (*p == 'p')
+                snprintf(buf, sizeof(buf), "%ld", (long)getpid()), ins = buf;
+            else if (*p == 'r')
+                ins = shp_cfg.env_rank >= 0
+                          ? (snprintf(buf, sizeof(buf), "%d", shp_cfg.env_rank), buf)
+                          : "x";
+            else if (*p == '%')
+                ins = "%";
+            else {
+                buf[0] = '%', buf[1] = *p, buf[2] = 0;
+                ins = buf;
+            }
+            size_t m = strlen(ins);
+            if (n + m >= outlen)
+                break;
+            memcpy(out + n, ins, m);
+            n += m;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = 0;
+}
+
+void shp_log_prefix_update(int comm_rank)
+{
+    int rank = shp_cfg.env_rank >= 0 ? shp_cfg.env_rank : comm_rank;
+    char r[16];
+    if (rank >= 0)
+        snprintf(r, sizeof(r), "r%d ", rank);
+    else
+        r[0] = 0;
+    snprintf(shp_log.prefix, sizeof(shp_log.prefix), "shapetrace[%s%s:%ld]", r, shp_cfg.host,
+             (long)getpid());
+}
+
+static void open_log_file(void)
+{
+    const char *f = getenv(SHP_ENV_DEBUG_FILE);
+    if (!f || !*f)
+        return;
+    char path[PATH_MAX];
+    expand_pattern(f, path, sizeof(path));
+    FILE *fp = fopen(path, "ae");
+    if (fp) {
+        /* The FILE is kept open for the life of the process; only its descriptor is used. */
+        shp_log.fd = fileno(fp);
+    }
+}
+
+static void self_dir(void)
+{
+    Dl_info info;
+    if (dladdr((void *)self_dir, &info) && info.dli_fname) {
+        snprintf(shp_cfg.self_dir, sizeof(shp_cfg.self_dir), "%s", info.dli_fname);
+        char *slash = strrchr(shp_cfg.self_dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(shp_cfg.self_dir, sizeof(shp_cfg.self_dir), ".");
+    }
+}
+
+void shp_config_load(void)
+{
+    static const char *const stacks_names[] = {
+        [SHP_STACKS_NONE] = "none", [SHP_STACKS_NATIVE] = "native", [SHP_STACKS_PYTHON] = "python"};
+    if (gethostname(shp_cfg.host, sizeof(shp_cfg.host)) != 0)
+        snprintf(shp_cfg.host, sizeof(shp_cfg.host), "localhost");
+    shp_cfg.host[sizeof(shp_cfg.host) - 1] = 0;
+    shp_cfg.env_rank = env_rank();
+    shp_cfg.local_rank = env_int("LOCAL_RANK", -1);
+    shp_cfg.world_size = env_int("WORLD_SIZE", -1);
+
+    shp_log.level = shp_log_parse_level(getenv(SHP_ENV_DEBUG), SHP_LOG_WARN);
+    shp_log.subsys = shp_log_parse_subsys(getenv(SHP_ENV_DEBUG_SUBSYS));
+    open_log_file();
+    shp_log_prefix_update(-1);
+
+    const char *dir = getenv(SHP_ENV_DIR);
+    expand_pattern(dir && *dir ? dir : SHP_DEFAULT_DIR, shp_cfg.dir, sizeof(shp_cfg.dir));
+
+    /* python by default: where no thread runs Python it records exactly what native does, and
+     * in a Python program it is the line that made the call that a person looks for; it adds
+     * about 0.4 us a call for 20 Python frames (bench/RESULTS.md). */
+    const char *stacks = getenv(SHP_ENV_STACKS);
+    shp_cfg.stacks = SHP_STACKS_PYTHON;
+    if (stacks && !strcmp(stacks, "none"))
+        shp_cfg.stacks = SHP_STACKS_NONE;
+    else if (stacks && !strcmp(stacks, "native"))
+        shp_cfg.stacks = SHP_STACKS_NATIVE;
+    else if (stacks && *stacks && strcmp(stacks, "python"))
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
+                SHP_ENV_STACKS "=%s is not one of none, native, python; using python", stacks);
+
+    shp_cfg.cap = (uint64_t)env_int(SHP_ENV_MAX_MB, SHP_DEFAULT_MAX_MB) << 20;
+    if (shp_cfg.cap < ((uint64_t)SHP_MIN_MAX_MB << 20))
+        shp_cfg.cap = (uint64_t)SHP_MIN_MAX_MB << 20;
+    const char *dormant = getenv(SHP_ENV_DORMANT);
+    shp_cfg.dormant = dormant && *dormant && strcmp(dormant, "0");
+    if (shp_cfg.dormant)
+        ctl_local[SHP_CTL_ARMED] = 0;
+    const char *uw = getenv(SHP_ENV_LIBUNWIND);
+    if (uw)
+        snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);
+    self_dir();
+
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT, "tracing into %s, stacks %s, cap %llu MiB%s",
+            shp_cfg.dir, stacks_names[shp_cfg.stacks], (unsigned long long)(shp_cfg.cap >> 20),
+            shp_cfg.dormant ? ", dormant" : "");
+}
+
+bool shp_ctl_is_local(void)
+{
+    return __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE) == ctl_local;
+}
+
+void shp_ctl_use(volatile uint64_t *ctl)
+{
+    __atomic_store_n(&shp_ctl, ctl ? ctl : ctl_local, __ATOMIC_RELEASE);
+}
+
+void shp_config_atfork_child(void)
+{
+    tls_tid = 0;
+    /* The parent's header is not the child's: back to a local copy of its control words. */
+    ctl_local[SHP_CTL_ARMED] = __atomic_load_n(&shp_ctl, __ATOMIC_RELAXED)[SHP_CTL_ARMED];
+    shp_ctl_use(NULL);
+}
+
+void shp_disable(const char *why)
+{
+    int prev = atomic_exchange(&shp_state, SHP_STATE_OFF);
+    if (prev != SHP_STATE_OFF)
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE,
+                "tracing switched off: %s; the application carries on untraced", why);
+}
