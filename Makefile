@@ -52,7 +52,7 @@ PRELOAD := $(B)/lib/libshapetrace.so
 EXPORTS := $(B)/obj/preload/exports.map
 
 # ---- the command ----
-TOOLS_SRC := $(wildcard tools/*.c)
+TOOLS_SRC := $(wildcard tools/*.c tools/lib/*.c tools/cmd/*.c)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/obj/%.o)
 TOOL := $(B)/bin/shapetrace
 TOOLS_LIBS := -ldw -lelf -ljansson -lm -lstdc++ -lpthread
@@ -96,7 +96,7 @@ $(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.
 $(B)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -Itools -Itools/lib -Itools/cmd -c $< -o $@
 
 $(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -231,7 +231,7 @@ install: all
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
 	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
 
-FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
+FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*.[ch] tools/*/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
 	include/shapetrace/*.h)
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -41,6 +41,7 @@ for t in "$B"/tests/test_*; do
 done
 suite "preload and tools" python3 tests/test_preload.py "$B"
 suite "analyze" python3 tests/test_analyze.py "$B"
+suite "pictures" python3 tests/test_pictures.py "$B"
 
 echo "== total ($B)"
 echo "$total_pass passed, $total_fail failed"
