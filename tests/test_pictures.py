@@ -341,12 +341,192 @@ def test_export_bad_usage():
     assert "/nonexistent" in p.stderr
 
 
+# ---- report: the page in a real browser ----
+
+def chromium_bin():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise NotRun("chromium is not installed (scripts/deps.sh check installs it)")
+
+
+def browser(html, *args):
+    """Open html in headless chromium; --dump-dom's output, or what --screenshot left."""
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=TMP)
+    cmd = [chromium_bin(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={profile}", *args, "file://" + html]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    shutil.rmtree(profile, ignore_errors=True)
+    assert p.returncode == 0, (cmd, p.returncode, p.stderr[-2000:])
+    return p.stdout
+
+
+def report(d, name, *args):
+    out = os.path.join(TMP, name + ".html")
+    p = run([TOOL, "report", "--html", out, *args, d], ok=(0,))
+    assert "report of" in p.stderr, p.stderr
+    return out
+
+
+def loaded(dom):
+    """The page's own verdict: its script ran to the end and window.onerror saw nothing."""
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    assert 'data-js="ran"' in body, body
+    errors = re.search(r'<pre id="js-errors"[^>]*>(.*?)</pre>', dom, re.S)
+    assert errors and errors.group(1) == "", errors and errors.group(1)
+    return body
+
+
+def grid_rows(dom):
+    """{rank: [(class, text)]} of the grid's cells."""
+    table = re.search(r'<table id="grid">(.*?)</table>', dom, re.S).group(1)
+    rows = {}
+    for rank, cells in re.findall(r'<tr class="[^"]*" data-rank="(\d+)"><th>\d+</th>(.*?)</tr>',
+                                  table, re.S):
+        rows[int(rank)] = re.findall(r'<td class="([^"]*)"[^>]*>(.*?)</td>', cells, re.S)
+    return rows
+
+
+def grid_columns(dom):
+    table = re.search(r'<table id="grid">(.*?)</table>', dom, re.S).group(1)
+    return [int(x) for x in re.findall(r"<th[^>]*>#(\d+)</th>", table)]
+
+
+def test_report_lineage_finding_in_the_browser():
+    d = hidden()
+    html = report(d, "hidden", "--dim", "hidden=7168", "--title", "4 SIMULATED ranks")
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    first = re.search(r'<div class="finding error" id="first-finding">(.*?)</div><h2>', dom,
+                      re.S).group(1)
+    assert "shape_mismatch" in first and "[771, 512]" in first and "[771, hidden]" in first
+    assert "at generate (examples/hidden_states.c:" in first
+    # the grid: around the all-gather the bytes went through, its cells outlined
+    rows = grid_rows(dom)
+    assert sorted(rows) == [0, 1, 2, 3], rows
+    assert any("chain" in c for c, _ in rows[0]) and all(c.startswith("ok") for r in rows
+                                                          for c, _ in rows[r]), rows
+    # the chain: origin ... consumer, with shapes, bytes and call sites
+    chain = re.search(r'<svg id="chain"(.*?)</svg>', dom, re.S).group(1)
+    boxes = re.findall(r'<rect class="box ([a-z]*)"', chain)
+    lineage = analysis(d, "--dim", "hidden=7168")["findings"][0]["lineage"]
+    assert boxes[0] == "origin" and boxes[-1] == "consumer", boxes
+    assert len(boxes) == len(lineage) + 1 >= 4, (boxes, lineage)
+    for text in ("ncclAllGather", "cudaMemcpy2D D2D", "[771, 512] read", "[771, hidden] region",
+                 "11,053,056 bytes", "receive_states", "generate (examples"):
+        assert text in chain, text
+    assert chain.count('class="arrow"') == len(lineage)  # lines, and polylines between rows
+    # the timeline, the other finding, the processes, the command line
+    assert re.search(r'<svg id="timeline"', dom) and dom.count('class="c-copy hit"') >= 1
+    assert "[771, 259]" in re.search(r'<table id="others">(.*?)</table>', dom, re.S).group(1)
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count("<tr>") == 5 and procs.count(">yes<") == 4
+    assert "shapetrace report --html" in re.search(r'<pre id="cmdline">(.*?)</pre>', dom,
+                                                     re.S).group(1)
+    # the picture the README shows is made from this page (kept out of git, under build/)
+    shot = os.path.join(BUILD, "pictures", "report-demo.png")
+    os.makedirs(os.path.dirname(shot), exist_ok=True)
+    if os.path.exists(shot):
+        os.unlink(shot)
+    browser(html, f"--screenshot={shot}", "--window-size=1280,1000", "--hide-scrollbars")
+    assert open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_collective_finding_in_the_browser():
+    d = traced("desync", "desync")
+    dom = browser(report(d, "desync"), "--dump-dom")
+    loaded(dom)
+    assert "count_mismatch" in dom and "rank 2 called ncclAllGather with count" in dom
+    assert "What the peers did" in dom
+    cols, rows = grid_columns(dom), grid_rows(dom)
+    k = cols.index(6)
+    culprits = [(r, i) for r, cells in rows.items() for i, (c, _) in enumerate(cells)
+                if c.startswith("culprit")]
+    assert culprits == [(2, k)], culprits
+    assert rows[2][k][1].startswith("AllGather 130816"), rows[2][k]
+    assert all(rows[r][k][0] == "ok" and rows[r][k][1].startswith("AllGather 131072")
+               for r in (0, 1, 3))
+    assert 'id="chain-none"' in dom
+
+
+def test_report_hang_in_the_browser():
+    d = traced("stall", "stall", launch=("--timeout", "2"))
+    dom = browser(report(d, "stall"), "--dump-dom")
+    loaded(dom)
+    assert "missing_collective" in dom
+    cols, rows = grid_columns(dom), grid_rows(dom)
+    k = cols.index(5)
+    assert rows[3][k][0] == "culprit missing", rows[3]
+    # the others are inside it ("..." in the cell), and drawn to the timeline's end
+    assert all(rows[r][k][1] == "AllReduce 65536\u2026" for r in (0, 1, 2)), rows
+    hung = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="14" '
+                      r'class="c-collective inflight"', dom)
+    assert len(hung) == 3, hung
+    ends = {round(float(x) + float(w)) for x, w in hung}
+    assert len(ends) == 1, ends
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count(">NO<") == 3 and procs.count("[in flight]") == 3, procs
+
+
+def test_report_shows_javascript_errors():
+    # the check above could fail: a page whose script throws says so where the test reads
+    html = report(hidden(), "broken")
+    text = open(html).read().replace("</body>", "<script>no_such_function()</script></body>")
+    broken = os.path.join(TMP, "broken2.html")
+    open(broken, "w").write(text)
+    dom = browser(broken, "--dump-dom")
+    assert re.search(r'<pre id="js-errors">JavaScript error: [^<]*no_such_function', dom), \
+        dom[:3000]
+
+
+def test_report_escapes_what_comes_from_traces():
+    src = hidden()
+    d = os.path.join(TMP, "evil")
+    shutil.copytree(src, d)
+    evil = b"<img src=x id=pwned onerror=alert(1)>"
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        data = bytearray(open(path, "rb").read())
+        host = data.index(b"\0", 312) - 312  # struct shp_file_header: host[64] at byte 312
+        assert data[312:312 + host].decode().isprintable()
+        data[312:312 + 64] = evil + b"\0" * (64 - len(evil))
+        os.chmod(path, 0o600)
+        open(path, "wb").write(data)
+    html = report(d, "evil", "--title", "<script>alert(2)</script>")
+    page = open(html).read()
+    assert "<img src=x" not in page and "<script>alert" not in page
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    assert 'id="pwned"' not in dom and "&lt;img src=x id=pwned" in dom
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
+
+
+def test_report_of_512_ranks_opens():
+    gen = os.path.join(BUILD, "bench", "gen_traces")
+    d = os.path.join(TMP, "r512")
+    run([gen, d, "512", "2000", "--diverge", "count:300:150"], ok=(0,))
+    html = report(d, "r512")
+    size = os.path.getsize(html)
+    dom = browser(html, "--dump-dom")
+    body = loaded(dom)
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count("<tr>") == 513
+    rows = grid_rows(dom)
+    assert sorted(rows) == list(range(296, 304)), sorted(rows)
+    assert [c for c, _ in rows[300]].count("culprit") == 1
+    ms = int(re.search(r'data-load-ms="(\d+)"', body).group(1))
+    print(f"     512-rank report: {size} bytes, loaded in {ms} ms")
+    assert size < 2_000_000 and ms < 10_000, (size, ms)
+
+
 # ---- the front door ----
 
 def test_version_and_help():
     v = run([TOOL, "--version"], ok=(0,)).stdout
     assert re.match(r"shapetrace \S+ \(trace format version \d+", v), v
-    for cmd in ("run", "dump", "analyze", "export", "status", "attach"):
+    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
         h = run([TOOL, "help", cmd], ok=(0,)).stdout
         assert h.startswith(f"usage: shapetrace {cmd}") and h == \
             run([TOOL, cmd, "--help"], ok=(0,)).stdout, cmd

@@ -16,6 +16,7 @@ int shp_cmd_attach(int argc, char **argv);
 int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
 int shp_cmd_export(int argc, char **argv);
+int shp_cmd_report(int argc, char **argv);
 
 /* "shapetrace: <text>" on stderr, one line. */
 void shp_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -53,6 +53,7 @@ static void usage(FILE *f)
         "                                 line the ranks up, report the first divergence\n"
         "  export [--format chrome|perfetto] [-o FILE] PATH...\n"
         "                                 a timeline for ui.perfetto.dev or chrome://tracing\n"
+        "  report [--html FILE] PATH...   the analysis as one self-contained HTML page\n"
         "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
         "  attach DIR|PID [--on|--off|--mark TEXT]\n"
         "                                 switch recording, or mark the timeline, live\n"
@@ -67,7 +68,8 @@ static const struct {
     int (*fn)(int argc, char **argv);
 } commands[] = {
     {"run", shp_cmd_run},       {"dump", shp_cmd_dump},     {"analyze", shp_cmd_analyze},
-    {"export", shp_cmd_export}, {"status", shp_cmd_status}, {"attach", shp_cmd_attach},
+    {"export", shp_cmd_export}, {"report", shp_cmd_report}, {"status", shp_cmd_status},
+    {"attach", shp_cmd_attach},
 };
 
 static int (*lookup(const char *name))(int, char **)
