@@ -470,6 +470,30 @@ def test_report_hang_in_the_browser():
     assert procs.count(">NO<") == 3 and procs.count("[in flight]") == 3, procs
 
 
+def test_report_of_a_512_member_communicator_folds_far_ranks():
+    gen = os.path.join(BUILD, "bench", "gen_traces")
+    d = os.path.join(TMP, "s512")
+    run([gen, d, "512", "1000", "--diverge", "stop:300:60"], ok=(0,))
+    r = analysis(d)
+    k = next(i for i, f in enumerate(r["findings"]) if len(
+        next(c for c in r["comms"] if c["id"] == f["comm"])["ranks"]) == 512)
+    html = report(d, "s512", "--finding", str(k + 1))
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    assert f"<h2>Finding {k + 1}</h2>" in dom and "missing_collective" in dom
+    rows = grid_rows(dom)
+    assert sorted(rows) == list(range(512))
+    near = re.findall(r'<tr class="near" data-rank="(\d+)">', dom)
+    assert sorted(int(x) for x in near) == list(range(296, 305)), near
+    assert dom.count('<tr class="far folded"') == 512 - 9
+    assert 'id="unfold"' in dom and "show all 512 ranks" in dom
+    culprit = [i for i, (c, _) in enumerate(rows[300]) if c.startswith("culprit")]
+    assert len(culprit) == 1 and rows[300][culprit[0]][0] == "culprit missing", rows[300]
+    p = run([TOOL, "report", "--finding", "99", "--html", os.path.join(TMP, "x.html"), d],
+            ok=(2,))
+    assert "--finding 99" in p.stderr
+
+
 def test_report_shows_javascript_errors():
     # the check above could fail: a page whose script throws says so where the test reads
     html = report(hidden(), "broken")

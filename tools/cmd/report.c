@@ -26,8 +26,8 @@
 
 static void report_usage(FILE *f)
 {
-    fputs("usage: shapetrace report [--html FILE] [--title TEXT] [--dim NAME=VALUE]...\n"
-          "                         [--expect FILE] PATH...\n"
+    fputs("usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
+          "                         [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
           "\n"
           "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
           "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
@@ -35,6 +35,7 @@ static void report_usage(FILE *f)
           "lineage finding, the other findings, the processes and the command line.\n"
           "  --html FILE       write FILE (default: report.html)\n"
           "  --title TEXT      a line under the heading (e.g. what was run)\n"
+          "  --finding N       draw the page around finding N (1 is the first, the default)\n"
           "  --dim, --expect   passed to the analysis, as in shapetrace analyze\n"
           "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
           f);
@@ -73,7 +74,8 @@ struct rp {
     struct rproc *procs;
     size_t nprocs;
     json_t *report;
-    const json_t *first;
+    const json_t *first; /* the finding the page is drawn around */
+    size_t focus_index;  /* its index in the report's findings */
     /* the grid */
     uint64_t comm, seq;
     bool has_focus;
@@ -347,7 +349,8 @@ static const char *css =
     "text-align:center}#grid td.ok{background:#eef7ee}#grid td.diverge{background:#ffd9d3;"
     "font-weight:700}#grid td.culprit{background:#e53935;color:#fff;font-weight:700;outline:2px "
     "solid #7f0000}#grid td.missing{background:#ffeec2;color:#8a5a00}#grid td.none{color:#aaa}"
-    "#grid th.focus{background:#ffe0b2}#grid td.chain{outline:2px solid #1565c0}"
+    "#grid td.culprit.missing{background:#e53935;color:#fff}#grid "
+    "th.focus{background:#ffe0b2}#grid td.chain{outline:2px solid #1565c0}"
     "tr.far.folded{display:none}button{font:inherit;margin:6px 0;padding:2px 10px}"
     ".scroll{overflow-x:auto}svg text{font:11px system-ui,sans-serif}"
     ".c-collective{fill:#5c8fd6}.c-p2p{fill:#8e6bc9}.c-copy{fill:#55a868}.c-memory{fill:#c0c4c9}"
@@ -460,7 +463,10 @@ static void section_first(struct rp *r)
 {
     FILE *f = r->f;
     const json_t *first = r->first;
-    fputs("<h2>First finding</h2>", f);
+    if (r->focus_index)
+        fprintf(f, "<h2>Finding %zu</h2>", r->focus_index + 1);
+    else
+        fputs("<h2>First finding</h2>", f);
     if (!first) {
         fputs("<div class=\"finding ok\" id=\"first-finding\"><p class=\"summary\">No findings: "
               "the ranks agree on every collective and send/receive, and every read fits the "
@@ -956,7 +962,7 @@ static void section_others(struct rp *r)
     json_t *x;
     json_array_foreach(fs, i, x)
     {
-        if (i == 0)
+        if (i == r->focus_index)
             continue;
         char ranks[256];
         ranks_text(ranks, sizeof(ranks), x);
@@ -1082,9 +1088,13 @@ static void free_all(struct rp *r)
 int shp_cmd_report(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"html", required_argument, 0, 'o'}, {"title", required_argument, 0, 't'},
-        {"dim", required_argument, 0, 'd'},  {"expect", required_argument, 0, 'e'},
-        {"help", no_argument, 0, 'h'},       {0, 0, 0, 0},
+        {"html", required_argument, 0, 'o'},
+        {"title", required_argument, 0, 't'},
+        {"dim", required_argument, 0, 'd'},
+        {"expect", required_argument, 0, 'e'},
+        {"finding", required_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     struct rp r;
     memset(&r, 0, sizeof(r));
@@ -1099,6 +1109,14 @@ int shp_cmd_report(int argc, char **argv)
             out = optarg;
         } else if (c == 't') {
             title = optarg;
+        } else if (c == 'n') {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (*end || !*optarg || v == 0) {
+                shp_err("--finding takes a finding's number (1 is the first), not '%s'", optarg);
+                goto done;
+            }
+            r.focus_index = v - 1;
         } else if (c == 'd' || c == 'e') {
             aargs[naargs++] = c == 'd' ? "--dim" : "--expect";
             aargs[naargs++] = optarg;
@@ -1124,7 +1142,12 @@ int shp_cmd_report(int argc, char **argv)
         goto done;
     qsort(r.procs, r.nprocs, sizeof(*r.procs), by_rank);
     json_t *fs = json_object_get(r.report, "findings");
-    r.first = json_array_size(fs) ? json_array_get(fs, 0) : NULL;
+    if (r.focus_index && r.focus_index >= json_array_size(fs)) {
+        shp_err("report: --finding %zu, but the analysis has %zu finding%s", r.focus_index + 1,
+                json_array_size(fs), json_array_size(fs) == 1 ? "" : "s");
+        goto done;
+    }
+    r.first = json_array_size(fs) ? json_array_get(fs, r.focus_index) : NULL;
     pick_focus(&r);
     scan(&r);
     mark_near(&r);
