@@ -5,6 +5,8 @@
 #   make bench        overhead and speed figures
 #   make check-gpu    the checks that need a real GPU (opt-in)
 #   make install      PREFIX=/usr/local DESTDIR=
+#   Every target first runs scripts/deps.sh: it checks the Debian packages the build needs and,
+#   as root, installs the missing ones (otherwise it prints the apt-get line and stops).
 #   make format / format-check
 # Options: V=1 (show commands), DEBUG=1, SAN=address|undefined|thread, WERROR=1,
 #          TOOLS_SAN=thread (sanitize the shapetrace command and its unit tests only),
@@ -74,7 +76,20 @@ TEST_LIBS := $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.s
 UNIT_PROGS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/*.c))
 EXAMPLE_PROGS := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
-all: $(TOOL) $(PRELOAD)
+MAN := $(B)/man/shapetrace.1
+
+all: $(TOOL) $(PRELOAD) $(MAN)
+
+# The dependency step. An included makefile is remade before anything else is built, so a
+# missing package stops the build here, with the apt-get line to run, and never half-way
+# through with a compiler error about a missing header.
+ifeq ($(filter clean format format-check,$(MAKECMDGOALS)),)
+include $(B)/deps.mk
+endif
+$(B)/deps.mk: scripts/deps.sh
+	@mkdir -p $(@D)
+	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) scripts/deps.sh build
+	@echo "# scripts/deps.sh build found every package" >$@
 
 $(B)/obj/common/%.o: common/%.c
 	@mkdir -p $(@D)
@@ -93,7 +108,8 @@ $(EXPORTS): preload/exports.map.c include/shapetrace/calls.h
 $(B)/obj/preload/check_ptds.stamp: preload/check_ptds.c include/shapetrace/calls.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CHECK   $<")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fsyntax-only $< && touch $@
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -MF $(@:.stamp=.d) -MT $@ -fsyntax-only \
+		$< && touch $@
 
 $(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.stamp
 	@mkdir -p $(@D)
@@ -110,6 +126,12 @@ $(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(TOOLS_SANFLAGS) -o $@ $(TOOLS_OBJ) $(COMMON_OBJ) $(TOOLS_LIBS)
+
+# The man page: the command's own --help texts, so that the two say the same.
+$(MAN): $(TOOL) scripts/mkman.sh
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  MAN     $@")
+	$(Q)scripts/mkman.sh $(TOOL) >$@.tmp && mv $@.tmp $@
 
 # Test doubles of libcudart.so.13 and libnccl.so.2: built against the real headers, with the
 # real sonames, so that programs linked against them load them the way they load the real ones.
@@ -224,6 +246,7 @@ tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(B)/tests/scenar
 # make check: the layout rule, the whole suite here, then the sanitizer builds in their own
 # trees (ThreadSanitizer only for the command: the analyzer is what has threads).
 check: test-build
+	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) scripts/deps.sh check
 	$(Q)python3 tests/check_layout.py $(B)
 	$(Q)tests/run.sh $(B)
 ifeq ($(SAN),)
@@ -253,9 +276,10 @@ check-gpu: all
 	$(Q)tests/gpu/run.sh $(B)
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
 	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
+	install -m 0644 $(MAN) $(DESTDIR)$(PREFIX)/share/man/man1/shapetrace.1
 
 FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
 	include/shapetrace/*.h)

@@ -28,3 +28,10 @@ echo
 echo "    shapetrace analyze --dim hidden=7168 $dir/run"
 echo
 "$B/bin/shapetrace" analyze --dim hidden=7168 "$dir/run" || true
+echo
+echo "    shapetrace report --dim hidden=7168 --html $B/demo-report.html $dir/run"
+echo
+"$B/bin/shapetrace" report --dim hidden=7168 --title "demo: 4 SIMULATED ranks (test doubles)" \
+    --html "$B/demo-report.html" "$dir/run"
+echo "Open $B/demo-report.html in a browser: the same finding, with the chain, the grid and the"
+echo "timeline. shapetrace export writes the whole run as a timeline for ui.perfetto.dev."

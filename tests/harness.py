@@ -1,7 +1,21 @@
 """shapetrace tests: the runner the Python suites share. Runs every test_* function of a module,
 one line each, and ends with 'LABEL: N passed, M failed' (the line tests/run.sh adds up)."""
+import os
 import shutil
+import subprocess
 import traceback
+
+
+def tool_env():
+    """The environment for running shapetrace: no inherited preload, and under a sanitized
+    build (SHAPETRACE_SANITIZED=1) the ASan runtime first in LD_PRELOAD, where `run` keeps it."""
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    if os.environ.get("SHAPETRACE_SANITIZED") == "1":
+        e["LD_PRELOAD"] = subprocess.run(["gcc", "-print-file-name=libasan.so"],
+                                         capture_output=True, text=True).stdout.strip()
+        e["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
+    return e
 
 
 class NotRun(Exception):

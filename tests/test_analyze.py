@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import run_all  # the script's own folder, tests/, is on sys.path
+from harness import run_all, tool_env as env  # the script's own folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -16,17 +16,6 @@ TOOL = os.path.join(BUILD, "bin", "shapetrace")
 GEN = os.path.join(BUILD, "bench", "gen_traces")
 T = os.path.join(BUILD, "tests")
 TMP = tempfile.mkdtemp(prefix="shapetrace-analyze-")
-
-
-def env():
-    e = dict(os.environ)
-    e.pop("LD_PRELOAD", None)
-    if os.environ.get("SHAPETRACE_SANITIZED") == "1":
-        # The sanitized preload needs the ASan runtime first in LD_PRELOAD; `run` keeps it there.
-        e["LD_PRELOAD"] = subprocess.run(["gcc", "-print-file-name=libasan.so"],
-                                         capture_output=True, text=True).stdout.strip()
-        e["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
-    return e
 
 
 def run(cmd, check=True, **kw):

@@ -13,5 +13,7 @@ int shp_cmd_dump(int argc, char **argv);
 int shp_cmd_attach(int argc, char **argv);
 int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
+int shp_cmd_export(int argc, char **argv);
+int shp_cmd_report(int argc, char **argv);
 
 #endif

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "include/shapetrace/trace.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 
@@ -11,19 +12,40 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: shapetrace COMMAND [ARGS]\n"
-          "\n"
-          "  run [OPTIONS] -- CMD ARGS...   run CMD with every process traced\n"
-          "  dump [--json] PATH...          print traces (files or run directories)\n"
-          "  analyze [--json] [--dim N=V]... PATH...\n"
-          "                                 line the ranks up, report the first divergence\n"
-          "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
-          "  attach DIR|PID [--on|--off|--mark TEXT]\n"
-          "                                 switch recording, or mark the timeline, live\n"
-          "\n"
-          "  shapetrace COMMAND --help      options of one command\n"
-          "  shapetrace --version\n",
-          f);
+    fputs(
+        "usage: shapetrace COMMAND [ARGS]\n"
+        "\n"
+        "  run [OPTIONS] -- CMD ARGS...   run CMD with every process traced\n"
+        "  dump [--json] PATH...          print traces (files or run directories)\n"
+        "  analyze [--json] [--dim N=V]... PATH...\n"
+        "                                 line the ranks up, report the first divergence\n"
+        "  export [--format chrome|perfetto] [-o FILE] PATH...\n"
+        "                                 a timeline for ui.perfetto.dev or chrome://tracing\n"
+        "  report [--html FILE] PATH...   the analysis as one self-contained HTML page\n"
+        "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
+        "  attach DIR|PID [--on|--off|--mark TEXT]\n"
+        "                                 switch recording, or mark the timeline, live\n"
+        "\n"
+        "  shapetrace help COMMAND        options of one command (also COMMAND --help)\n"
+        "  shapetrace --version           the version, and the trace format it reads and writes\n",
+        f);
+}
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} commands[] = {
+    {"run", shp_cmd_run},       {"dump", shp_cmd_dump},     {"analyze", shp_cmd_analyze},
+    {"export", shp_cmd_export}, {"report", shp_cmd_report}, {"status", shp_cmd_status},
+    {"attach", shp_cmd_attach},
+};
+
+static int (*lookup(const char *name))(int, char **)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(commands[i].name, name))
+            return commands[i].fn;
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -33,24 +55,27 @@ int main(int argc, char **argv)
         return SHP_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc > 2) {
+        int (*fn)(int, char **) = lookup(argv[2]);
+        if (!fn) {
+            shp_err("unknown command '%s' (shapetrace --help lists them)", argv[2]);
+            return SHP_EXIT_USAGE;
+        }
+        char *args[] = {argv[2], "--help", NULL};
+        return fn(2, args);
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return SHP_EXIT_OK;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("shapetrace %s\n", SHP_VERSION);
+        printf("shapetrace %s (trace format version %u, read and written)\n", SHP_VERSION,
+               SHP_TRACE_VERSION);
         return SHP_EXIT_OK;
     }
-    if (!strcmp(cmd, "run"))
-        return shp_cmd_run(argc - 1, argv + 1);
-    if (!strcmp(cmd, "dump"))
-        return shp_cmd_dump(argc - 1, argv + 1);
-    if (!strcmp(cmd, "analyze"))
-        return shp_cmd_analyze(argc - 1, argv + 1);
-    if (!strcmp(cmd, "status"))
-        return shp_cmd_status(argc - 1, argv + 1);
-    if (!strcmp(cmd, "attach"))
-        return shp_cmd_attach(argc - 1, argv + 1);
+    int (*fn)(int, char **) = lookup(cmd);
+    if (fn)
+        return fn(argc - 1, argv + 1);
     shp_err("unknown command '%s' (shapetrace --help lists them)", cmd);
     return SHP_EXIT_USAGE;
 }

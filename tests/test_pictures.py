@@ -1,0 +1,635 @@
+"""shapetrace tests: the pictures (`export` as Chrome JSON and Perfetto protobuf, `report --html`
+in headless chromium) and the front door (--version, help, the man page), on traces of the
+examples run on the test doubles (simulated ranks, no GPU).
+Usage: test_pictures.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import collections
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+from harness import NotRun, run_all, tool_env
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ONLY = set(sys.argv[2:])
+TOOL = os.path.join(BUILD, "bin", "shapetrace")
+T = os.path.join(BUILD, "tests")
+EX = os.path.join(BUILD, "examples")
+TMP = tempfile.mkdtemp(prefix="shapetrace-pictures-")
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, ok=(0, 1), **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=tool_env(), **kw)
+    if ok is not None and p.returncode not in ok:
+        raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr}")
+    return p
+
+
+_runs = {}
+
+
+def traced(name, *args, launch=()):
+    """A run directory of an example on 4 simulated ranks (made once)."""
+    if name not in _runs:
+        d = os.path.join(TMP, name)
+        run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", *launch, "--",
+             f"{EX}/{args[0]}", *args[1:]], ok=None)
+        _runs[name] = d
+    return _runs[name]
+
+
+def hidden():
+    return traced("hidden", "hidden_states", "--buggy")
+
+
+def analysis(d, *args):
+    return json.loads(run([TOOL, "analyze", "--json", *args, d]).stdout)
+
+
+def dump(d):
+    return [json.loads(x) for x in run([TOOL, "dump", "--json", d]).stdout.splitlines()]
+
+
+# ---- a small decoder of the protobuf wire format (test equipment) ----
+
+def pb_fields(b):
+    """[(field, wire type, value)]: ints for varints and fixed64, bytes for LEN."""
+    out, i = [], 0
+    while i < len(b):
+        key, i = pb_varint(b, i)
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = pb_varint(b, i)
+        elif wt == 1:
+            v = struct.unpack_from("<Q", b, i)[0]
+            i += 8
+        elif wt == 2:
+            n, i = pb_varint(b, i)
+            v = bytes(b[i:i + n])
+            assert len(v) == n, "cut short"
+            i += n
+        elif wt == 5:
+            v = struct.unpack_from("<I", b, i)[0]
+            i += 4
+        else:
+            raise AssertionError(f"wire type {wt}")
+        out.append((field, wt, v))
+    return out
+
+
+def pb_varint(b, i):
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, i
+
+
+def pb_get(fields, num):
+    return [v for f, _, v in fields if f == num]
+
+
+def perfetto_decode(path):
+    """Tracks and slices of a Perfetto trace as our writer makes it: {uuid: track}, [slice]."""
+    data = open(path, "rb").read()
+    names, keys, strings = {}, {}, {}
+    tracks, slices, open_ = {}, [], collections.defaultdict(list)
+    seq_cleared = False
+    for f, wt, pkt in pb_fields(data):
+        assert f == 1 and wt == 2, (f, wt)
+        p = pb_fields(pkt)
+        flags = pb_get(p, 13)
+        if flags and flags[0] & 1:
+            seq_cleared = True
+        for idata in pb_get(p, 12):
+            idf = pb_fields(idata)
+            for num, table in ((2, names), (3, keys), (29, strings)):
+                for item in pb_get(idf, num):
+                    it = pb_fields(item)
+                    table[pb_get(it, 1)[0]] = pb_get(it, 2)[0].decode()
+        for td in pb_get(p, 60):
+            t = pb_fields(td)
+            uuid = pb_get(t, 1)[0]
+            proc, thr = pb_get(t, 3), pb_get(t, 4)
+            if proc:
+                pd = pb_fields(proc[0])
+                tracks[uuid] = {"kind": "process", "pid": pb_get(pd, 1)[0],
+                                "name": pb_get(pd, 6)[0].decode()}
+            else:
+                th = pb_fields(thr[0])
+                tracks[uuid] = {"kind": "thread", "pid": pb_get(th, 1)[0],
+                                "tid": pb_get(th, 2)[0], "name": pb_get(th, 5)[0].decode(),
+                                "parent": pb_get(t, 5)[0]}
+        for te in pb_get(p, 11):
+            assert seq_cleared, "interned data used before the sequence was cleared"
+            e = pb_fields(te)
+            ts = pb_get(p, 8)[0]
+            typ, track = pb_get(e, 9)[0], pb_get(e, 11)[0]
+            assert track in tracks, track
+            if typ == 2:
+                s = open_[track].pop()
+                s["dur"] = ts - s["ts"]
+                continue
+            args = {}
+            for a in pb_get(e, 4):
+                af = pb_fields(a)
+                k = keys[pb_get(af, 1)[0]]
+                for num in (2, 3, 4):
+                    if pb_get(af, num):
+                        args[k] = pb_get(af, num)[0]
+                if pb_get(af, 17):
+                    args[k] = strings[pb_get(af, 17)[0]]
+            s = {"ts": ts, "track": track, "name": names[pb_get(e, 10)[0]],
+                 "cat": pb_get(e, 22)[0].decode(), "args": args, "flows": pb_get(e, 47),
+                 "type": typ}
+            if typ == 1:
+                open_[track].append(s)
+            slices.append(s)
+    assert not any(open_.values()), "a slice was never ended"
+    return tracks, slices
+
+
+# ---- export ----
+
+def chrome(d, *args):
+    out = os.path.join(TMP, f"x{len(os.listdir(TMP))}.json")
+    run([TOOL, "export", "-o", out, *args, d], ok=(0,))
+    return json.load(open(out))["traceEvents"], out
+
+
+def enclosing(slices_by_thread, pid, tid, ts):
+    hit = [s for s in slices_by_thread[(pid, tid)] if s["ts"] <= ts <= s["ts"] + s["dur"]]
+    assert len(hit) == 1, (pid, tid, ts, hit)
+    return hit[0]
+
+
+def check_chrome_flows(ev):
+    """The two ends of each flow, as (start slice, end slice) pairs, per category."""
+    by_thread = collections.defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X":
+            by_thread[(e["pid"], e["tid"])].append(e)
+    ends = collections.defaultdict(dict)
+    for e in ev:
+        if e["ph"] in ("s", "f"):
+            assert e["ph"] not in ends[e["id"]], ("two", e["ph"], "for flow", e["id"])
+            ends[e["id"]][e["ph"]] = (e["cat"], enclosing(by_thread, e["pid"], e["tid"], e["ts"]))
+    pairs = collections.defaultdict(list)
+    for fid, se in ends.items():
+        assert set(se) == {"s", "f"}, (fid, se)
+        assert se["s"][0] == se["f"][0]
+        pairs[se["s"][0]].append((se["s"][1], se["f"][1]))
+    return pairs
+
+
+def check_collective_pairs(pairs, processes, events):
+    """Each pair joins the same (comm, seq) on two ranks, and the pairs of one collective chain
+    every rank that made it."""
+    chains = collections.defaultdict(set)
+    for a, b in pairs:
+        assert a["args"]["comm"] == b["args"]["comm"] and a["args"]["seq"] == b["args"]["seq"]
+        assert processes[a["pid"]] != processes[b["pid"]]
+        assert a["args"]["comm_rank"] < b["args"]["comm_rank"]
+        key = (a["args"]["comm"], a["args"]["seq"])
+        chains[key] |= {processes[a["pid"]], processes[b["pid"]]}
+    made = collections.defaultdict(set)
+    for e in events:
+        if e["comm"] and e["seq"] is not None and e["op"].startswith("nccl") and \
+                e["op"] not in ("ncclSend", "ncclRecv") and "Comm" not in e["op"]:
+            made[(e["comm"], e["seq"])].add(e["rank"])
+    assert made and {k: v for k, v in made.items() if len(v) > 1} == chains, (made, chains)
+
+
+def test_export_chrome_structure_and_flows():
+    d = hidden()
+    r = analysis(d, "--dim", "hidden=7168")
+    ev, _ = chrome(d, "--dim", "hidden=7168")
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and
+             e["name"] == "process_name"}
+    assert len(names) == 4, names
+    for q in r["processes"]:
+        want = f"rank {q['rank']} ({q['host']}:{q['pid']})"
+        assert any(n.startswith(want) for n in names.values()), (want, names)
+    processes = {pid: int(re.match(r"rank (\d+)", n).group(1)) for pid, n in names.items()}
+    threads = [e for e in ev if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert len(threads) == 4 and all("thread" in t["args"]["name"] for t in threads)
+    events = dump(d)
+    slices = [e for e in ev if e["ph"] == "X"]
+    assert len(slices) == len(events), (len(slices), len(events))
+    by_key = {(processes[s["pid"]], s["args"]["index"]): s for s in slices}
+    for e in events:
+        s = by_key[(e["rank"], e["index"])]
+        assert s["name"] == e["op"] and s["args"]["op"] == e["op"]
+        for k in ("seq", "count", "dtype", "bytes", "kind"):
+            assert s["args"].get(k) == e[k], (k, s, e)
+        if e["stack"]:
+            assert s["args"]["site"] == e["stack"][0], (s, e["stack"])
+    pairs = check_chrome_flows(ev)
+    check_collective_pairs(pairs["collective"], processes, events)
+    # lineage: the first finding's producers, farthest first, then its consumer
+    f = r["findings"][0]
+    chain = [x["index"] for x in reversed(f["lineage"])] + [f["events"][0]["index"]]
+    got = {(a["args"]["index"], b["args"]["index"]) for a, b in pairs["lineage"]}
+    assert set(zip(chain, chain[1:])) <= got, (chain, got)
+    assert all(processes[a["pid"]] == processes[b["pid"]] == 0 for a, b in pairs["lineage"])
+    # findings: one instant per finding rank, with its summary
+    inst = [e for e in ev if e["ph"] == "i" and e["cat"] == "finding"]
+    assert [i["args"]["summary"] for i in inst] == [x["summary"] for x in r["findings"]]
+    assert all(i["name"] == "shape_mismatch" and processes[i["pid"]] == 0 for i in inst)
+
+
+def test_export_perfetto_structure_and_flows():
+    d = hidden()
+    out = os.path.join(TMP, "hidden.perfetto-trace")
+    run([TOOL, "export", "--format", "perfetto", "--dim", "hidden=7168", "-o", out, d], ok=(0,))
+    tracks, slices = perfetto_decode(out)
+    procs = {u: t for u, t in tracks.items() if t["kind"] == "process"}
+    assert sorted(re.match(r"rank (\d+) \(", t["name"]).group(1) for t in procs.values()) == \
+        ["0", "1", "2", "3"], procs
+    rank_of = {u: int(re.match(r"rank (\d+)", t["name"]).group(1)) for u, t in procs.items()}
+    for u, t in tracks.items():
+        if t["kind"] == "thread":
+            assert t["parent"] in procs and procs[t["parent"]]["pid"] == t["pid"]
+            rank_of[u] = rank_of[t["parent"]]
+    events = dump(d)
+    calls = [s for s in slices if s["type"] == 1]
+    assert len(calls) == len(events)
+    by_key = {(rank_of[s["track"]], s["args"]["index"]): s for s in calls}
+    for e in events:
+        s = by_key[(e["rank"], e["index"])]
+        assert s["name"] == e["op"] and s["args"].get("bytes") == e["bytes"], (s, e)
+        assert s["args"].get("dtype") == e["dtype"] and s["args"].get("seq") == e["seq"]
+    flows = collections.defaultdict(list)
+    for s in calls:
+        for fid in s["flows"]:
+            flows[fid].append(s)
+    assert flows and all(len(v) == 2 for v in flows.values()), \
+        [len(v) for v in flows.values()]
+    # the writer keeps the top bit of an id for lineage arrows
+    coll = [v for fid, v in flows.items() if not fid >> 63]
+    for a, b in coll:
+        assert (a["args"]["comm"], a["args"]["seq"]) == (b["args"]["comm"], b["args"]["seq"])
+        assert rank_of[a["track"]] != rank_of[b["track"]]
+    lineage = [v for fid, v in flows.items() if fid >> 63]
+    r = analysis(d, "--dim", "hidden=7168")
+    f = r["findings"][0]
+    chain = [x["index"] for x in reversed(f["lineage"])] + [f["events"][0]["index"]]
+    got = {tuple(sorted(s["args"]["index"] for s in v)) for v in lineage}
+    assert {tuple(sorted(p)) for p in zip(chain, chain[1:])} <= got, (chain, got)
+    inst = [s for s in slices if s["type"] == 3 and s["cat"] == "finding"]
+    assert [i["args"]["summary"] for i in inst] == [x["summary"] for x in r["findings"]]
+    assert all(tracks[i["track"]]["kind"] == "process" for i in inst)
+    # the same timeline as the JSON one: same number of flows, smaller file
+    ev, jpath = chrome(d, "--dim", "hidden=7168")
+    assert sum(1 for e in ev if e["ph"] == "s") == len(flows)
+    assert os.path.getsize(out) < os.path.getsize(jpath)
+
+
+def test_export_in_flight_calls_reach_the_end():
+    # the stall example: three ranks wait in an all-reduce the fourth never enters, and the
+    # launcher kills them while they wait
+    d = traced("stall", "stall", launch=("--timeout", "2"))
+    ev, _ = chrome(d)
+    slices = [e for e in ev if e["ph"] == "X"]
+    end = max(s["ts"] + s["dur"] for s in slices)
+    hung = [s for s in slices if s["args"].get("in_flight")]
+    assert len(hung) == 3 and all(s["name"] == "ncclAllReduce" for s in hung), hung
+    assert all(abs(s["ts"] + s["dur"] - end) < 0.01 for s in hung), (end, hung)
+    names = [e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"]
+    assert sum("INCOMPLETE" in n for n in names) == 3, names
+    inst = [e for e in ev if e["ph"] == "i" and e["cat"] == "finding"]
+    assert inst and inst[0]["name"] == "missing_collective", inst
+
+
+def test_export_ranks_and_window():
+    d = traced("desync", "desync")
+    all_ev, _ = chrome(d, "--no-findings")
+    ev, _ = chrome(d, "--ranks", "1-2")
+    names = sorted(e["args"]["name"].split(" (")[0] for e in ev
+                   if e["ph"] == "M" and e["name"] == "process_name")
+    assert names == ["rank 1", "rank 2"], names
+    pairs = check_chrome_flows(ev)
+    assert pairs["collective"] and all(a["pid"] != b["pid"] for a, b in pairs["collective"])
+    # rank 2 diverges: its finding is there; rank 0 and 3 are not
+    inst = [e for e in ev if e["ph"] == "i" and e["cat"] == "finding"]
+    assert inst and inst[0]["name"] == "count_mismatch"
+    slices = sorted(e["ts"] for e in all_ev if e["ph"] == "X")
+    mid = slices[len(slices) // 2] / 1e6
+    win, _ = chrome(d, "--no-findings", "--from", "0", "--to", f"{mid:.6f}")
+    n = sum(1 for e in win if e["ph"] == "X")
+    assert 0 < n < len(slices), (n, len(slices))
+    assert all(e["ts"] <= mid * 1e6 + 1 for e in win if e["ph"] == "X")
+    check_chrome_flows(win)  # no flow left dangling by the window
+
+
+def test_export_bad_usage():
+    d = hidden()
+    for args, text in ((["--format", "svg"], "chrome or perfetto"),
+                       (["--ranks", "x"], "--ranks"), (["--from", "soon"], "--from"),
+                       (["--ranks", "99"], "no trace of the ranks given")):
+        p = run([TOOL, "export", "-o", os.path.join(TMP, "bad"), *args, d], ok=(2,))
+        assert text in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = run([TOOL, "export", "-o", os.path.join(TMP, "bad"), "/nonexistent"], ok=(2,))
+    assert "/nonexistent" in p.stderr
+
+
+# ---- report: the page in a real browser ----
+
+def chromium_bin():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise NotRun("chromium is not installed (scripts/deps.sh check installs it)")
+
+
+def browser(html, *args):
+    """Open html in headless chromium; --dump-dom's output, or what --screenshot left."""
+    profile = tempfile.mkdtemp(prefix="chromium-", dir=TMP)
+    cmd = [chromium_bin(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={profile}", *args, "file://" + html]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    shutil.rmtree(profile, ignore_errors=True)
+    assert p.returncode == 0, (cmd, p.returncode, p.stderr[-2000:])
+    return p.stdout
+
+
+def report(d, name, *args):
+    out = os.path.join(TMP, name + ".html")
+    p = run([TOOL, "report", "--html", out, *args, d], ok=(0,))
+    assert "report of" in p.stderr, p.stderr
+    return out
+
+
+def loaded(dom):
+    """The page's own verdict: its script ran to the end and window.onerror saw nothing."""
+    body = re.search(r"<body([^>]*)>", dom).group(1)
+    assert 'data-js="ran"' in body, body
+    errors = re.search(r'<pre id="js-errors"[^>]*>(.*?)</pre>', dom, re.S)
+    assert errors and errors.group(1) == "", errors and errors.group(1)
+    return body
+
+
+def grid_rows(dom):
+    """{rank: [(class, text)]} of the grid's cells."""
+    table = re.search(r'<table id="grid">(.*?)</table>', dom, re.S).group(1)
+    rows = {}
+    for rank, cells in re.findall(r'<tr class="[^"]*" data-rank="(\d+)"><th>\d+</th>(.*?)</tr>',
+                                  table, re.S):
+        rows[int(rank)] = re.findall(r'<td class="([^"]*)"[^>]*>(.*?)</td>', cells, re.S)
+    return rows
+
+
+def grid_columns(dom):
+    table = re.search(r'<table id="grid">(.*?)</table>', dom, re.S).group(1)
+    return [int(x) for x in re.findall(r"<th[^>]*>#(\d+)</th>", table)]
+
+
+def test_report_lineage_finding_in_the_browser():
+    d = hidden()
+    html = report(d, "hidden", "--dim", "hidden=7168", "--title", "4 SIMULATED ranks")
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    first = re.search(r'<div class="finding error" id="first-finding">(.*?)</div><h2>', dom,
+                      re.S).group(1)
+    assert "shape_mismatch" in first and "[771, 512]" in first and "[771, hidden]" in first
+    assert "at generate (examples/hidden_states.c:" in first
+    # the grid: around the all-gather the bytes went through, its cells outlined
+    rows = grid_rows(dom)
+    assert sorted(rows) == [0, 1, 2, 3], rows
+    assert any("chain" in c for c, _ in rows[0]) and all(c.startswith("ok") for r in rows
+                                                          for c, _ in rows[r]), rows
+    # the chain: origin ... consumer, with shapes, bytes and call sites
+    chain = re.search(r'<svg id="chain"(.*?)</svg>', dom, re.S).group(1)
+    boxes = re.findall(r'<rect class="box ([a-z]*)"', chain)
+    lineage = analysis(d, "--dim", "hidden=7168")["findings"][0]["lineage"]
+    assert boxes[0] == "origin" and boxes[-1] == "consumer", boxes
+    assert len(boxes) == len(lineage) + 1 >= 4, (boxes, lineage)
+    for text in ("ncclAllGather", "cudaMemcpy2D D2D", "[771, 512] read", "[771, hidden] region",
+                 "11,053,056 bytes", "receive_states", "generate (examples"):
+        assert text in chain, text
+    assert chain.count('class="arrow"') == len(lineage)  # lines, and polylines between rows
+    # the timeline, the other finding, the processes, the command line
+    assert re.search(r'<svg id="timeline"', dom) and dom.count('class="c-copy hit"') >= 1
+    assert "[771, 259]" in re.search(r'<table id="others">(.*?)</table>', dom, re.S).group(1)
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count("<tr>") == 5 and procs.count(">yes<") == 4
+    assert "shapetrace report --html" in re.search(r'<pre id="cmdline">(.*?)</pre>', dom,
+                                                     re.S).group(1)
+    # the picture the README shows is made from this page (kept out of git, under build/)
+    shot = os.path.join(BUILD, "pictures", "report-demo.png")
+    os.makedirs(os.path.dirname(shot), exist_ok=True)
+    if os.path.exists(shot):
+        os.unlink(shot)
+    browser(html, f"--screenshot={shot}", "--window-size=1280,1000", "--hide-scrollbars")
+    assert open(shot, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_collective_finding_in_the_browser():
+    d = traced("desync", "desync")
+    dom = browser(report(d, "desync"), "--dump-dom")
+    loaded(dom)
+    assert "count_mismatch" in dom and "rank 2 called ncclAllGather with count" in dom
+    assert "What the peers did" in dom
+    cols, rows = grid_columns(dom), grid_rows(dom)
+    k = cols.index(6)
+    culprits = [(r, i) for r, cells in rows.items() for i, (c, _) in enumerate(cells)
+                if c.startswith("culprit")]
+    assert culprits == [(2, k)], culprits
+    assert rows[2][k][1].startswith("AllGather 130816"), rows[2][k]
+    assert all(rows[r][k][0] == "ok" and rows[r][k][1].startswith("AllGather 131072")
+               for r in (0, 1, 3))
+    assert 'id="chain-none"' in dom
+
+
+def test_report_hang_in_the_browser():
+    d = traced("stall", "stall", launch=("--timeout", "2"))
+    dom = browser(report(d, "stall"), "--dump-dom")
+    loaded(dom)
+    assert "missing_collective" in dom
+    cols, rows = grid_columns(dom), grid_rows(dom)
+    k = cols.index(5)
+    assert rows[3][k][0] == "culprit missing", rows[3]
+    # the others are inside it ("..." in the cell), and drawn to the timeline's end
+    assert all(rows[r][k][1] == "AllReduce 65536\u2026" for r in (0, 1, 2)), rows
+    hung = re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)" height="14" '
+                      r'class="c-collective inflight"', dom)
+    assert len(hung) == 3, hung
+    ends = {round(float(x) + float(w)) for x, w in hung}
+    assert len(ends) == 1, ends
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count(">NO<") == 3 and procs.count("[in flight]") == 3, procs
+
+
+def test_report_of_a_512_member_communicator_folds_far_ranks():
+    gen = os.path.join(BUILD, "bench", "gen_traces")
+    d = os.path.join(TMP, "s512")
+    run([gen, d, "512", "1000", "--diverge", "stop:300:60"], ok=(0,))
+    r = analysis(d)
+    k = next(i for i, f in enumerate(r["findings"]) if len(
+        next(c for c in r["comms"] if c["id"] == f["comm"])["ranks"]) == 512)
+    html = report(d, "s512", "--finding", str(k + 1))
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    assert f"<h2>Finding {k + 1}</h2>" in dom and "missing_collective" in dom
+    rows = grid_rows(dom)
+    assert sorted(rows) == list(range(512))
+    near = re.findall(r'<tr class="near" data-rank="(\d+)">', dom)
+    assert sorted(int(x) for x in near) == list(range(296, 305)), near
+    assert dom.count('<tr class="far folded"') == 512 - 9
+    assert 'id="unfold"' in dom and "show all 512 ranks" in dom
+    culprit = [i for i, (c, _) in enumerate(rows[300]) if c.startswith("culprit")]
+    assert len(culprit) == 1 and rows[300][culprit[0]][0] == "culprit missing", rows[300]
+    p = run([TOOL, "report", "--finding", "99", "--html", os.path.join(TMP, "x.html"), d],
+            ok=(2,))
+    assert "--finding 99" in p.stderr
+
+
+def test_report_shows_javascript_errors():
+    # the check above could fail: a page whose script throws says so where the test reads
+    html = report(hidden(), "broken")
+    text = open(html).read().replace("</body>", "<script>no_such_function()</script></body>")
+    broken = os.path.join(TMP, "broken2.html")
+    open(broken, "w").write(text)
+    dom = browser(broken, "--dump-dom")
+    assert re.search(r'<pre id="js-errors">JavaScript error: [^<]*no_such_function', dom), \
+        dom[:3000]
+
+
+def test_report_escapes_what_comes_from_traces():
+    src = hidden()
+    d = os.path.join(TMP, "evil")
+    shutil.copytree(src, d)
+    evil = b"<img src=x id=pwned onerror=alert(1)>"
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        data = bytearray(open(path, "rb").read())
+        host = data.index(b"\0", 312) - 312  # struct shp_file_header: host[64] at byte 312
+        assert data[312:312 + host].decode().isprintable()
+        data[312:312 + 64] = evil + b"\0" * (64 - len(evil))
+        os.chmod(path, 0o600)
+        open(path, "wb").write(data)
+    html = report(d, "evil", "--title", "<script>alert(2)</script>")
+    page = open(html).read()
+    assert "<img src=x" not in page and "<script>alert" not in page
+    dom = browser(html, "--dump-dom")
+    loaded(dom)
+    assert 'id="pwned"' not in dom and "&lt;img src=x id=pwned" in dom
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
+
+
+def test_report_of_512_ranks_opens():
+    gen = os.path.join(BUILD, "bench", "gen_traces")
+    d = os.path.join(TMP, "r512")
+    run([gen, d, "512", "2000", "--diverge", "count:300:150"], ok=(0,))
+    html = report(d, "r512")
+    size = os.path.getsize(html)
+    dom = browser(html, "--dump-dom")
+    body = loaded(dom)
+    procs = re.search(r'<table id="procs">(.*?)</table>', dom, re.S).group(1)
+    assert procs.count("<tr>") == 513
+    rows = grid_rows(dom)
+    assert sorted(rows) == list(range(296, 304)), sorted(rows)
+    assert [c for c, _ in rows[300]].count("culprit") == 1
+    ms = int(re.search(r'data-load-ms="(\d+)"', body).group(1))
+    print(f"     512-rank report: {size} bytes, loaded in {ms} ms")
+    assert size < 2_000_000 and ms < 10_000, (size, ms)
+
+
+# ---- the front door ----
+
+def test_version_and_help():
+    v = run([TOOL, "--version"], ok=(0,)).stdout
+    assert re.match(r"shapetrace \S+ \(trace format version \d+", v), v
+    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
+        h = run([TOOL, "help", cmd], ok=(0,)).stdout
+        assert h.startswith(f"usage: shapetrace {cmd}") and h == \
+            run([TOOL, cmd, "--help"], ok=(0,)).stdout, cmd
+    p = run([TOOL, "help", "frobnicate"], ok=(2,))
+    assert "unknown command" in p.stderr
+
+
+def test_man_page_is_the_help_text():
+    man = os.path.join(BUILD, "man", "shapetrace.1")
+    assert os.path.exists(man), man
+    text = open(man).read()
+    assert text.startswith(".TH SHAPETRACE 1")
+    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
+        first = run([TOOL, "help", cmd], ok=(0,)).stdout.splitlines()[0]
+        assert f".SS {cmd}" in text and first.split()[2] in text, cmd
+    if shutil.which("man"):
+        p = subprocess.run(["man", "-l", man], capture_output=True, text=True,
+                           env=dict(os.environ, MANWIDTH="100", MAN_KEEP_FORMATTING="0"))
+        assert p.returncode == 0 and "export" in p.stdout, p.stderr
+
+
+def fake_bin(names):
+    """A PATH folder whose dpkg-query says `names` are not installed, whose id says we are not
+    root unless ROOT=1, and whose apt-get writes its arguments to $APT_LOG."""
+    d = tempfile.mkdtemp(prefix="bin-", dir=TMP)
+    scripts = {
+        "dpkg-query": "for p; do :; done\ncase \" %s \" in *\" $p \"*) exit 1;; esac\n"
+                      "echo 'install ok installed'" % " ".join(names),
+        "id": '[ "$ROOT" = 1 ] && echo 0 || echo 1000',
+        "apt-get": 'echo "$@" >>"$APT_LOG"',
+    }
+    for name, body in scripts.items():
+        path = os.path.join(d, name)
+        open(path, "w").write("#!/bin/sh\n" + body + "\n")
+        os.chmod(path, 0o755)
+    return d
+
+
+def test_dependency_step():
+    deps = os.path.join(SRC, "scripts", "deps.sh")
+    fake = fake_bin(["libjansson-dev", "chromium"])
+    log = os.path.join(TMP, "apt.log")
+    base = dict(os.environ, PATH=fake + ":" + os.environ["PATH"], APT_LOG=log)
+    # not root: the one apt-get line, and a failure, so that make stops there
+    p = subprocess.run([deps, "check"], capture_output=True, text=True, env=base)
+    assert p.returncode == 1 and "    apt-get install -y libjansson-dev chromium\n" in p.stdout, \
+        p.stdout
+    p = subprocess.run([deps, "build"], capture_output=True, text=True, env=base)
+    assert p.returncode == 1 and "apt-get install -y libjansson-dev\n" in p.stdout, p.stdout
+    # root: one update, then one install of what is missing
+    p = subprocess.run([deps, "check"], capture_output=True, text=True,
+                       env=dict(base, ROOT="1"))
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert open(log).read().splitlines() == \
+        ["update -qq", "install -y -qq --no-install-recommends libjansson-dev chromium"]
+    # the CUDA and NCCL headers are no Debian package: named, with where to get them
+    p = subprocess.run([deps, "build"], capture_output=True, text=True,
+                       env=dict(os.environ, CUDA_HOME=os.path.join(TMP, "nocuda")))
+    assert p.returncode == 1 and "cuda_runtime_api.h is missing" in p.stdout, p.stdout
+    # and make runs it before it compiles anything
+    mk = open(os.path.join(SRC, "Makefile")).read()
+    assert "include $(B)/deps.mk" in mk and "scripts/deps.sh build" in mk
+    assert "scripts/deps.sh check" in open(os.path.join(SRC, ".ci", "run")).read()
+
+
+def test_build_leaves_nothing_in_the_source_tree():
+    if not os.path.isdir(os.path.join(SRC, ".git")) and \
+            not os.path.isfile(os.path.join(SRC, ".git")):
+        raise NotRun("not a git checkout")
+    p = subprocess.run(["git", "-C", SRC, "status", "--porcelain", "--ignored",
+                        "--untracked-files=all"], capture_output=True, text=True)
+    stray = [x for x in p.stdout.splitlines() if x.startswith("!!")
+             and not re.match(r"!! (build|\.whl|\.gpu)/|!! .*__pycache__/", x)]
+    assert not stray, stray
+
+
+def main():
+    return run_all(globals(), "pictures", ONLY, TMP)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

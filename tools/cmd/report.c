@@ -1,0 +1,1176 @@
+/* shapetrace report: the analysis as one self-contained HTML page (inline CSS, JavaScript and
+ * SVG; nothing fetched when it is opened), the thing a user attaches to a bug report. Every text
+ * that comes from a trace goes through html_text(), and none is placed inside the script. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/ops.h"
+#include "tools/cmd/analysis.h"
+#include "tools/cmd/cmd.h"
+#include "tools/lib/event.h"
+#include "tools/lib/out.h"
+#include "tools/lib/reader.h"
+#include "tools/lib/stacks.h"
+
+#ifndef SHP_VERSION
+#define SHP_VERSION "0.1.0"
+#endif
+
+static void report_usage(FILE *f)
+{
+    fputs("usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
+          "                         [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
+          "\n"
+          "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
+          "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
+          "collectives around it, a per-rank timeline, the producer -> consumer chain of a\n"
+          "lineage finding, the other findings, the processes and the command line.\n"
+          "  --html FILE       write FILE (default: report.html)\n"
+          "  --title TEXT      a line under the heading (e.g. what was run)\n"
+          "  --finding N       draw the page around finding N (1 is the first, the default)\n"
+          "  --dim, --expect   passed to the analysis, as in shapetrace analyze\n"
+          "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
+          f);
+}
+
+#define GRID_HALF 6   /* collectives shown on each side of the focus */
+#define NEAR_RANKS 4  /* ranks shown on each side of a culprit when there are many */
+#define MANY_RANKS 32 /* above this many, far ranks start folded */
+#define TL_WIDTH 1000 /* timeline drawing width, px */
+#define TL_LABEL 150
+
+struct cell {
+    bool has;
+    unsigned op;
+    uint64_t count, t0, t1, index;
+    int dtype;
+    uint32_t stack;
+    bool in_flight;
+};
+
+struct rproc {
+    char *path;
+    struct shp_trace t;
+    struct shp_stacks *st;
+    int rank;
+    uint64_t events, first_ns, last_ns;
+    bool complete;
+    struct shp_event last;
+    bool has_last;
+    struct cell *cells; /* grid columns, when this process is a member of the focus comm */
+    bool member;
+    bool culprit, near;
+};
+
+struct rp {
+    struct rproc *procs;
+    size_t nprocs;
+    json_t *report;
+    const json_t *first; /* the finding the page is drawn around */
+    size_t focus_index;  /* its index in the report's findings */
+    /* the grid */
+    uint64_t comm, seq;
+    bool has_focus;
+    bool own_focus;      /* the focus is the finding's own collective (else one of its chain) */
+    uint64_t s_lo, s_hi; /* columns: [s_lo, s_hi] */
+    uint64_t seq_max;    /* the highest seq any member made on the focus communicator */
+    /* the timeline */
+    uint64_t w0, w1, t0, tend;
+    FILE *f;
+};
+
+/* ---- HTML text ---- */
+
+static void html_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&#39;", f);
+            break;
+        default:
+            if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t')
+                fputc('?', f);
+            else
+                fputc(*s, f);
+        }
+    }
+}
+
+static void html_fmt(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void html_fmt(FILE *f, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    html_text(f, buf);
+}
+
+/* 11053056 -> "11,053,056" */
+static void thousands(char *out, size_t len, uint64_t v)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v), o = 0;
+    for (int i = 0; i < n && (size_t)o + 2 < len; i++) {
+        if (i && (n - i) % 3 == 0)
+            out[o++] = ',';
+        out[o++] = tmp[i];
+    }
+    out[o] = 0;
+}
+
+static const char *short_op(unsigned op)
+{
+    const char *n = shp_op_name(op);
+    return strncmp(n, "nccl", 4) ? n : n + 4;
+}
+
+/* ---- reading the traces ---- */
+
+static struct rproc *proc_by_rank(struct rp *r, long long rank)
+{
+    for (size_t i = 0; i < r->nprocs; i++)
+        if (r->procs[i].rank == rank)
+            return &r->procs[i];
+    return NULL;
+}
+
+static int load(struct rp *r, char **paths, int npaths)
+{
+    struct shp_input *in;
+    size_t n;
+    if (shp_inputs_open(paths, npaths, &in, &n) < 0)
+        return -1;
+    r->procs = calloc(n ? n : 1, sizeof(*r->procs));
+    if (!r->procs) {
+        shp_err("report: out of memory");
+        for (size_t k = 0; k < n; k++)
+            shp_trace_close(&in[k].t), free(in[k].path);
+        free(in);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        r->procs[k].path = in[k].path;
+        r->procs[k].t = in[k].t;
+        r->procs[k].rank = in[k].rank;
+    }
+    r->nprocs = n;
+    free(in);
+    return 0;
+}
+
+/* One pass over every trace: last call, time span, and the grid's cells. */
+static void scan(struct rp *r)
+{
+    size_t ncol = r->has_focus ? (size_t)(r->s_hi - r->s_lo + 1) : 0;
+    r->t0 = UINT64_MAX;
+    for (size_t i = 0; i < r->nprocs; i++) {
+        struct rproc *p = &r->procs[i];
+        if (ncol && p->member)
+            p->cells = calloc(ncol, sizeof(*p->cells));
+        struct shp_cursor cur = {0};
+        uint64_t index = 0;
+        unsigned type;
+        size_t size;
+        const struct shp_rec *rec;
+        while ((rec = shp_trace_next(&p->t, &cur, &type, &size))) {
+            struct shp_event e;
+            if (!shp_event_decode(&p->t, rec, type, &e))
+                continue;
+            uint64_t idx = index++;
+            if (!p->first_ns)
+                p->first_ns = e.t_ns;
+            uint64_t end = e.dur_ns == SHP_NONE ? e.t_ns : e.t_ns + e.dur_ns;
+            if (end > p->last_ns)
+                p->last_ns = end;
+            if (!e.mark) {
+                p->last = e;
+                p->has_last = true;
+            }
+            if (p->cells && type == SHP_REC_COLL && e.comm == r->comm && e.seq != SHP_NONE &&
+                e.seq > r->seq_max)
+                r->seq_max = e.seq;
+            if (p->cells && type == SHP_REC_COLL && e.comm == r->comm && e.seq >= r->s_lo &&
+                e.seq <= r->s_hi) {
+                struct cell *c = &p->cells[e.seq - r->s_lo];
+                *c = (struct cell){
+                    true, e.op, e.count, e.t_ns, end, idx, e.dtype, e.stack, e.dur_ns == SHP_NONE};
+            }
+        }
+        p->events = index;
+        p->complete = shp_trace_complete(&p->t, &cur);
+        p->st = shp_stacks_load(&p->t, true);
+        if (p->events && p->first_ns < r->t0)
+            r->t0 = p->first_ns;
+        if (p->last_ns > r->tend)
+            r->tend = p->last_ns;
+    }
+    if (r->t0 == UINT64_MAX)
+        r->t0 = 0;
+}
+
+/* ---- the focus: which communicator and collective the grid is drawn around ---- */
+
+static bool event_focus(const json_t *ev, uint64_t *comm, uint64_t *seq)
+{
+    const char *c = shp_json_text(ev, "comm", NULL);
+    long long s = shp_json_int(ev, "seq", -1);
+    const char *op = shp_json_text(ev, "op", "");
+    if (!c || s < 0 || !strncmp(op, "ncclSend", 8) || !strncmp(op, "ncclRecv", 8))
+        return false;
+    *comm = strtoull(c, NULL, 16);
+    *seq = (uint64_t)s;
+    return true;
+}
+
+static void pick_focus(struct rp *r)
+{
+    const json_t *f = r->first;
+    if (!f)
+        return;
+    size_t i, k;
+    json_t *cm, *rank, *ev;
+    json_array_foreach(json_object_get(f, "ranks"), k, rank)
+    {
+        struct rproc *p = proc_by_rank(r, json_integer_value(rank));
+        if (p)
+            p->culprit = true;
+    }
+    const char *c = shp_json_text(f, "comm", NULL);
+    long long s = shp_json_int(f, "seq", -1);
+    const char *kind = shp_json_text(f, "kind", "");
+    if (c && s >= 0 && strncmp(kind, "p2p", 3)) {
+        r->comm = strtoull(c, NULL, 16);
+        r->seq = (uint64_t)s;
+        r->has_focus = r->own_focus = true;
+    } else {
+        /* A lineage finding: around the collective that its bytes went through. */
+        json_array_foreach(json_object_get(f, "lineage"), i, ev)
+        {
+            if (event_focus(ev, &r->comm, &r->seq)) {
+                r->has_focus = true;
+                break;
+            }
+        }
+        json_array_foreach(json_object_get(f, "events"), i, ev)
+        {
+            if (!r->has_focus && event_focus(ev, &r->comm, &r->seq))
+                r->has_focus = true;
+        }
+    }
+    if (!r->has_focus)
+        return;
+    r->s_lo = r->seq > GRID_HALF ? r->seq - GRID_HALF : 0;
+    r->s_hi = r->seq + GRID_HALF;
+    /* Members: the analysis's list of the communicator's global ranks. */
+    json_array_foreach(json_object_get(r->report, "comms"), i, cm)
+    {
+        if (strtoull(shp_json_text(cm, "id", "0"), NULL, 16) != r->comm)
+            continue;
+        json_array_foreach(json_object_get(cm, "ranks"), k, rank)
+        {
+            struct rproc *p = proc_by_rank(r, json_integer_value(rank));
+            if (p)
+                p->member = true;
+        }
+    }
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    const struct rproc *x = a, *y = b;
+    unsigned rx = (unsigned)x->rank, ry = (unsigned)y->rank;
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+/* Ranks near a culprit (or near any finding event's rank) stay unfolded. */
+static void mark_near(struct rp *r)
+{
+    for (size_t i = 0; i < r->nprocs; i++) {
+        struct rproc *p = &r->procs[i];
+        if (!p->culprit)
+            continue;
+        for (size_t k = i > NEAR_RANKS ? i - NEAR_RANKS : 0; k < r->nprocs && k <= i + NEAR_RANKS;
+             k++)
+            r->procs[k].near = true;
+    }
+    size_t j;
+    json_t *ev;
+    json_array_foreach(json_object_get(r->first, "events"), j, ev)
+    {
+        struct rproc *p = proc_by_rank(r, shp_json_int(ev, "rank", -1));
+        if (p)
+            p->near = true;
+    }
+    if (r->nprocs <= MANY_RANKS)
+        for (size_t i = 0; i < r->nprocs; i++)
+            r->procs[i].near = true;
+}
+
+/* ---- the page ---- */
+
+static const char *css =
+    "body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1240px;padding:0 16px 40px;"
+    "color:#1d232b;background:#fbfbfc}"
+    "h1{font-size:22px;margin:18px 0 2px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px "
+    "solid #d8dde3;padding-bottom:3px}.sub{color:#5b6570;margin:0 0 10px}"
+    "code,pre,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}"
+    ".finding{border-left:5px solid #c62828;background:#fff;padding:10px 14px;"
+    "box-shadow:0 1px 2px #0002}.finding.warning{border-color:#e69500}"
+    ".kind{font-weight:700;color:#c62828}.warning .kind{color:#a66b00}"
+    ".summary{font-size:16px;margin:6px 0}"
+    "table{border-collapse:collapse;background:#fff}td,th{border:1px solid #dde2e7;padding:2px "
+    "6px;text-align:left;vertical-align:top}th{background:#eef1f4;font-weight:600}"
+    ".frames{margin:2px 0 6px 14px;padding:0;list-style:none}.frames li.py{color:#0b5394}"
+    "#grid td{font-family:ui-monospace,monospace;font-size:11.5px;white-space:nowrap;"
+    "text-align:center}#grid td.ok{background:#eef7ee}#grid td.diverge{background:#ffd9d3;"
+    "font-weight:700}#grid td.culprit{background:#e53935;color:#fff;font-weight:700;outline:2px "
+    "solid #7f0000}#grid td.missing{background:#ffeec2;color:#8a5a00}#grid td.none{color:#aaa}"
+    "#grid td.culprit.missing{background:#e53935;color:#fff}#grid "
+    "th.focus{background:#ffe0b2}#grid td.chain{outline:2px solid #1565c0}"
+    "tr.far.folded{display:none}button{font:inherit;margin:6px 0;padding:2px 10px}"
+    ".scroll{overflow-x:auto}svg text{font:11px system-ui,sans-serif}"
+    ".c-collective{fill:#5c8fd6}.c-p2p{fill:#8e6bc9}.c-copy{fill:#55a868}.c-memory{fill:#c0c4c9}"
+    ".c-other{fill:#d1a35c}.hit{stroke:#b71c1c;stroke-width:2.5}.inflight{fill-opacity:.45;"
+    "stroke:#333;stroke-dasharray:3 2}.box{fill:#fff;stroke:#6b7785}.box.consumer{stroke:#c62828;"
+    "stroke-width:2.5}.box.origin{stroke:#1565c0}.arrow{stroke:#444;stroke-width:1.6;"
+    "marker-end:url(#ah)}svg text.mono{font:11px ui-monospace,monospace}.legend "
+    "span{display:inline-block;width:11px;height:11px;margin:0 4px "
+    "0 12px;vertical-align:-1px}#js-errors{color:#b71c1c;white-space:pre-wrap}"
+    "#detail{position:fixed;right:12px;bottom:12px;max-width:420px;background:#fff;border:1px "
+    "solid #99a;padding:6px 10px;box-shadow:0 2px 8px #0003;display:none}"
+    ".incomplete{color:#b71c1c;font-weight:700}";
+
+/* Runs before anything else, so that an error anywhere later is caught and shown. */
+static const char *js_head =
+    "window.shpErrors=0;window.onerror=function(m,s,l,c){var x=document.getElementById("
+    "'js-errors');window.shpErrors++;if(x){x.hidden=false;x.textContent+='JavaScript error: '+m+"
+    "' (line '+l+':'+c+')\\n';}};";
+
+static const char *js_body =
+    "(function(){var t0=performance.now();"
+    "var b=document.getElementById('unfold');if(b){b.onclick=function(){var rs=document."
+    "querySelectorAll('tr.far');var f=rs.length&&rs[0].classList.contains('folded');"
+    "for(var i=0;i<rs.length;i++)rs[i].classList.toggle('folded',!f);b.textContent=f?"
+    "'fold the other ranks':b.getAttribute('data-label');};}"
+    "var q=document.getElementById('proc-filter');if(q){q.oninput=function(){var v=q.value."
+    "toLowerCase(),rs=document.querySelectorAll('#procs tbody tr');for(var i=0;i<rs.length;i++)"
+    "rs[i].hidden=v&&rs[i].textContent.toLowerCase().indexOf(v)<0;};}"
+    "var d=document.getElementById('detail');document.addEventListener('click',function(ev){"
+    "var e=ev.target.closest?ev.target.closest('[data-d]'):null;if(!e){d.style.display='none';"
+    "return;}d.textContent=e.getAttribute('data-d');d.style.display='block';});"
+    "document.body.setAttribute('data-js','ran');document.body.setAttribute('data-setup-ms',"
+    "String(Math.round(performance.now()-t0)));"
+    "window.addEventListener('load',function(){document.body.setAttribute('data-load-ms',"
+    "String(Math.round(performance.now())));});})();";
+
+#define SHOWN_FRAMES 3
+
+static void frame_item(FILE *f, const char *s, bool first)
+{
+    fprintf(f, "<li%s>%s ", strncmp(s, "py: ", 4) ? "" : " class=\"py\"", first ? "at" : "&larr;");
+    html_text(f, s);
+    fputs("</li>", f);
+}
+
+/* A call's frames, Python frames first (they are the user's code; the native frames around them
+ * are the framework's and the interpreter's), the first few shown and the rest folded. */
+static void frames_list(FILE *f, const json_t *ev)
+{
+    json_t *stack = json_object_get(ev, "stack");
+    size_t n = json_array_size(stack), shown = 0;
+    if (!n)
+        return;
+    fputs("<ul class=\"frames mono\">", f);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) {
+            const char *s = json_string_value(json_array_get(stack, i));
+            if (!s || (strncmp(s, "py: ", 4) == 0) != (pass == 0))
+                continue;
+            if (shown == SHOWN_FRAMES)
+                fputs("</ul><details><summary>more frames</summary><ul class=\"frames mono\">", f);
+            frame_item(f, s, shown++ == 0);
+        }
+    }
+    fputs(shown > SHOWN_FRAMES ? "</ul></details>" : "</ul>", f);
+}
+
+static void call_line(FILE *f, const json_t *ev)
+{
+    char bytes[32] = "";
+    long long b = shp_json_int(ev, "bytes", -1);
+    if (b >= 0)
+        thousands(bytes, sizeof(bytes), (uint64_t)b);
+    fputs("<div class=\"mono\"><b>", f);
+    html_fmt(f, "rank %lld", shp_json_int(ev, "rank", -1));
+    fputs("</b> ", f);
+    html_text(f, shp_json_text(ev, "op", "?"));
+    if (shp_json_int(ev, "count", -1) >= 0)
+        html_fmt(f, " count %lld", shp_json_int(ev, "count", 0));
+    if (shp_json_text(ev, "dtype", NULL))
+        html_fmt(f, " %s", shp_json_text(ev, "dtype", ""));
+    if (*bytes)
+        html_fmt(f, ", %s bytes", bytes);
+    if (shp_json_text(ev, "kind", NULL))
+        html_fmt(f, " %s", shp_json_text(ev, "kind", ""));
+    if (shp_json_text(ev, "comm", NULL) && shp_json_int(ev, "seq", -1) >= 0)
+        html_fmt(f, ", comm %.8s #%lld", shp_json_text(ev, "comm", ""), shp_json_int(ev, "seq", 0));
+    if (shp_json_int(ev, "peer", -1) >= 0)
+        html_fmt(f, " peer %lld", shp_json_int(ev, "peer", 0));
+    if (json_is_null(json_object_get(ev, "dur_ns")))
+        fputs(" <span class=\"incomplete\">[in flight]</span>", f);
+    fputs("</div>", f);
+}
+
+static void ranks_text(char *out, size_t len, const json_t *f)
+{
+    size_t i, o = 0;
+    json_t *rk;
+    out[0] = 0;
+    json_array_foreach(json_object_get(f, "ranks"), i, rk)
+    {
+        if (o + 16 >= len)
+            break;
+        o += (size_t)snprintf(out + o, len - o, "%s%lld", i ? ", " : "",
+                              (long long)json_integer_value(rk));
+    }
+}
+
+static void section_first(struct rp *r)
+{
+    FILE *f = r->f;
+    const json_t *first = r->first;
+    if (r->focus_index)
+        fprintf(f, "<h2>Finding %zu</h2>", r->focus_index + 1);
+    else
+        fputs("<h2>First finding</h2>", f);
+    if (!first) {
+        fputs("<div class=\"finding ok\" id=\"first-finding\"><p class=\"summary\">No findings: "
+              "the ranks agree on every collective and send/receive, and every read fits the "
+              "shape its producer wrote.</p></div>",
+              f);
+        return;
+    }
+    const char *sev = shp_json_text(first, "severity", "error");
+    char ranks[256];
+    ranks_text(ranks, sizeof(ranks), first);
+    fprintf(f, "<div class=\"finding %s\" id=\"first-finding\"><div><span class=\"kind\">",
+            !strcmp(sev, "warning") ? "warning" : "error");
+    html_text(f, shp_json_text(first, "kind", "?"));
+    fputs("</span> (", f);
+    html_text(f, sev);
+    fputs(")", f);
+    if (*ranks)
+        html_fmt(f, " on rank%s %s", strchr(ranks, ',') ? "s" : "", ranks);
+    if (shp_json_text(first, "comm", NULL))
+        html_fmt(f, ", communicator %.8s", shp_json_text(first, "comm", ""));
+    if (shp_json_int(first, "seq", -1) >= 0)
+        html_fmt(f, ", collective #%lld", shp_json_int(first, "seq", 0));
+    fputs("</div><p class=\"summary\" id=\"first-summary\">", f);
+    html_text(f, shp_json_text(first, "summary", ""));
+    fputs("</p>", f);
+    size_t i;
+    json_t *ev;
+    json_t *evs = json_object_get(first, "events");
+    if (json_array_size(evs)) {
+        fprintf(f, "<h3>The diverging call%s</h3>", json_array_size(evs) > 1 ? "s" : "");
+        json_array_foreach(evs, i, ev)
+        {
+            call_line(f, ev);
+            frames_list(f, ev);
+        }
+    }
+    json_t *exp = json_object_get(first, "expected");
+    if (json_is_object(exp)) {
+        fputs("<h3>What the peers did</h3>", f);
+        call_line(f, exp);
+        frames_list(f, exp);
+    }
+    long long cons = shp_json_int(first, "consequences", 0);
+    if (cons > 0)
+        html_fmt(f, "%lld later call%s on this communicator disagree%s as a consequence.", cons,
+                 cons == 1 ? "" : "s", cons == 1 ? "s" : "");
+    fputs("</div>", f);
+}
+
+static void cell_detail(char *out, size_t len, const struct rproc *p, const struct cell *c,
+                        uint64_t seq)
+{
+    char site[300];
+    shp_stacks_site(p->st, c->stack, site, sizeof(site));
+    snprintf(out, len, "rank %d #%" PRIu64 ": %s count %" PRIu64 " %s%s, index %" PRIu64 "%s%s",
+             p->rank, seq, shp_op_name(c->op), c->count,
+             c->dtype >= 0 ? shp_dtype_name((unsigned)c->dtype) : "",
+             c->in_flight ? " [in flight]" : "", c->index, *site ? " at " : "", site);
+}
+
+/* Whether the call at `index` of p's trace is in the first finding's list `key` ("events": its
+ * own calls, "lineage": its producers). */
+static bool listed(const struct rp *r, const char *key, const struct rproc *p, uint64_t index)
+{
+    size_t i;
+    json_t *ev;
+    json_array_foreach(json_object_get(r->first, key), i, ev)
+    {
+        if (!strcmp(shp_json_text(ev, "file", ""), p->path) &&
+            shp_json_int(ev, "index", -1) == (long long)index)
+            return true;
+    }
+    return false;
+}
+
+static void section_grid(struct rp *r)
+{
+    FILE *f = r->f;
+    fputs("<h2>Ranks &times; collectives</h2>", f);
+    if (!r->has_focus) {
+        fputs("<p id=\"grid-none\">This finding involves no collective, so there is no grid of "
+              "ranks &times; collectives.</p>",
+              f);
+        return;
+    }
+    /* Columns past the last collective anyone made stay out, but the focus stays in. */
+    uint64_t last = r->seq_max > r->seq ? r->seq_max : r->seq;
+    size_t ncol = (size_t)((last < r->s_hi ? last : r->s_hi) - r->s_lo + 1);
+    size_t members = 0, folded = 0;
+    for (size_t i = 0; i < r->nprocs; i++) {
+        members += r->procs[i].member;
+        folded += r->procs[i].member && !r->procs[i].near;
+    }
+    /* The majority call of each column: the cells that differ from it are marked. */
+    struct cell *maj = calloc(ncol, sizeof(*maj));
+    size_t *last_col = calloc(ncol, sizeof(size_t));
+    if (!maj || !last_col) {
+        free(maj), free(last_col);
+        return;
+    }
+    bool any_col = false;
+    for (size_t c = 0; c < ncol; c++) {
+        size_t best = 0;
+        for (size_t i = 0; i < r->nprocs; i++) {
+            const struct rproc *p = &r->procs[i];
+            if (!p->cells || !p->cells[c].has)
+                continue;
+            size_t votes = 0;
+            /* Boyer-Moore would do, but columns are short and this is exact. */
+            for (size_t k = 0; k < r->nprocs && votes <= members / 2; k++) {
+                const struct rproc *q = &r->procs[k];
+                votes += q->cells && q->cells[c].has && q->cells[c].op == p->cells[c].op &&
+                         q->cells[c].count == p->cells[c].count &&
+                         q->cells[c].dtype == p->cells[c].dtype;
+            }
+            if (votes > best) {
+                best = votes;
+                maj[c] = p->cells[c];
+            }
+            if (votes > members / 2)
+                break;
+        }
+        last_col[c] = best;
+        any_col |= best > 0;
+    }
+    html_fmt(
+        f, "Communicator %016" PRIx64 ", %zu member%s, collectives #%" PRIu64 " to #%" PRIu64 ". ",
+        r->comm, members, members == 1 ? "" : "s", r->s_lo, r->s_lo + ncol - 1);
+    fputs("Red: the rank the finding names; pink: a call that differs from the majority; "
+          "yellow: no such call; blue outline: a collective in the lineage chain. Click a cell "
+          "for its call.",
+          f);
+    if (folded)
+        fprintf(f,
+                "<br><button id=\"unfold\" data-label=\"show all %zu ranks\">show all %zu "
+                "ranks</button> (%zu far from the finding are folded)",
+                members, members, folded);
+    fputs("<div class=\"scroll\"><table id=\"grid\"><thead><tr><th>rank</th>", f);
+    for (size_t c = 0; c < ncol; c++)
+        fprintf(f, "<th%s>#%" PRIu64 "</th>", r->s_lo + c == r->seq ? " class=\"focus\"" : "",
+                r->s_lo + c);
+    fputs("</tr></thead><tbody>", f);
+    for (size_t i = 0; i < r->nprocs; i++) {
+        const struct rproc *p = &r->procs[i];
+        if (!p->member)
+            continue;
+        fprintf(f, "<tr class=\"%s\" data-rank=\"%d\"><th>%d</th>", p->near ? "near" : "far folded",
+                p->rank, p->rank);
+        for (size_t c = 0; c < ncol; c++) {
+            const struct cell *x = &p->cells[c];
+            uint64_t seq = r->s_lo + c;
+            bool culprit = p->culprit && seq == r->seq && r->own_focus;
+            if (!x->has) {
+                /* Missing only where others made the call. */
+                fprintf(f, "<td class=\"%s\">&mdash;</td>",
+                        culprit       ? "culprit missing"
+                        : last_col[c] ? "missing"
+                                      : "none");
+                continue;
+            }
+            bool diverge =
+                x->op != maj[c].op || x->count != maj[c].count || x->dtype != maj[c].dtype;
+            char detail[600];
+            cell_detail(detail, sizeof(detail), p, x, seq);
+            fprintf(f, "<td class=\"%s%s\" data-d=\"",
+                    culprit   ? "culprit"
+                    : diverge ? "diverge"
+                              : "ok",
+                    listed(r, "lineage", p, x->index) ? " chain" : "");
+            html_text(f, detail);
+            fprintf(f, "\">%s %" PRIu64 "%s</td>", short_op(x->op), x->count,
+                    x->in_flight ? "&hellip;" : "");
+        }
+        fputs("</tr>", f);
+    }
+    fputs("</tbody></table></div>", f);
+    if (!any_col)
+        fputs("<p>No member's trace has these collectives.</p>", f);
+    free(maj);
+    free(last_col);
+}
+
+/* The timeline's window: the grid's calls and the finding's own calls, padded. */
+static void pick_window(struct rp *r)
+{
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < r->nprocs && r->has_focus; i++) {
+        const struct rproc *p = &r->procs[i];
+        for (size_t c = 0; p->cells && c <= r->s_hi - r->s_lo; c++) {
+            if (!p->cells[c].has)
+                continue;
+            lo = p->cells[c].t0 < lo ? p->cells[c].t0 : lo;
+            uint64_t t1 = p->cells[c].in_flight ? p->cells[c].t0 : p->cells[c].t1;
+            hi = t1 > hi ? t1 : hi;
+        }
+    }
+    static const char *const lists[] = {"events", "lineage"};
+    for (int l = 0; l < 2 && r->first; l++) {
+        size_t i;
+        json_t *ev;
+        json_array_foreach(json_object_get(r->first, lists[l]), i, ev)
+        {
+            long long t = shp_json_int(ev, "t_ns", -1), d = shp_json_int(ev, "dur_ns", 0);
+            if (t < 0)
+                continue;
+            lo = (uint64_t)t < lo ? (uint64_t)t : lo;
+            hi = (uint64_t)(t + d) > hi ? (uint64_t)(t + d) : hi;
+        }
+    }
+    if (lo == UINT64_MAX) { /* nothing to centre on: the last second of the traces */
+        hi = r->tend;
+        lo = hi > r->t0 + 1000000000ull ? hi - 1000000000ull : r->t0;
+    }
+    if (hi <= lo)
+        hi = lo + 1000000;
+    uint64_t pad = (hi - lo) / 20 + 1000;
+    r->w0 = lo > r->t0 + pad ? lo - pad : r->t0;
+    r->w1 = hi + pad;
+}
+
+static const char *cat_class(int cls)
+{
+    switch (cls) {
+    case SHP_CLS_COLL:
+        return "c-collective";
+    case SHP_CLS_P2P:
+        return "c-p2p";
+    case SHP_CLS_COPY:
+        return "c-copy";
+    case SHP_CLS_ALLOC:
+    case SHP_CLS_FREE:
+        return "c-memory";
+    default:
+        return "c-other";
+    }
+}
+
+static void timeline_row(struct rp *r, struct rproc *p, int y)
+{
+    FILE *f = r->f;
+    double scale = (double)TL_WIDTH / (double)(r->w1 - r->w0);
+    fprintf(f, "<text x=\"4\" y=\"%d\">", y + 12);
+    html_fmt(f, "rank %d", p->rank);
+    fputs("</text>", f);
+    struct shp_cursor cur = {0};
+    uint64_t index = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *rec;
+    double drawn_to = -1;
+    while ((rec = shp_trace_next(&p->t, &cur, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(&p->t, rec, type, &e))
+            continue;
+        uint64_t idx = index++;
+        if (e.mark)
+            continue;
+        /* A call that never returned lasts past anything the window shows. */
+        uint64_t end = e.dur_ns == SHP_NONE ? r->w1 : e.t_ns + e.dur_ns;
+        if (end < r->w0 || e.t_ns > r->w1)
+            continue;
+        uint64_t a = e.t_ns < r->w0 ? r->w0 : e.t_ns, b = end > r->w1 ? r->w1 : end;
+        double x = (double)(a - r->w0) * scale, w = (double)(b - a) * scale;
+        bool hit = listed(r, "events", p, idx);
+        /* Calls narrower than a pixel that land where one was just drawn add nothing. */
+        if (!hit && e.dur_ns != SHP_NONE && w < 1 && x < drawn_to)
+            continue;
+        if (w < 1)
+            w = 1;
+        drawn_to = x + w + 1;
+        char site[300], bytes[32] = "";
+        shp_stacks_site(p->st, e.stack, site, sizeof(site));
+        if (e.bytes != SHP_NONE)
+            thousands(bytes, sizeof(bytes), e.bytes);
+        fprintf(f,
+                "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"14\" class=\"%s%s%s\" "
+                "data-d=\"",
+                TL_LABEL + x, y + 1, w, cat_class(e.cls), hit ? " hit" : "",
+                e.dur_ns == SHP_NONE ? " inflight" : "");
+        html_fmt(f, "rank %d %s", p->rank, shp_op_name(e.op));
+        if (e.seq != SHP_NONE)
+            html_fmt(f, " #%" PRIu64, e.seq);
+        if (*bytes)
+            html_fmt(f, ", %s bytes", bytes);
+        html_fmt(f, ", at %.6f s", (double)(e.t_ns - r->t0) / 1e9);
+        if (e.dur_ns == SHP_NONE)
+            html_text(f, " [in flight]");
+        if (*site)
+            html_fmt(f, " at %s", site);
+        fputs("\"/>", f);
+    }
+}
+
+static void section_timeline(struct rp *r)
+{
+    FILE *f = r->f;
+    pick_window(r);
+    size_t rows = 0, hidden = 0;
+    for (size_t i = 0; i < r->nprocs; i++) {
+        rows += r->procs[i].near;
+        hidden += !r->procs[i].near;
+    }
+    int h = (int)rows * 18 + 30;
+    fputs("<h2>Timeline around the finding</h2><p>", f);
+    html_fmt(f, "%.6f s to %.6f s after the first call. ", (double)(r->w0 - r->t0) / 1e9,
+             (double)(r->w1 - r->t0) / 1e9);
+    fputs("Red outline: the finding's calls; dashed: a call that never returned. Click a call "
+          "for details.",
+          f);
+    if (hidden)
+        fprintf(f,
+                " %zu ranks far from the finding are left out (shapetrace export draws them "
+                "all).",
+                hidden);
+    fputs("<span class=\"legend\"><span class=\"c-collective\" style=\"background:#5c8fd6\">"
+          "</span>collective<span style=\"background:#8e6bc9\"></span>send/recv<span "
+          "style=\"background:#55a868\"></span>copy<span style=\"background:#c0c4c9\"></span>"
+          "memory<span style=\"background:#d1a35c\"></span>other</span></p>",
+          f);
+    fprintf(f,
+            "<div class=\"scroll\"><svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">",
+            TL_LABEL + TL_WIDTH + 10, h, TL_LABEL + TL_WIDTH + 10, h);
+    int y = 4;
+    for (size_t i = 0; i < r->nprocs; i++) {
+        if (!r->procs[i].near)
+            continue;
+        timeline_row(r, &r->procs[i], y);
+        y += 18;
+    }
+    for (int k = 0; k <= 4; k++) {
+        double x = TL_LABEL + TL_WIDTH * k / 4.0;
+        uint64_t t = r->w0 + (r->w1 - r->w0) * (uint64_t)k / 4;
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"0\" y2=\"%d\" stroke=\"#0002\"/>", x, x, y);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">%.6f s</text>", x, y + 14,
+                k == 0   ? "start"
+                : k == 4 ? "end"
+                         : "middle",
+                (double)(t - r->t0) / 1e9);
+    }
+    fputs("</svg></div>", f);
+}
+
+/* A shape named in the summary after `lead` ("reads [771, 512]"), if the analysis gave one. */
+static void summary_shape(const char *summary, const char *lead, char *out, size_t len)
+{
+    out[0] = 0;
+    const char *p = summary ? strstr(summary, lead) : NULL;
+    if (!p)
+        return;
+    p += strlen(lead);
+    const char *e = strchr(p, ']');
+    if (*p == '[' && e)
+        snprintf(out, len, "%.*s", (int)(e - p + 1), p);
+}
+
+#define BOX_W 196
+#define BOX_H 104
+#define BOX_STEP 236 /* box and arrow */
+#define ROW_STEP 150
+#define PER_ROW 5 /* boxes a row: the page's width */
+
+static void chain_box(FILE *f, const json_t *ev, int x, int y, const char *role, const char *shape,
+                      const char *cls)
+{
+    char bytes[32] = "", site_line[64], l1[120], l2[64], l3[160], l4[64];
+    long long b = shp_json_int(ev, "bytes", -1);
+    if (b >= 0)
+        thousands(bytes, sizeof(bytes), (uint64_t)b);
+    /* The innermost Python frame if there is one, else the innermost frame. */
+    json_t *stack = json_object_get(ev, "stack");
+    const char *site = "";
+    size_t i;
+    json_t *fr;
+    json_array_foreach(stack, i, fr)
+    {
+        const char *s = json_string_value(fr);
+        if (!s)
+            continue;
+        if (!*site)
+            site = s;
+        if (!strncmp(s, "py: ", 4)) {
+            site = s;
+            break;
+        }
+    }
+    fprintf(f,
+            "<g class=\"link\"><rect class=\"box %s\" x=\"%d\" y=\"%d\" width=\"%d\" "
+            "height=\"%d\" rx=\"6\" data-d=\"",
+            cls, x, y, BOX_W, BOX_H);
+    html_text(f, site);
+    fputs("\"/>", f);
+    snprintf(l1, sizeof(l1), "%s%s%s", shp_json_text(ev, "op", "?"),
+             shp_json_text(ev, "kind", NULL) ? " " : "", shp_json_text(ev, "kind", ""));
+    snprintf(l2, sizeof(l2), "%s bytes", *bytes ? bytes : "?");
+    long long h = shp_json_int(ev, "height", 1), w = shp_json_int(ev, "width", -1);
+    if (*shape)
+        snprintf(l3, sizeof(l3), "%s", shape);
+    else if (shp_json_int(ev, "count", -1) >= 0)
+        snprintf(l3, sizeof(l3), "count %lld %s", shp_json_int(ev, "count", 0),
+                 shp_json_text(ev, "dtype", ""));
+    else if (h > 1 && w > 0)
+        snprintf(l3, sizeof(l3), "%lld rows x %lld B, pitch %lld", h, w,
+                 shp_json_int(ev, "dpitch", 0));
+    else
+        snprintf(l3, sizeof(l3), "contiguous");
+    snprintf(l4, sizeof(l4), "rank %lld, call %lld", shp_json_int(ev, "rank", -1),
+             shp_json_int(ev, "index", -1));
+    snprintf(site_line, sizeof(site_line), "%.25s%s", site, strlen(site) > 25 ? "..." : "");
+    const char *lines[] = {role, l1, l2, l3, site_line, l4};
+    for (int k = 0; k < 6; k++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\"%s>", x + 8, y + 16 + 16 * k,
+                k == 0   ? " font-weight=\"700\""
+                : k == 4 ? " class=\"mono\""
+                         : "");
+        html_text(f, lines[k]);
+        fputs("</text>", f);
+    }
+    fputs("</g>", f);
+}
+
+static void section_chain(struct rp *r)
+{
+    FILE *f = r->f;
+    json_t *lin = json_object_get(r->first, "lineage");
+    json_t *evs = json_object_get(r->first, "events");
+    size_t n = json_array_size(lin);
+    fputs("<h2>Where the bytes came from</h2>", f);
+    if (!n || !json_array_size(evs)) {
+        fputs("<p id=\"chain-none\">The first finding has no producer chain (it is not a "
+              "lineage finding).</p>",
+              f);
+        return;
+    }
+    size_t boxes = n + 1, rows = (boxes + PER_ROW - 1) / PER_ROW;
+    int width = (int)(boxes < PER_ROW ? boxes : PER_ROW) * BOX_STEP, height = (int)rows * ROW_STEP;
+    fputs("<p>From the origin of the bytes to the call that read them the wrong way. Click a "
+          "box for its call site.</p>",
+          f);
+    fprintf(f,
+            "<div class=\"scroll\"><svg id=\"chain\" xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\"><defs><marker id=\"ah\" "
+            "viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" "
+            "orient=\"auto\"><path d=\"M0,0L10,5L0,10z\" fill=\"#444\"/></marker></defs>",
+            width, height, width, height);
+    const char *summary = shp_json_text(r->first, "summary", "");
+    char shape[120];
+    for (size_t k = 0; k < boxes; k++) {
+        int x = 10 + (int)(k % PER_ROW) * BOX_STEP, y = 10 + (int)(k / PER_ROW) * ROW_STEP;
+        const json_t *ev = k < n ? json_array_get(lin, n - 1 - k) : json_array_get(evs, 0);
+        bool consumer = k == n;
+        /* The shapes the analysis named: what the consumer read, and the region its nearest
+         * producer wrote. */
+        shape[0] = 0;
+        if (consumer || k == n - 1)
+            summary_shape(summary, consumer ? "reads " : " of a ", shape, sizeof(shape));
+        if (*shape)
+            strncat(shape, consumer ? " read" : " region", sizeof(shape) - strlen(shape) - 1);
+        chain_box(f, ev, x, y,
+                  consumer ? "consumer"
+                  : k == 0 ? "origin"
+                           : "producer",
+                  shape,
+                  consumer ? "consumer"
+                  : k == 0 ? "origin"
+                           : "");
+        if (consumer)
+            break;
+        if ((k + 1) % PER_ROW)
+            fprintf(f, "<line class=\"arrow\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>",
+                    x + BOX_W + 2, y + BOX_H / 2, x + BOX_STEP - 4, y + BOX_H / 2);
+        else /* down to the next row's first box */
+            fprintf(f,
+                    "<polyline class=\"arrow\" fill=\"none\" points=\"%d,%d %d,%d %d,%d %d,%d\"/>",
+                    x + BOX_W / 2, y + BOX_H + 2, x + BOX_W / 2, y + BOX_H + 22, 10 + BOX_W / 2,
+                    y + BOX_H + 22, 10 + BOX_W / 2, y + ROW_STEP - 4);
+    }
+    fputs("</svg></div>", f);
+}
+
+static void section_others(struct rp *r)
+{
+    FILE *f = r->f;
+    json_t *fs = json_object_get(r->report, "findings");
+    fputs("<h2>Other findings</h2>", f);
+    if (json_array_size(fs) < 2) {
+        fputs("<p id=\"others-none\">None.</p>", f);
+        return;
+    }
+    fputs("<table id=\"others\"><thead><tr><th>#</th><th>kind</th><th>ranks</th><th>where</th>"
+          "<th>summary</th></tr></thead><tbody>",
+          f);
+    size_t i;
+    json_t *x;
+    json_array_foreach(fs, i, x)
+    {
+        if (i == r->focus_index)
+            continue;
+        char ranks[256];
+        ranks_text(ranks, sizeof(ranks), x);
+        fprintf(f, "<tr><td>%zu</td><td>", i + 1);
+        html_text(f, shp_json_text(x, "kind", "?"));
+        fputs("</td><td>", f);
+        html_text(f, ranks);
+        fputs("</td><td class=\"mono\">", f);
+        if (shp_json_text(x, "comm", NULL))
+            html_fmt(f, "%.8s #%lld", shp_json_text(x, "comm", ""), shp_json_int(x, "seq", -1));
+        fputs("</td><td>", f);
+        html_text(f, shp_json_text(x, "summary", ""));
+        fputs("</td></tr>", f);
+    }
+    fputs("</tbody></table>", f);
+}
+
+static void section_procs(struct rp *r)
+{
+    FILE *f = r->f;
+    size_t incomplete = 0;
+    for (size_t i = 0; i < r->nprocs; i++)
+        incomplete += !r->procs[i].complete;
+    fprintf(f,
+            "<h2>Processes</h2><p>%zu process%s, %zu of them incomplete (did not exit "
+            "normally). Filter: <input id=\"proc-filter\" placeholder=\"rank, host, "
+            "op...\"></p>",
+            r->nprocs, r->nprocs == 1 ? "" : "es", incomplete);
+    fputs("<div class=\"scroll\"><table id=\"procs\"><thead><tr><th>rank</th><th>host</th>"
+          "<th>pid</th><th>events</th><th>complete</th><th>last call</th><th>trace</th></tr>"
+          "</thead><tbody>",
+          f);
+    for (size_t i = 0; i < r->nprocs; i++) {
+        const struct rproc *p = &r->procs[i];
+        fprintf(f, "<tr><td>%d</td><td>", p->rank);
+        html_text(f, p->t.hdr->host);
+        fprintf(f, "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td%s>%s</td><td class=\"mono\">",
+                p->t.hdr->pid, p->events, p->complete ? "" : " class=\"incomplete\"",
+                p->complete ? "yes" : "NO");
+        if (p->has_last) {
+            html_text(f, shp_op_name(p->last.op));
+            if (p->last.seq != SHP_NONE)
+                html_fmt(f, " #%" PRIu64, p->last.seq);
+            if (p->last.dur_ns == SHP_NONE)
+                fputs(" <span class=\"incomplete\">[in flight]</span>", f);
+        }
+        fputs("</td><td class=\"mono\">", f);
+        html_text(f, p->path);
+        fputs("</td></tr>", f);
+    }
+    fputs("</tbody></table></div>", f);
+}
+
+static void section_command(struct rp *r, int argc, char **argv)
+{
+    FILE *f = r->f;
+    fputs("<h2>Command line</h2><pre id=\"cmdline\">shapetrace", f);
+    for (int i = 0; i < argc; i++) {
+        fputc(' ', f);
+        bool quote = strpbrk(argv[i], " \t'\"$`\\") != NULL;
+        if (quote)
+            fputc('\'', f);
+        html_text(f, argv[i]);
+        if (quote)
+            fputc('\'', f);
+    }
+    char cwd[1024];
+    fputs("\n(in ", f);
+    html_text(f, getcwd(cwd, sizeof(cwd)) ? cwd : "?");
+    fputs(")</pre>", f);
+}
+
+static void write_page(struct rp *r, const char *title, int argc, char **argv)
+{
+    FILE *f = r->f;
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+    size_t nf = json_array_size(json_object_get(r->report, "findings"));
+    fprintf(f,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">"
+            "<title>shapetrace report</title><script>%s</script><style>%s</style></head>"
+            "<body><pre id=\"js-errors\" hidden></pre><h1>shapetrace report</h1>",
+            js_head, css);
+    fputs("<p class=\"sub\">", f);
+    if (title) {
+        html_text(f, title);
+        fputs("<br>", f);
+    }
+    html_fmt(f, "%zu process%s, %zu finding%s. Written %s by shapetrace %s.", r->nprocs,
+             r->nprocs == 1 ? "" : "es", nf, nf == 1 ? "" : "s", when, SHP_VERSION);
+    fputs("</p>", f);
+    /* For a lineage finding the chain explains it best: right under it. */
+    bool lineage = json_array_size(json_object_get(r->first, "lineage")) > 0;
+    section_first(r);
+    if (lineage)
+        section_chain(r);
+    section_grid(r);
+    section_timeline(r);
+    if (!lineage)
+        section_chain(r);
+    section_others(r);
+    section_procs(r);
+    section_command(r, argc, argv);
+    fprintf(f, "<div id=\"detail\"></div><script>%s</script></body></html>\n", js_body);
+}
+
+static void free_all(struct rp *r)
+{
+    for (size_t i = 0; i < r->nprocs; i++) {
+        struct rproc *p = &r->procs[i];
+        free(p->cells);
+        shp_stacks_free(p->st);
+        shp_trace_close(&p->t);
+        free(p->path);
+    }
+    free(r->procs);
+    json_decref(r->report);
+}
+
+int shp_cmd_report(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"html", required_argument, 0, 'o'},
+        {"title", required_argument, 0, 't'},
+        {"dim", required_argument, 0, 'd'},
+        {"expect", required_argument, 0, 'e'},
+        {"finding", required_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    struct rp r;
+    memset(&r, 0, sizeof(r));
+    const char *out = "report.html", *title = NULL;
+    char **aargs = calloc((size_t)argc * 2 + 1, sizeof(char *));
+    int naargs = 0, c, status = SHP_EXIT_USAGE, astatus;
+    if (!aargs)
+        return SHP_EXIT_USAGE;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'o') {
+            out = optarg;
+        } else if (c == 't') {
+            title = optarg;
+        } else if (c == 'n') {
+            char *end;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (*end || !*optarg || v == 0) {
+                shp_err("--finding takes a finding's number (1 is the first), not '%s'", optarg);
+                goto done;
+            }
+            r.focus_index = v - 1;
+        } else if (c == 'd' || c == 'e') {
+            aargs[naargs++] = c == 'd' ? "--dim" : "--expect";
+            aargs[naargs++] = optarg;
+        } else if (c == 'h') {
+            report_usage(stdout);
+            status = SHP_EXIT_OK;
+            goto done;
+        } else {
+            report_usage(stderr);
+            goto done;
+        }
+    }
+    if (optind >= argc) {
+        shp_err("report: no trace given (shapetrace report PATH...)");
+        goto done;
+    }
+    if (load(&r, argv + optind, argc - optind) < 0)
+        goto done;
+    for (int i = optind; i < argc; i++)
+        aargs[naargs++] = argv[i];
+    r.report = shp_analysis_run(naargs, aargs, &astatus);
+    if (!r.report)
+        goto done;
+    qsort(r.procs, r.nprocs, sizeof(*r.procs), by_rank);
+    json_t *fs = json_object_get(r.report, "findings");
+    if (r.focus_index && r.focus_index >= json_array_size(fs)) {
+        shp_err("report: --finding %zu, but the analysis has %zu finding%s", r.focus_index + 1,
+                json_array_size(fs), json_array_size(fs) == 1 ? "" : "s");
+        goto done;
+    }
+    r.first = json_array_size(fs) ? json_array_get(fs, r.focus_index) : NULL;
+    pick_focus(&r);
+    scan(&r);
+    mark_near(&r);
+    r.f = !strcmp(out, "-") ? stdout : fopen(out, "w");
+    if (!r.f) {
+        shp_err("%s: %s", out, strerror(errno));
+        goto done;
+    }
+    write_page(&r, title, argc, argv);
+    if (fflush(r.f) || ferror(r.f)) {
+        shp_err("%s: %s", out, strerror(errno));
+        goto done;
+    }
+    fprintf(stderr, "shapetrace: %s: report of %zu process%s, %zu finding%s\n", out, r.nprocs,
+            r.nprocs == 1 ? "" : "es", json_array_size(fs), json_array_size(fs) == 1 ? "" : "s");
+    status = SHP_EXIT_OK;
+done:
+    if (r.f && r.f != stdout)
+        fclose(r.f);
+    free_all(&r);
+    free(aargs);
+    return status;
+}

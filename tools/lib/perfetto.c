@@ -1,0 +1,84 @@
+/* shapetrace tools: protobuf wire-format writing for `export --format perfetto` (see perfetto.h).
+ */
+#include "tools/lib/perfetto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void shp_pb_free(struct shp_pb *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+static bool room(struct shp_pb *b, size_t more)
+{
+    if (b->oom)
+        return false;
+    if (b->len + more <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    uint8_t *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+void shp_pb_raw(struct shp_pb *b, const void *data, size_t len)
+{
+    if (!len || !room(b, len))
+        return;
+    memcpy(b->p + b->len, data, len);
+    b->len += len;
+}
+
+void shp_pb_varint(struct shp_pb *b, uint64_t v)
+{
+    if (!room(b, 10))
+        return;
+    while (v >= 0x80) {
+        b->p[b->len++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b->p[b->len++] = (uint8_t)v;
+}
+
+void shp_pb_uint(struct shp_pb *b, unsigned field, uint64_t v)
+{
+    shp_pb_varint(b, (uint64_t)field << 3);
+    shp_pb_varint(b, v);
+}
+
+void shp_pb_fixed64(struct shp_pb *b, unsigned field, uint64_t v)
+{
+    shp_pb_varint(b, (uint64_t)field << 3 | 1);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(v >> (8 * i));
+    shp_pb_raw(b, le, 8);
+}
+
+void shp_pb_bytes(struct shp_pb *b, unsigned field, const void *data, size_t len)
+{
+    shp_pb_varint(b, (uint64_t)field << 3 | 2);
+    shp_pb_varint(b, len);
+    shp_pb_raw(b, data, len);
+}
+
+void shp_pb_str(struct shp_pb *b, unsigned field, const char *s)
+{
+    shp_pb_bytes(b, field, s, strlen(s));
+}
+
+void shp_pb_msg(struct shp_pb *b, unsigned field, const struct shp_pb *sub)
+{
+    if (sub->oom)
+        b->oom = true;
+    shp_pb_bytes(b, field, sub->p, sub->len);
+}
