@@ -3,12 +3,13 @@ interposition facts warn about: torch's RTLD_LOCAL libnccl (init_process_group),
 clones (cudaMemcpyAsync), a CUDA graph with a captured all-reduce and replays, and NCCL through
 ctypes + dlsym(handle) the way vLLM's pynccl does. Prints one 'check NAME ok|FAIL' line each."""
 import ctypes
-import glob
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+
+from pynccl_ranks import nccl_path
 
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 os.environ.setdefault("MASTER_PORT", "29517")
@@ -62,15 +63,6 @@ try:
     print("check graph ok")
 except Exception as e:  # noqa: BLE001 - report and carry on with the other checks
     print("check graph FAIL", e)
-
-
-def nccl_path():
-    import nvidia.nccl  # the wheel torch loads its NCCL from
-    for p in list(nvidia.nccl.__path__):
-        found = glob.glob(os.path.join(p, "lib", "libnccl.so*"))
-        if found:
-            return found[0]
-    return "libnccl.so.2"
 
 
 class UniqueId(ctypes.Structure):
