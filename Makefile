@@ -56,7 +56,7 @@ COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 # ---- the preload ----
 PRELOAD_SRC := preload/config.c preload/writer.c preload/resolve.c preload/stackid.c \
                preload/python.c preload/stacks.c preload/record.c preload/nccl.c \
-               preload/cudart.c preload/dlsym.c preload/init.c
+               preload/cudart.c preload/cuda.c preload/dlsym.c preload/init.c
 PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(B)/obj/%.o)
 PRELOAD := $(B)/lib/libshapetrace.so
 EXPORTS := $(B)/obj/preload/exports.map
@@ -70,8 +70,9 @@ TOOLS_LIBS := -ldw -lelf -ljansson -lm -lstdc++ -lpthread
 # ---- test equipment ----
 DOUBLE_CUDART := $(B)/tests/libcudart.so.13
 DOUBLE_NCCL := $(B)/tests/libnccl.so.2
+DOUBLE_CUDA := $(B)/tests/libcuda.so.1
 TEST_PROGS := $(patsubst tests/load/%.c,$(B)/tests/%,$(wildcard tests/load/*.c))
-TEST_LIBS := $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.so \
+TEST_LIBS := $(DOUBLE_CUDA) $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.so \
              $(B)/tests/libnext_b.so
 UNIT_PROGS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/*.c))
 EXAMPLE_PROGS := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
@@ -135,11 +136,31 @@ $(MAN): $(TOOL) scripts/mkman.sh
 
 # Test doubles of libcudart.so.13 and libnccl.so.2: built against the real headers, with the
 # real sonames, so that programs linked against them load them the way they load the real ones.
-$(DOUBLE_CUDART): tests/doubles/cudart.c
+$(DOUBLE_CUDART): tests/doubles/cudart.c $(wildcard tests/doubles/*.h)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  DOUBLE  $@")
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
-		-Wl,-soname,libcudart.so.13 -o $@ $< -lpthread
+		-Wl,-soname,libcudart.so.13 -o $@ $< -ldl -lpthread
+
+# The driver double, libcuda.so.1 (cuGetProcAddress and the traced driver functions). Bound to
+# its own functions, as the real driver is: the pointers its cuGetProcAddress hands out are its
+# own, never an interposer's.
+$(DOUBLE_CUDA): tests/doubles/cuda.c $(wildcard tests/doubles/*.h)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  DOUBLE  $@")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared -Wl,-Bsymbolic-functions \
+		-Wl,-soname,libcuda.so.1 -o $@ $< -lpthread
+
+# A program with the static runtime double linked in: no libcudart, only libcuda at run time.
+$(B)/tests/static_rt: tests/load/static_rt.c tests/doubles/static_cudart.c $(DOUBLE_CUDA)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ tests/load/static_rt.c \
+		tests/doubles/static_cudart.c -Wl,-rpath,'$$ORIGIN' -ldl -lpthread
+
+# Direct driver calls: dlopen libcuda.so.1 and look its functions up (cuda-python, CuPy, JAX).
+$(B)/tests/driver_direct: tests/load/driver_direct.c $(DOUBLE_CUDA)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -ldl
 
 $(DOUBLE_NCCL): tests/doubles/nccl.c $(wildcard tests/doubles/*.h)
 	@mkdir -p $(@D)
@@ -239,8 +260,8 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
 # programs the analyze suite traces.
 TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
-tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(B)/tests/scenario \
-	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/shp_launch $(B)/bench/gen_traces \
+tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
+	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/shp_launch $(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
 
 # make check: the layout rule, the whole suite here, then the sanitizer builds in their own

@@ -162,9 +162,19 @@ enum shp_aux {
     SHP_AUX_POINTER_ATTRIBUTES,
     SHP_AUX_PEEK_ERROR,
     SHP_AUX_GET_ERROR,
+    SHP_AUX_CU_POINTER_ATTRIBUTE, /* the driver's: copies seen at the driver level */
+    SHP_AUX_CU_CTX_GET_DEVICE,
     SHP_AUX_COUNT
 };
 void *shp_real_aux(int slot, enum shp_aux aux);
+
+/* A driver function (`name`, exact) by ordinary binding or in the loaded libcuda; NULL if none. */
+void *shp_cu_real_lookup(const char *name);
+
+/* True if pc lies in a loaded NCCL or shared CUDA runtime: a driver call from their code is theirs
+ * (NCCL's buffers and proxy threads; the runtime's work for a runtime call, recorded as that call
+ * when it is traced), never the application's. Lock-free once the calling object was seen. */
+bool shp_called_from_library(const void *pc);
 
 /* A wrapper's real function was not found: warn once for op, return `err`. */
 int shp_missing(unsigned op, int err);
@@ -182,6 +192,12 @@ void shp_load_range(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *h
 
 /* True if addr lies in libshapetrace.so itself. */
 bool shp_is_self(const void *addr);
+
+/* ---- cuda.c (with the wrappers): cuGetProcAddress ---- */
+
+/* Our cuGetProcAddress (v2: cuGetProcAddress_v2's signature) calling `real`; NULL if real is
+ * NULL or ours. What it hands out for the traced driver functions are our wrappers. */
+void *shp_cu_proc_wrapper(void *real, bool v2);
 
 /* ---- stackid.c: records stored once, and the stack id table ---- */
 

@@ -2,6 +2,7 @@
  * call does not say: communicator identity and sequence numbers, group depth, which streams are
  * being captured into graphs. Per-op facts live in tables indexed by the op. */
 #define _GNU_SOURCE
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <nccl.h>
@@ -49,8 +50,9 @@ static const unsigned char comm_kind_of_op[SHP_OP_COUNT] = {
 };
 
 static const unsigned char is_capture_begin[SHP_OP_COUNT] = {
-    [SHP_OP_cudaStreamBeginCapture] = 1,
-    [SHP_OP_cudaStreamBeginCapture_ptsz] = 1,
+    [SHP_OP_cudaStreamBeginCapture] = 1,      [SHP_OP_cudaStreamBeginCapture_ptsz] = 1,
+    [SHP_OP_cuStreamBeginCapture_v2] = 1,     [SHP_OP_cuStreamBeginCapture_v2_ptsz] = 1,
+    [SHP_OP_cuStreamBeginCaptureToGraph] = 1, [SHP_OP_cuStreamBeginCaptureToGraph_ptsz] = 1,
 };
 
 static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
@@ -291,14 +293,36 @@ static bool is_device_ptr(int slot, const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-static int resolve_kind(int slot, const void *dst, const void *src)
+typedef CUresult (*cu_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
+typedef CUresult (*cu_ctx_device_fn)(CUdevice *);
+
+/* The driver's answer, for copies seen at the driver level (a static runtime has no cudart for
+ * us to ask). Host memory the driver does not know is an error: host. */
+static bool cu_is_device_ptr(const void *p)
 {
-    bool d = is_device_ptr(slot, dst), s = is_device_ptr(slot, src);
+    cu_attr_fn attr = (cu_attr_fn)shp_real_aux(0, SHP_AUX_CU_POINTER_ATTRIBUTE);
+    unsigned type = 0;
+    if (!attr || attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p))
+        return false;
+    return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED;
+}
+
+static int resolve_kind(const struct shp_call *c, const void *dst, const void *src)
+{
+    bool drv = shp_op_lib(c->op) == SHP_LIB_CUDA;
+    bool d = drv ? cu_is_device_ptr(dst) : is_device_ptr(c->slot, dst);
+    bool s = drv ? cu_is_device_ptr(src) : is_device_ptr(c->slot, src);
     return s ? (d ? SHP_KIND_D2D : SHP_KIND_D2H) : (d ? SHP_KIND_H2D : SHP_KIND_H2H);
 }
 
-static int current_device(int slot)
+static int current_device(const struct shp_call *c)
 {
+    int slot = c->slot;
+    if (shp_op_lib(c->op) == SHP_LIB_CUDA) {
+        cu_ctx_device_fn g = (cu_ctx_device_fn)shp_real_aux(0, SHP_AUX_CU_CTX_GET_DEVICE);
+        CUdevice d = -1;
+        return g && g(&d) == CUDA_SUCCESS ? (int)d : -1;
+    }
     get_device_fn f = (get_device_fn)shp_real_aux(slot, SHP_AUX_GET_DEVICE);
     int dev = -1;
     if (!f || f(&dev) != cudaSuccess)
@@ -414,7 +438,7 @@ static void fill_copy(struct shp_rec_copy *r, struct shp_call *c)
     r->dst_dev = is_peer_copy[c->op] ? c->dst_dev : -1;
     int kind = c->kind;
     if (kind == cudaMemcpyDefault) {
-        kind = resolve_kind(c->slot, c->b, c->a);
+        kind = resolve_kind(c, c->b, c->a);
         r->ev.flags |= SHP_EV_KIND_DEFAULT;
     }
     r->kind = (uint8_t)kind;
@@ -528,12 +552,12 @@ void shp_leave(struct shp_call *c, int result)
             device = ((struct comm_state *)c->cstate)->dev;
         break;
     case SHP_CLS_COPY:
-        device = current_device(c->slot);
+        device = current_device(c);
         break;
     case SHP_CLS_ALLOC:
         if (ok && c->out)
             out = (uint64_t)(uintptr_t)*c->out;
-        device = c->kind == SHP_ALLOC_DEVICE ? current_device(c->slot) : -1;
+        device = c->kind == SHP_ALLOC_DEVICE ? current_device(c) : -1;
         break;
     case SHP_CLS_COMM_INIT:
     case SHP_CLS_COMM_SPLIT: {

@@ -89,6 +89,12 @@ bool shp_is_self(const void *addr)
 static const char *const nccl_sonames[] = {"libnccl.so.2", "libnccl.so", NULL};
 static const char *const cudart_sonames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
                                              NULL};
+static const char *const cuda_sonames[] = {"libcuda.so.1", "libcuda.so", NULL};
+static const char *const *const lib_sonames[] = {[SHP_LIB_NCCL] = nccl_sonames,
+                                                 [SHP_LIB_CUDART] = cudart_sonames,
+                                                 [SHP_LIB_CUDA] = cuda_sonames};
+static const char *const lib_prefixes[] = {
+    [SHP_LIB_NCCL] = "libnccl.", [SHP_LIB_CUDART] = "libcudart.", [SHP_LIB_CUDA] = "libcuda."};
 
 struct find_lib {
     const char *prefix;
@@ -112,14 +118,14 @@ static int find_lib_cb(struct dl_phdr_info *info, size_t size, void *data)
 /* A handle to the already-loaded library `lib`, without loading anything. */
 static void *loaded_lib(int lib)
 {
-    static _Atomic(void *) cache[2];
+    static _Atomic(void *) cache[3];
     void *h = atomic_load(&cache[lib]);
     if (h)
         return h;
-    for (const char *const *s = lib == SHP_LIB_NCCL ? nccl_sonames : cudart_sonames; *s && !h; s++)
+    for (const char *const *s = lib_sonames[lib]; *s && !h; s++)
         h = dlopen(*s, RTLD_LAZY | RTLD_NOLOAD);
     if (!h) {
-        struct find_lib f = {.prefix = lib == SHP_LIB_NCCL ? "libnccl." : "libcudart."};
+        struct find_lib f = {.prefix = lib_prefixes[lib]};
         if (dl_iterate_phdr(find_lib_cb, &f))
             h = dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD);
     }
@@ -175,14 +181,26 @@ static const char *const aux_names[SHP_AUX_COUNT] = {
     [SHP_AUX_POINTER_ATTRIBUTES] = "cudaPointerGetAttributes",
     [SHP_AUX_PEEK_ERROR] = "cudaPeekAtLastError",
     [SHP_AUX_GET_ERROR] = "cudaGetLastError",
+    [SHP_AUX_CU_POINTER_ATTRIBUTE] = "cuPointerGetAttribute",
+    [SHP_AUX_CU_CTX_GET_DEVICE] = "cuCtxGetDevice",
 };
+
+void *shp_cu_real_lookup(const char *name)
+{
+    return lookup(0, SHP_LIB_CUDA, name);
+}
 
 void *shp_real_aux(int slot, enum shp_aux aux)
 {
     void *p = atomic_load_explicit(&aux_tab[slot][aux], memory_order_acquire);
     if (p)
         return p;
-    int lib = aux <= SHP_AUX_COMM_CU_DEVICE ? SHP_LIB_NCCL : SHP_LIB_CUDART;
+    int lib = aux <= SHP_AUX_COMM_CU_DEVICE         ? SHP_LIB_NCCL
+              : aux >= SHP_AUX_CU_POINTER_ATTRIBUTE ? SHP_LIB_CUDA
+                                                    : SHP_LIB_CUDART;
+    /* The driver is one library per process: its helpers always come from slot 0. */
+    if (lib == SHP_LIB_CUDA)
+        slot = 0;
     /* A slot from dlsym(handle) is an NCCL or a cudart; its helpers of the other library come
      * from the default binding. */
     int from = slot;
@@ -232,4 +250,61 @@ int shp_slot_for(void *p, void *handle)
     }
     pthread_mutex_unlock(&slot_mu);
     return slot;
+}
+
+/* Objects that called a driver wrapper, each once: its address range and whether it is NCCL or
+ * the shared runtime. Entries are filled before the count that publishes them, and never change. */
+#define CALLERS 16
+static struct {
+    uintptr_t lo, hi;
+    bool library;
+} callers[CALLERS];
+static _Atomic int ncallers;
+
+struct caller_find {
+    uintptr_t pc, lo, hi;
+};
+
+static int caller_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct caller_find *f = data;
+    uintptr_t lo, hi;
+    shp_load_range(info, &lo, &hi);
+    if (f->pc < lo || f->pc >= hi)
+        return 0;
+    f->lo = lo;
+    f->hi = hi;
+    return 1;
+}
+
+bool shp_called_from_library(const void *pc)
+{
+    uintptr_t a = (uintptr_t)pc;
+    int n = atomic_load_explicit(&ncallers, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (a >= callers[i].lo && a < callers[i].hi)
+            return callers[i].library;
+    Dl_info info;
+    if (!dladdr(pc, &info) || !info.dli_fname)
+        return false;
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    bool library = !strncmp(base, "libnccl.", 8) || !strncmp(base, "libcudart.", 10);
+    struct caller_find f = {.pc = a};
+    if (!dl_iterate_phdr(caller_cb, &f))
+        return library;
+    pthread_mutex_lock(&slot_mu);
+    n = atomic_load(&ncallers);
+    bool known = false;
+    for (int i = 0; i < n; i++)
+        known |= callers[i].lo == f.lo;
+    if (!known && n < CALLERS) {
+        callers[n].lo = f.lo;
+        callers[n].hi = f.hi;
+        callers[n].library = library;
+        atomic_store_explicit(&ncallers, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&slot_mu);
+    return library;
 }

@@ -12,9 +12,19 @@
 
 #define SHP_RET_NCCL ncclResult_t
 #define SHP_RET_CUDART cudaError_t
+#define SHP_RET_CUDA CUresult
 /* What a wrapper returns when the real function cannot be found. */
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
+/* "named symbol not found" says what happened; CUDA_ERROR_NOT_INITIALIZED would send a caller to
+ * cuInit, which cannot help. */
+#define SHP_ERR_CUDA CUDA_ERROR_NOT_FOUND
+/* Calls that are a library's own business wherever they run: the driver calls of NCCL and of a
+ * shared runtime, made on their own threads and in functions we do not trace as well as inside
+ * traced calls (where the guard already keeps them out). */
+#define SHP_FOREIGN_NCCL(pc) 0
+#define SHP_FOREIGN_CUDART(pc) 0
+#define SHP_FOREIGN_CUDA(pc) shp_called_from_library(pc)
 
 /* The real function, called with the guard held: what it calls of ours passes straight through,
  * so that only the outermost intercepted call of a thread is recorded (DESIGN fact 13: NCCL's
@@ -59,6 +69,11 @@
             return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
         if (!shp_active())                                                                         \
             return real args;                                                                      \
+        if (SHP_FOREIGN_##lib(__builtin_return_address(0))) {                                      \
+            SHP_RET_##lib r;                                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            return r;                                                                              \
+        }                                                                                          \
         if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
             !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
             SHP_RET_##lib r;                                                                       \

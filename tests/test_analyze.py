@@ -205,6 +205,35 @@ def test_buffer_overrun_on_the_doubles():
     assert r2["findings"] == [], [x["summary"] for x in r2["findings"]]
 
 
+def test_copy_rules_on_driver_ops():
+    # A program with the static runtime is seen at the driver: the copy rules read the driver's
+    # copies as they read the runtime's. (The library path: under ASan, dlopen does not search the
+    # program's RUNPATH.)
+    with_driver = ["env", f"LD_LIBRARY_PATH={T}"]
+    d = os.path.join(TMP, "overrun-driver")
+    run([TOOL, "run", "--dir", d, "--", *with_driver, f"{T}/static_rt", "overrun"])
+    r, _ = analyze(d)
+    f = first(r)
+    assert f["kind"] == "buffer_overrun" and len(r["findings"]) == 1, r["findings"]
+    ev = f["events"][0]
+    assert (ev["op"], ev["bytes"], ev["kind"]) == ("cuMemcpyDtoH_v2", 4096, "D2H"), ev
+    assert "1024 bytes past the end of its 4096-byte allocation" in f["summary"], f["summary"]
+    # lineage: host -> device -> device -> host, the last not whole rows
+    d = os.path.join(TMP, "lineage-driver")
+    run([TOOL, "run", "--dir", d, "--", *with_driver, f"{T}/static_rt", "lineage"])
+    expect = os.path.join(TMP, "driver.expect.json")
+    with open(expect, "w") as out:
+        json.dump({"dims": {"hidden": 256},
+                   "expect": [{"name": "rows reach the host whole",
+                               "match": {"op": "cuMemcpy*", "kind": "D2H"},
+                               "shape": ["*", "hidden"], "dtype": "bf16"}]}, out)
+    p = run([TOOL, "analyze", "--json", "--expect", expect, d], check=False)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    f = first(json.loads(p.stdout))
+    assert f["kind"] == "expectation_violation" and "350 bf16 elements" in f["summary"], f
+    assert [x["op"] for x in f["lineage"]] == ["cuMemcpyDtoD_v2", "cuMemcpyHtoD_v2"], f["lineage"]
+    assert frames(f["lineage"][1])[1].startswith("receive ("), f["lineage"][1]
+
 # ---- lineage: the motivating failure, and correct code that must stay silent ----
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")

@@ -760,10 +760,116 @@ def test_exports_are_the_call_list():
     for line in calls.splitlines():
         if line.startswith("X(") and "," in line:
             listed.add(line.split(",")[3].strip())
-    assert len(listed) == 49, len(listed)
-    assert names == listed | {"dlsym"}, names ^ (listed | {"dlsym"})
+    assert len(listed) == 98, len(listed)
+    extra = {"dlsym", "cuGetProcAddress", "cuGetProcAddress_v2"}
+    assert names == listed | extra, names ^ (listed | extra)
     deps = run(["readelf", "-d", os.path.join(BUILD, "lib", "libshapetrace.so")]).stdout
-    assert "libnccl" not in deps and "libcudart" not in deps
+    assert "libnccl" not in deps and "libcudart" not in deps and "libcuda" not in deps
+
+
+# ---- the driver level: a static runtime, a shared one over the driver, direct driver calls ----
+
+STATIC_OPS = ["cuMemAlloc_v2", "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2",
+              "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy2D_v2", "cuMemAllocHost_v2",
+              "cuMemcpyDtoHAsync_v2", "cuStreamBeginCapture_v2", "cuMemcpyDtoDAsync_v2",
+              "cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphLaunch",
+              "cuGraphLaunch", "cuMemFreeHost", "cuMemFree_v2", "cuMemFree_v2"]
+
+
+def driver_env():
+    """The environment for programs that dlopen libcuda.so.1 themselves: under ASan the dlopen
+    comes from the sanitizer's interceptor, which does not search the program's RUNPATH."""
+    e = base_env()
+    e["LD_LIBRARY_PATH"] = T
+    return e
+
+
+def test_static_runtime_seen_at_the_driver():
+    # The runtime is linked into the program: its calls reach only the driver, through the
+    # cuGetProcAddress_v2 it found with dlsym. One record per copy, with the driver's names;
+    # cuInit, cuCtxGetDevice, cuStreamCreate and cuStreamSynchronize came back unwrapped.
+    e = driver_env()
+    e["SHAPETRACE_DEBUG"] = "INFO"
+    d = os.path.join(TMP, "static")
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/static_rt", "copies"], env=e)
+    assert p.stdout == "static ok\n", p.stdout
+    assert "cuGetProcAddress cuMemcpyHtoD (" in p.stderr and "cuInit" not in p.stderr, p.stderr
+    ev, _ = dump(d)
+    assert [x["op"] for x in ev] == STATIC_OPS, [x["op"] for x in ev]
+    copies = [x for x in ev if x["op"].startswith("cuMemcpy")]
+    assert [x["kind"] for x in copies] == ["H2D", "D2D", "D2H", "D2H", "D2H", "D2H", "D2D"], \
+        [x["kind"] for x in copies]
+    assert [x["bytes"] for x in copies] == [4096, 4096, 4096, 64, 128, 4096, 1024]
+    assert all(x["result"] == 0 and x["device"] == 0 for x in copies), copies
+    two_d = one(ev, "cuMemcpy2D_v2")
+    assert (two_d["width"], two_d["height"], two_d["spitch"], two_d["dpitch"]) == (32, 4, 64, 100)
+    captured = one(ev, "cuMemcpyDtoDAsync_v2")
+    begin = one(ev, "cuStreamBeginCapture_v2")
+    assert captured["captured"] and captured["stream"] == begin["stream"], (captured, begin)
+    alloc = ev[0]
+    assert alloc["ptr"] == copies[0]["dst"] and alloc["size"] == 4096, alloc
+
+
+def test_static_runtime_per_thread_streams():
+    # Asked with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, the entry points are the
+    # per-thread forms, and the records say so.
+    e = driver_env()
+    e["SHP_STATIC_PER_THREAD"] = "1"
+    d, _ = traced("static-pt", [f"{T}/static_rt", "copies"], env=e)
+    names = [x["op"] for x in dump(d)[0]]
+    assert names[2:5] == ["cuMemcpyHtoD_v2_ptds", "cuMemcpyDtoD_v2_ptds",
+                          "cuMemcpyDtoH_v2_ptds"], names
+    assert "cuMemAlloc_v2" in names and "cuGraphLaunch_ptsz" in names, names
+
+
+def via_driver(name, scenario, looked_up):
+    """The scenario traced with the doubles reaching the driver double underneath; checks that
+    `looked_up` went through shapetrace's cuGetProcAddress and that no driver call was recorded.
+    Returns the events."""
+    e = driver_env()
+    e["SHAPETRACE_DEBUG"] = "INFO"
+    e["SHP_DOUBLE_VIA_DRIVER"] = "1"
+    d = os.path.join(TMP, name)
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", scenario], env=e)
+    assert f"cuGetProcAddress {looked_up} (" in p.stderr, p.stderr
+    ev, _ = dump(d)
+    names = [x["op"] for x in ev]
+    assert not [n for n in names if n.startswith("cu") and not n.startswith("cuda")], names
+    return ev
+
+
+def test_shared_runtime_over_the_driver():
+    # The cudart double moves every copy's bytes with the driver's cuMemcpy, looked up the way the
+    # real runtime does: the runtime call is the outermost, the driver call inside it is not
+    # recorded.
+    ev = via_driver("shared-driver", "default-kind", "cuMemcpy")
+    names = [x["op"] for x in ev]
+    plain = dump(traced("shared-plain", [f"{T}/scenario", "default-kind"])[0])[0]
+    assert names == [x["op"] for x in plain], (names, [x["op"] for x in plain])
+    assert len(ops(ev, "cudaMemcpy")) >= 3, names
+
+
+def test_nccl_driver_calls_are_nccls():
+    # The NCCL double allocates and copies through the driver inside ncclCommInitRank and from a
+    # proxy thread of its own: none of it is the application's.
+    names = [x["op"] for x in via_driver("nccl-driver", "basic", "cuMemAlloc")]
+    assert "ncclCommInitRank" in names, names
+
+
+def test_direct_driver_calls():
+    # cuda-python, CuPy and JAX: dlsym(handle, "cuMemcpyHtoD_v2") on libcuda, or cuGetProcAddress
+    # found that way (v1 asked for v2, per-thread forms, an old version and an unknown name passed
+    # through as the driver answered them).
+    want = {"dlsym": ["cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2"],
+            "proc": ["cuMemAlloc_v2", "cuMemcpyHtoD_v2_ptds", "cuMemcpyDtoH_v2", "cuMemFree_v2"]}
+    for how, names in want.items():
+        d, p = traced(f"direct-{how}", [f"{T}/driver_direct", how], env=driver_env())
+        assert p.stdout == f"{how} ok\n", p.stdout
+        ev, _ = dump(d)
+        assert [x["op"] for x in ev] == names, (how, [x["op"] for x in ev])
+        h2d = ev[1]
+        assert (h2d["kind"], h2d["bytes"], h2d["dst"]) == ("H2D", 256, ev[0]["ptr"]), h2d
+        assert ev[1]["stack"][0].startswith("round_trip ("), ev[1]["stack"]
 
 
 def start_phases(name, nproc, k, stall, opts=()):

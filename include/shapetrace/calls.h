@@ -3,8 +3,8 @@
  * SHP_CALLS(X) expands X(num, lib, cls, name, params, args, desc) for each function:
  *   num     the op number stored in traces (enum shp_op): pinned, never reused or changed;
  *           a new function takes the next free number, wherever it sits in the list
- *   lib     NCCL or CUDART: the library the real function is looked up in, and whose error
- *           code a wrapper returns when the real symbol is missing
+ *   lib     NCCL, CUDART or CUDA (the driver, libcuda): the library the real function is looked
+ *           up in, and whose error code a wrapper returns when the real symbol is missing
  *   cls     what the call does (SHP_CLS_*): decides the record type and the bookkeeping
  *   name    the exact exported name
  *   params  the parameter list as the library's header declares it
@@ -18,6 +18,11 @@
  *
  * The `_ptds`/`_ptsz` entries are what programs built with per-thread default streams call;
  * preload/check_ptds.c checks their prototypes against the header in that mode.
+ *
+ * The driver entries (lib CUDA) are the driver's exported names, whose parameter lists name the
+ * driver's types: only the preload expands them, so the tools compile without cuda.h. A static
+ * runtime reaches them through cuGetProcAddress (preload/cuda.c maps its base names and
+ * versions onto these); programs calling the driver directly, through dlsym or symbol binding.
  */
 #ifndef SHAPETRACE_CALLS_H
 #define SHAPETRACE_CALLS_H
@@ -194,13 +199,135 @@ X(48, CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch, (cudaGraphExec_t graphExec, cudaS
   (graphExec, stream), (.exec = graphExec, .stream = stream)) \
 X(49, CUDART, SHP_CLS_LAUNCH, cudaGraphLaunch_ptsz, (cudaGraphExec_t graphExec, cudaStream_t stream), \
   (graphExec, stream), (.exec = graphExec, .stream = stream))
+/* Driver copies: the direction is in the name, cuMemcpy and cuMemcpyAsync infer it (Default). */
+#define SHP_CU_COPY_DESC(d, s, n, k, st)                                                           \
+    SHP_COPY_DESC((const void *)(uintptr_t)(d), (const void *)(uintptr_t)(s), n, k, st)
+/* A CUDA_MEMCPY2D: preload/cuda.c reads it (NULL-safe). */
+#define SHP_CU_2D_DESC(p, st)                                                                      \
+    .a = shp_cu2d_src(p), .b = shp_cu2d_dst(p), .width = (p) ? (p)->WidthInBytes : 0,              \
+    .height = (p) ? (p)->Height : 0, .spitch = (p) ? (p)->srcPitch : 0,                            \
+    .dpitch = (p) ? (p)->dstPitch : 0, .kind = shp_cu2d_kind(p), .stream = (st)
+/* Peer copies name contexts, not device numbers: the devices stay unknown (-1). */
+#define SHP_CU_PEER_DESC(d, s, n, st)                                                              \
+    SHP_COPY_DESC((const void *)(uintptr_t)(d), (const void *)(uintptr_t)(s), n, 3, st)
+
+#define SHP_CUDA_CALLS(X) \
+X(50, CUDA, SHP_CLS_COPY, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), \
+  (dst, src, ByteCount), (SHP_CU_COPY_DESC(dst, src, ByteCount, 4, 0))) \
+X(51, CUDA, SHP_CLS_COPY, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), \
+  (dst, src, ByteCount, hStream), (SHP_CU_COPY_DESC(dst, src, ByteCount, 4, hStream))) \
+X(52, CUDA, SHP_CLS_COPY, cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount), \
+  (dstDevice, srcHost, ByteCount), (SHP_CU_COPY_DESC(dstDevice, srcHost, ByteCount, 1, 0))) \
+X(53, CUDA, SHP_CLS_COPY, cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount), \
+  (dstHost, srcDevice, ByteCount), (SHP_CU_COPY_DESC(dstHost, srcDevice, ByteCount, 2, 0))) \
+X(54, CUDA, SHP_CLS_COPY, cuMemcpyDtoD_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount), \
+  (dstDevice, srcDevice, ByteCount), (SHP_CU_COPY_DESC(dstDevice, srcDevice, ByteCount, 3, 0))) \
+X(55, CUDA, SHP_CLS_COPY, cuMemcpyHtoDAsync_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream), \
+  (dstDevice, srcHost, ByteCount, hStream), (SHP_CU_COPY_DESC(dstDevice, srcHost, ByteCount, 1, hStream))) \
+X(56, CUDA, SHP_CLS_COPY, cuMemcpyDtoHAsync_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+  (dstHost, srcDevice, ByteCount, hStream), (SHP_CU_COPY_DESC(dstHost, srcDevice, ByteCount, 2, hStream))) \
+X(57, CUDA, SHP_CLS_COPY, cuMemcpyDtoDAsync_v2, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+  (dstDevice, srcDevice, ByteCount, hStream), (SHP_CU_COPY_DESC(dstDevice, srcDevice, ByteCount, 3, hStream))) \
+X(58, CUDA, SHP_CLS_COPY, cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy), (SHP_CU_2D_DESC(pCopy, 0))) \
+X(59, CUDA, SHP_CLS_COPY, cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy), (SHP_CU_2D_DESC(pCopy, 0))) \
+X(60, CUDA, SHP_CLS_COPY, cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream), \
+  (SHP_CU_2D_DESC(pCopy, hStream))) \
+X(61, CUDA, SHP_CLS_COPY, cuMemcpyPeer, \
+  (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount), \
+  (dstDevice, dstContext, srcDevice, srcContext, ByteCount), (SHP_CU_PEER_DESC(dstDevice, srcDevice, ByteCount, 0))) \
+X(62, CUDA, SHP_CLS_COPY, cuMemcpyPeerAsync, \
+  (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream), \
+  (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream), \
+  (SHP_CU_PEER_DESC(dstDevice, srcDevice, ByteCount, hStream))) \
+X(63, CUDA, SHP_CLS_ALLOC, cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize), \
+  (.out = (void **)dptr, .size = bytesize, .kind = SHP_ALLOC_DEVICE)) \
+X(64, CUDA, SHP_CLS_ALLOC, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags), \
+  (dptr, bytesize, flags), (.out = (void **)dptr, .size = bytesize, .flags = flags, .kind = SHP_ALLOC_DEVICE)) \
+X(65, CUDA, SHP_CLS_ALLOC, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream), \
+  (dptr, bytesize, hStream), (.out = (void **)dptr, .size = bytesize, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(66, CUDA, SHP_CLS_ALLOC, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), \
+  (dptr, bytesize, pool, hStream), (.out = (void **)dptr, .size = bytesize, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(67, CUDA, SHP_CLS_FREE, cuMemFree_v2, (CUdeviceptr dptr), (dptr), \
+  (.a = (const void *)(uintptr_t)dptr, .kind = SHP_ALLOC_DEVICE)) \
+X(68, CUDA, SHP_CLS_FREE, cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream), \
+  (.a = (const void *)(uintptr_t)dptr, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(69, CUDA, SHP_CLS_ALLOC, cuMemAllocHost_v2, (void **pp, size_t bytesize), (pp, bytesize), \
+  (.out = pp, .size = bytesize, .kind = SHP_ALLOC_PINNED)) \
+X(70, CUDA, SHP_CLS_ALLOC, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags), (pp, bytesize, Flags), \
+  (.out = pp, .size = bytesize, .flags = Flags, .kind = SHP_ALLOC_PINNED)) \
+X(71, CUDA, SHP_CLS_FREE, cuMemFreeHost, (void *p), (p), (.a = p, .kind = SHP_ALLOC_PINNED)) \
+X(72, CUDA, SHP_CLS_CAPTURE, cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode), \
+  (.stream = hStream, .flags = (unsigned)mode)) \
+X(73, CUDA, SHP_CLS_CAPTURE, cuStreamBeginCaptureToGraph, \
+  (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode), \
+  (hStream, hGraph, dependencies, dependencyData, numDependencies, mode), \
+  (.stream = hStream, .graph = hGraph, .flags = (unsigned)mode)) \
+X(74, CUDA, SHP_CLS_CAPTURE, cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph), \
+  (.stream = hStream, .out = (void **)phGraph)) \
+X(75, CUDA, SHP_CLS_GRAPH, cuGraphInstantiateWithFlags, \
+  (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags), (phGraphExec, hGraph, flags), \
+  (.out = (void **)phGraphExec, .graph = hGraph, .flags = (unsigned)flags)) \
+X(76, CUDA, SHP_CLS_GRAPH, cuGraphInstantiateWithParams, \
+  (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), \
+  (phGraphExec, hGraph, instantiateParams), \
+  (.out = (void **)phGraphExec, .graph = hGraph, .flags = instantiateParams ? (unsigned)instantiateParams->flags : 0)) \
+X(77, CUDA, SHP_CLS_LAUNCH, cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream), \
+  (.exec = hGraphExec, .stream = hStream)) \
+X(78, CUDA, SHP_CLS_COPY, cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), \
+  (dst, src, ByteCount), (SHP_CU_COPY_DESC(dst, src, ByteCount, 4, 0))) \
+X(79, CUDA, SHP_CLS_COPY, cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream), \
+  (dst, src, ByteCount, hStream), (SHP_CU_COPY_DESC(dst, src, ByteCount, 4, hStream))) \
+X(80, CUDA, SHP_CLS_COPY, cuMemcpyHtoD_v2_ptds, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount), \
+  (dstDevice, srcHost, ByteCount), (SHP_CU_COPY_DESC(dstDevice, srcHost, ByteCount, 1, 0))) \
+X(81, CUDA, SHP_CLS_COPY, cuMemcpyDtoH_v2_ptds, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount), \
+  (dstHost, srcDevice, ByteCount), (SHP_CU_COPY_DESC(dstHost, srcDevice, ByteCount, 2, 0))) \
+X(82, CUDA, SHP_CLS_COPY, cuMemcpyDtoD_v2_ptds, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount), \
+  (dstDevice, srcDevice, ByteCount), (SHP_CU_COPY_DESC(dstDevice, srcDevice, ByteCount, 3, 0))) \
+X(83, CUDA, SHP_CLS_COPY, cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream), \
+  (dstDevice, srcHost, ByteCount, hStream), (SHP_CU_COPY_DESC(dstDevice, srcHost, ByteCount, 1, hStream))) \
+X(84, CUDA, SHP_CLS_COPY, cuMemcpyDtoHAsync_v2_ptsz, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+  (dstHost, srcDevice, ByteCount, hStream), (SHP_CU_COPY_DESC(dstHost, srcDevice, ByteCount, 2, hStream))) \
+X(85, CUDA, SHP_CLS_COPY, cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream), \
+  (dstDevice, srcDevice, ByteCount, hStream), (SHP_CU_COPY_DESC(dstDevice, srcDevice, ByteCount, 3, hStream))) \
+X(86, CUDA, SHP_CLS_COPY, cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy), (SHP_CU_2D_DESC(pCopy, 0))) \
+X(87, CUDA, SHP_CLS_COPY, cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy), (SHP_CU_2D_DESC(pCopy, 0))) \
+X(88, CUDA, SHP_CLS_COPY, cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream), \
+  (SHP_CU_2D_DESC(pCopy, hStream))) \
+X(89, CUDA, SHP_CLS_COPY, cuMemcpyPeer_ptds, \
+  (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount), \
+  (dstDevice, dstContext, srcDevice, srcContext, ByteCount), (SHP_CU_PEER_DESC(dstDevice, srcDevice, ByteCount, 0))) \
+X(90, CUDA, SHP_CLS_COPY, cuMemcpyPeerAsync_ptsz, \
+  (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream), \
+  (dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream), \
+  (SHP_CU_PEER_DESC(dstDevice, srcDevice, ByteCount, hStream))) \
+X(91, CUDA, SHP_CLS_ALLOC, cuMemAllocAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream), \
+  (dptr, bytesize, hStream), (.out = (void **)dptr, .size = bytesize, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(92, CUDA, SHP_CLS_ALLOC, cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), \
+  (dptr, bytesize, pool, hStream), (.out = (void **)dptr, .size = bytesize, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(93, CUDA, SHP_CLS_FREE, cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream), \
+  (.a = (const void *)(uintptr_t)dptr, .stream = hStream, .kind = SHP_ALLOC_DEVICE)) \
+X(94, CUDA, SHP_CLS_CAPTURE, cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode), \
+  (.stream = hStream, .flags = (unsigned)mode)) \
+X(95, CUDA, SHP_CLS_CAPTURE, cuStreamBeginCaptureToGraph_ptsz, \
+  (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode), \
+  (hStream, hGraph, dependencies, dependencyData, numDependencies, mode), \
+  (.stream = hStream, .graph = hGraph, .flags = (unsigned)mode)) \
+X(96, CUDA, SHP_CLS_CAPTURE, cuStreamEndCapture_ptsz, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph), \
+  (.stream = hStream, .out = (void **)phGraph)) \
+X(97, CUDA, SHP_CLS_GRAPH, cuGraphInstantiateWithParams_ptsz, \
+  (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams), \
+  (phGraphExec, hGraph, instantiateParams), \
+  (.out = (void **)phGraphExec, .graph = hGraph, .flags = instantiateParams ? (unsigned)instantiateParams->flags : 0)) \
+X(98, CUDA, SHP_CLS_LAUNCH, cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream), \
+  (.exec = hGraphExec, .stream = hStream))
 /* clang-format on */
 
-#define SHP_CALLS(X) SHP_NCCL_CALLS(X) SHP_CUDART_CALLS(X)
+#define SHP_CALLS(X) SHP_NCCL_CALLS(X) SHP_CUDART_CALLS(X) SHP_CUDA_CALLS(X)
 
 /* The lib column's values. */
 #define SHP_LIB_NCCL 0
 #define SHP_LIB_CUDART 1
+#define SHP_LIB_CUDA 2
 
 #ifndef SHP_CALLS_LIST_ONLY
 /* The op numbers stored in traces. 0 is "no call" (stack, module and other bookkeeping records). */

@@ -2576,6 +2576,48 @@ static ncclResult_t runtime_copy(const char *fn)
     return ncclSuccess;
 }
 
+/* With SHP_DOUBLE_VIA_DRIVER=1, like real NCCL the double also uses the driver for buffers of its
+ * own, from the calling thread and from a proxy thread of its own, with entry points found
+ * through the driver's cuGetProcAddress_v2: a tracer must record none of them. */
+typedef int (*drv_proc_fn)(const char *, void **, int, unsigned long long, int *);
+typedef int (*drv_alloc_fn)(unsigned long long *, size_t);
+typedef int (*drv_free_fn)(unsigned long long);
+typedef int (*drv_htod_fn)(unsigned long long, const void *, size_t);
+
+static struct {
+    drv_alloc_fn alloc;
+    drv_free_fn free;
+    drv_htod_fn htod;
+} drv;
+
+static void *driver_buffer(void *arg)
+{
+    static const char bytes[64];
+    unsigned long long d = 0;
+    intptr_t bad = drv.alloc(&d, sizeof(bytes)) || drv.htod(d, bytes, sizeof(bytes)) || drv.free(d);
+    (void)arg;
+    return (void *)bad;
+}
+
+static ncclResult_t driver_buffers(const char *fn)
+{
+    const char *v = getenv("SHP_DOUBLE_VIA_DRIVER");
+    if (!v || strcmp(v, "1"))
+        return ncclSuccess;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    drv_proc_fn proc = h ? (drv_proc_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    if (!proc || proc("cuMemAlloc", (void **)&drv.alloc, 12000, 0, NULL) ||
+        proc("cuMemFree", (void **)&drv.free, 12000, 0, NULL) ||
+        proc("cuMemcpyHtoD", (void **)&drv.htod, 12000, 0, NULL))
+        return fail(ncclSystemError, "%s : no driver", fn);
+    pthread_t proxy;
+    void *bad = (void *)1;
+    if (driver_buffer(NULL) || pthread_create(&proxy, NULL, driver_buffer, NULL) ||
+        pthread_join(proxy, &bad) || bad)
+        return fail(ncclInternalError, "%s : the driver's buffers failed", fn);
+    return ncclSuccess;
+}
+
 static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks, const ncclUniqueId *id,
                               int rank, const ncclConfig_t *config)
 {
@@ -2593,7 +2635,7 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *comm, int nranks, cons
     if (zero_id(id))
         return fail(ncclInvalidArgument,
                     "%s : the unique id is all zeroes: it was not made by ncclGetUniqueId", fn);
-    if ((r = runtime_copy(fn)) != ncclSuccess)
+    if ((r = runtime_copy(fn)) != ncclSuccess || (r = driver_buffers(fn)) != ncclSuccess)
         return r;
     if (nranks > 1)
         return init_shm(fn, comm, nranks, id, rank);

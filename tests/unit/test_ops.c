@@ -78,6 +78,55 @@ static const struct {
     {"cudaGraphInstantiateWithFlags", 47},
     {"cudaGraphLaunch", 48},
     {"cudaGraphLaunch_ptsz", 49},
+    {"cuMemcpy", 50},
+    {"cuMemcpyAsync", 51},
+    {"cuMemcpyHtoD_v2", 52},
+    {"cuMemcpyDtoH_v2", 53},
+    {"cuMemcpyDtoD_v2", 54},
+    {"cuMemcpyHtoDAsync_v2", 55},
+    {"cuMemcpyDtoHAsync_v2", 56},
+    {"cuMemcpyDtoDAsync_v2", 57},
+    {"cuMemcpy2D_v2", 58},
+    {"cuMemcpy2DUnaligned_v2", 59},
+    {"cuMemcpy2DAsync_v2", 60},
+    {"cuMemcpyPeer", 61},
+    {"cuMemcpyPeerAsync", 62},
+    {"cuMemAlloc_v2", 63},
+    {"cuMemAllocManaged", 64},
+    {"cuMemAllocAsync", 65},
+    {"cuMemAllocFromPoolAsync", 66},
+    {"cuMemFree_v2", 67},
+    {"cuMemFreeAsync", 68},
+    {"cuMemAllocHost_v2", 69},
+    {"cuMemHostAlloc", 70},
+    {"cuMemFreeHost", 71},
+    {"cuStreamBeginCapture_v2", 72},
+    {"cuStreamBeginCaptureToGraph", 73},
+    {"cuStreamEndCapture", 74},
+    {"cuGraphInstantiateWithFlags", 75},
+    {"cuGraphInstantiateWithParams", 76},
+    {"cuGraphLaunch", 77},
+    {"cuMemcpy_ptds", 78},
+    {"cuMemcpyAsync_ptsz", 79},
+    {"cuMemcpyHtoD_v2_ptds", 80},
+    {"cuMemcpyDtoH_v2_ptds", 81},
+    {"cuMemcpyDtoD_v2_ptds", 82},
+    {"cuMemcpyHtoDAsync_v2_ptsz", 83},
+    {"cuMemcpyDtoHAsync_v2_ptsz", 84},
+    {"cuMemcpyDtoDAsync_v2_ptsz", 85},
+    {"cuMemcpy2D_v2_ptds", 86},
+    {"cuMemcpy2DUnaligned_v2_ptds", 87},
+    {"cuMemcpy2DAsync_v2_ptsz", 88},
+    {"cuMemcpyPeer_ptds", 89},
+    {"cuMemcpyPeerAsync_ptsz", 90},
+    {"cuMemAllocAsync_ptsz", 91},
+    {"cuMemAllocFromPoolAsync_ptsz", 92},
+    {"cuMemFreeAsync_ptsz", 93},
+    {"cuStreamBeginCapture_v2_ptsz", 94},
+    {"cuStreamBeginCaptureToGraph_ptsz", 95},
+    {"cuStreamEndCapture_ptsz", 96},
+    {"cuGraphInstantiateWithParams_ptsz", 97},
+    {"cuGraphLaunch_ptsz", 98},
 };
 
 static const struct {
@@ -109,12 +158,16 @@ int main(void)
               golden_ops[i].op);
         CHECK(!strcmp(shp_op_name(golden_ops[i].op), golden_ops[i].name), "op %u is named %s",
               golden_ops[i].op, shp_op_name(golden_ops[i].op));
-        int lib = !strncmp(golden_ops[i].name, "nccl", 4) ? SHP_LIB_NCCL : SHP_LIB_CUDART;
+        const char *n = golden_ops[i].name;
+        int lib = !strncmp(n, "nccl", 4)   ? SHP_LIB_NCCL
+                  : !strncmp(n, "cuda", 4) ? SHP_LIB_CUDART
+                                           : SHP_LIB_CUDA;
         CHECK(shp_op_lib(op) == lib, "%s: library %d", golden_ops[i].name, shp_op_lib(op));
         CHECK(shp_op_class(op) != 0, "%s has no class", golden_ops[i].name);
     }
     CHECK(SHP_OP_ncclAllReduce == 1 && SHP_OP_ncclCommAbort == 22 && SHP_OP_cudaMemcpy == 23 &&
-              SHP_OP_cudaGraphLaunch_ptsz == 49,
+              SHP_OP_cudaGraphLaunch_ptsz == 49 && SHP_OP_cuMemcpy == 50 &&
+              SHP_OP_cuGraphLaunch_ptsz == 98,
           "enum constants");
     CHECK(shp_op_lookup("ncclNoSuchCall") == SHP_OP_NONE && shp_op_lib(0) == -1 &&
               shp_op_lib(SHP_OP_COUNT) == -1 && !strcmp(shp_op_name(SHP_OP_COUNT), "?"),

@@ -114,11 +114,10 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         decode_ev(t, &c->ev, e);
         e->stream = c->stream;
         e->capture = c->capture ? c->capture : SHP_NONE;
-        e->graph = c->graph ? c->graph
-                            : (c->ev.out && e->op != SHP_OP_cudaGraphInstantiate &&
-                                       e->op != SHP_OP_cudaGraphInstantiateWithFlags
-                                   ? c->ev.out
-                                   : SHP_NONE);
+        /* What an instantiation creates is an executable graph, not a graph (its class says so
+         * at every level: runtime and driver). */
+        e->graph =
+            c->graph ? c->graph : (c->ev.out && e->cls != SHP_CLS_GRAPH ? c->ev.out : SHP_NONE);
         e->exec = c->exec ? c->exec : (c->ev.out && e->graph == c->graph ? c->ev.out : SHP_NONE);
         return true;
     }

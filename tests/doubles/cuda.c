@@ -1,0 +1,424 @@
+/* Test double of the CUDA driver, libcuda.so.1: cuGetProcAddress and the driver functions that
+ * shapetrace traces (copies, allocations, capture and graphs), on device and pinned arenas of its
+ * own, without a GPU. Defined against the real cuda.h. Test equipment: see README.md. */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/doubles/arena.h"
+
+/* Everything not static is driver API; keep it exported even in a -fvisibility=hidden build. */
+#pragma GCC visibility push(default)
+
+static struct arena device_arena = {.hint = 0x7b0000000000, .want = 16 * GIB};
+static struct arena pinned_arena = {.hint = 0x7a0000000000, .want = 4 * GIB};
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- memory ---- */
+
+static CUresult alloc_in(struct arena *a, void **p, size_t size)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = NULL;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE; /* unlike cudaMalloc, cuMemAlloc refuses 0 bytes */
+    pthread_mutex_lock(&lock);
+    int err = arena_alloc(a, size, 0, p);
+    pthread_mutex_unlock(&lock);
+    return err < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+static CUresult free_in(struct arena *a, const void *p)
+{
+    pthread_mutex_lock(&lock);
+    int err = arena_free(a, p);
+    pthread_mutex_unlock(&lock);
+    return err < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    return alloc_in(&device_arena, (void **)dptr, bytesize);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    (void)flags;
+    return alloc_in(&device_arena, (void **)dptr, bytesize);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    (void)hStream;
+    return alloc_in(&device_arena, (void **)dptr, bytesize);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    return dptr ? free_in(&device_arena, (void *)(uintptr_t)dptr) : CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    (void)hStream;
+    return cuMemFree_v2(dptr);
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return alloc_in(&pinned_arena, pp, bytesize);
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    return alloc_in(&pinned_arena, pp, bytesize);
+}
+
+CUresult cuMemFreeHost(void *p)
+{
+    return free_in(&pinned_arena, p);
+}
+
+/* Where [p, p+n) lies: 1 in one live device block, 0 outside the device arena, -1 when it starts
+ * or ends outside a live block of the arena. */
+static int device_extent(const void *p, size_t n)
+{
+    pthread_mutex_lock(&lock);
+    int r = 0;
+    if (in_arena(&device_arena, (uintptr_t)p)) {
+        const struct block *b = find_live(&device_arena, p);
+        size_t off = (size_t)((uintptr_t)p - (uintptr_t)device_arena.base);
+        r = b && off + n <= b->off + b->requested ? 1 : -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (!data || attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *p = (const void *)(uintptr_t)ptr;
+    if (device_extent(p, 1) == 1) {
+        *(unsigned *)data = CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&lock);
+    bool pinned = in_arena(&pinned_arena, (uintptr_t)p) && find_live(&pinned_arena, p);
+    pthread_mutex_unlock(&lock);
+    if (!pinned)
+        return CUDA_ERROR_INVALID_VALUE; /* pageable host memory the driver never saw */
+    *(unsigned *)data = CU_MEMORYTYPE_HOST;
+    return CUDA_SUCCESS;
+}
+
+/* ---- devices and contexts ---- */
+
+CUresult cuInit(unsigned int Flags)
+{
+    return Flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = CUDA_VERSION;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ---- streams, capture and graphs ---- */
+
+/* A captured copy, replayed at each launch. */
+struct node {
+    void *dst;
+    const void *src;
+    size_t n;
+};
+
+struct CUgraph_st {
+    struct node nodes[64];
+    int n;
+};
+
+struct CUgraphExec_st {
+    struct CUgraph_st *graph;
+};
+
+struct CUstream_st {
+    struct CUgraph_st *capturing;
+};
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    (void)Flags;
+    if (!phStream)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phStream = calloc(1, sizeof(**phStream));
+    return *phStream ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream)
+{
+    return hStream && hStream->capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    (void)mode;
+    if (!hStream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (hStream->capturing)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    hStream->capturing = calloc(1, sizeof(*hStream->capturing));
+    return hStream->capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    if (!hStream || !hStream->capturing || !phGraph)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    *phGraph = hStream->capturing;
+    hStream->capturing = NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                     unsigned long long flags)
+{
+    (void)flags;
+    if (!phGraphExec || !hGraph)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phGraphExec = calloc(1, sizeof(**phGraphExec));
+    if (!*phGraphExec)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    (*phGraphExec)->graph = hGraph;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    if (!hGraphExec || (hStream && hStream->capturing))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < hGraphExec->graph->n; i++) {
+        const struct node *nd = &hGraphExec->graph->nodes[i];
+        memcpy(nd->dst, nd->src, nd->n);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies ---- */
+
+/* Check a copy's device sides (dst_dev, src_dev: the call says they are device memory; -1: the
+ * driver infers it) and move the bytes, now or, on a capturing stream, at each launch. */
+static CUresult copy(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
+                     CUstream stream)
+{
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    int d = device_extent(dst, n), s = device_extent(src, n);
+    if (d < 0 || s < 0 || (dst_dev == 1 && d != 1) || (dst_dev == 0 && d != 0) ||
+        (src_dev == 1 && s != 1) || (src_dev == 0 && s != 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (stream && stream->capturing) {
+        struct CUgraph_st *g = stream->capturing;
+        if (g->n == (int)(sizeof(g->nodes) / sizeof(g->nodes[0])))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->nodes[g->n++] = (struct node){dst, src, n};
+        return CUDA_SUCCESS;
+    }
+    memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+#define DEV(p) ((void *)(uintptr_t)(p))
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(DEV(dst), -1, DEV(src), -1, ByteCount, NULL);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+    return copy(DEV(dst), -1, DEV(src), -1, ByteCount, hStream);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy(DEV(dstDevice), 1, srcHost, 0, ByteCount, NULL);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(dstHost, 0, DEV(srcDevice), 1, ByteCount, NULL);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(DEV(dstDevice), 1, DEV(srcDevice), 1, ByteCount, NULL);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+                              CUstream hStream)
+{
+    return copy(DEV(dstDevice), 1, srcHost, 0, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream)
+{
+    return copy(dstHost, 0, DEV(srcDevice), 1, ByteCount, hStream);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+                              CUstream hStream)
+{
+    return copy(DEV(dstDevice), 1, DEV(srcDevice), 1, ByteCount, hStream);
+}
+
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                      CUcontext srcContext, size_t ByteCount)
+{
+    (void)dstContext, (void)srcContext;
+    return copy(DEV(dstDevice), 1, DEV(srcDevice), 1, ByteCount, NULL);
+}
+
+/* A 2-D copy row by row; arrays are not simulated. */
+static CUresult copy_2d(const CUDA_MEMCPY2D *p, CUstream stream)
+{
+    if (!p || p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY ||
+        p->WidthInBytes > p->srcPitch || p->WidthInBytes > p->dstPitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    int sd = p->srcMemoryType == CU_MEMORYTYPE_DEVICE ? 1
+             : p->srcMemoryType == CU_MEMORYTYPE_HOST ? 0
+                                                      : -1;
+    int dd = p->dstMemoryType == CU_MEMORYTYPE_DEVICE ? 1
+             : p->dstMemoryType == CU_MEMORYTYPE_HOST ? 0
+                                                      : -1;
+    const char *s = p->srcMemoryType == CU_MEMORYTYPE_HOST ? p->srcHost : DEV(p->srcDevice);
+    char *d = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : DEV(p->dstDevice);
+    s += p->srcY * p->srcPitch + p->srcXInBytes;
+    d += p->dstY * p->dstPitch + p->dstXInBytes;
+    for (size_t row = 0; row < p->Height; row++) {
+        CUresult r =
+            copy(d + row * p->dstPitch, dd, s + row * p->srcPitch, sd, p->WidthInBytes, stream);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return copy_2d(pCopy, NULL);
+}
+
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    return copy_2d(pCopy, hStream);
+}
+
+/* The per-thread-stream forms: the double has one stream semantics for both. */
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount);
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
+}
+
+/* ---- cuGetProcAddress ---- */
+
+/* What the double answers: base name, the version it appeared in, and the entry points. */
+static const struct {
+    const char *name;
+    int since;
+    void *legacy, *per_thread;
+} procs[] = {
+    {"cuInit", 2000, (void *)cuInit, NULL},
+    {"cuDriverGetVersion", 2020, (void *)cuDriverGetVersion, NULL},
+    {"cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL},
+    {"cuPointerGetAttribute", 4000, (void *)cuPointerGetAttribute, NULL},
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2, NULL},
+    {"cuMemAllocManaged", 6000, (void *)cuMemAllocManaged, NULL},
+    {"cuMemAllocAsync", 11020, (void *)cuMemAllocAsync, NULL},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2, NULL},
+    {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync, NULL},
+    {"cuMemAllocHost", 3020, (void *)cuMemAllocHost_v2, NULL},
+    {"cuMemHostAlloc", 2020, (void *)cuMemHostAlloc, NULL},
+    {"cuMemFreeHost", 2000, (void *)cuMemFreeHost, NULL},
+    {"cuMemcpy", 4000, (void *)cuMemcpy, NULL},
+    {"cuMemcpyAsync", 4000, (void *)cuMemcpyAsync, NULL},
+    {"cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2, (void *)cuMemcpyHtoD_v2_ptds},
+    {"cuMemcpyDtoH", 3020, (void *)cuMemcpyDtoH_v2, (void *)cuMemcpyDtoH_v2_ptds},
+    {"cuMemcpyDtoD", 3020, (void *)cuMemcpyDtoD_v2, NULL},
+    {"cuMemcpyHtoDAsync", 3020, (void *)cuMemcpyHtoDAsync_v2, NULL},
+    {"cuMemcpyDtoHAsync", 3020, (void *)cuMemcpyDtoHAsync_v2, NULL},
+    {"cuMemcpyDtoDAsync", 3020, (void *)cuMemcpyDtoDAsync_v2, NULL},
+    {"cuMemcpy2D", 3020, (void *)cuMemcpy2D_v2, NULL},
+    {"cuMemcpy2DAsync", 3020, (void *)cuMemcpy2DAsync_v2, NULL},
+    {"cuMemcpyPeer", 4000, (void *)cuMemcpyPeer, NULL},
+    {"cuStreamCreate", 2000, (void *)cuStreamCreate, NULL},
+    {"cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL},
+    {"cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL},
+    {"cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL},
+    {"cuGraphInstantiateWithFlags", 11040, (void *)cuGraphInstantiateWithFlags, NULL},
+    {"cuGraphLaunch", 10000, (void *)cuGraphLaunch, NULL},
+    {"cuGetProcAddress", 12000, NULL, NULL}, /* filled in below: itself */
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+        if (strcmp(procs[i].name, symbol))
+            continue;
+        if (cudaVersion < procs[i].since) {
+            if (symbolStatus)
+                *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+            return CUDA_ERROR_NOT_FOUND;
+        }
+        bool pt = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        *pfn = pt && procs[i].per_thread ? procs[i].per_thread : procs[i].legacy;
+        if (!*pfn)
+            *pfn = (void *)cuGetProcAddress_v2;
+        if (symbolStatus)
+            *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (symbolStatus)
+        *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+#pragma GCC visibility pop
