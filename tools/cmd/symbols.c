@@ -53,14 +53,8 @@ static long module_of(struct run_modules *rm, const struct shp_rec_module *m, co
         if (rm->mods[i].build_id_len == m->build_id_len &&
             !memcmp(rm->mods[i].build_id, m->build_id, m->build_id_len))
             return (long)i;
-    if (rm->n == rm->cap) {
-        size_t cap = rm->cap ? 2 * rm->cap : 32;
-        struct run_module *n = realloc(rm->mods, cap * sizeof(*n));
-        if (!n)
-            return -1;
-        rm->mods = n;
-        rm->cap = cap;
-    }
+    if (!shp_symfile_grow((void **)&rm->mods, &rm->cap, rm->n, sizeof(*rm->mods)))
+        return -1;
     struct run_module *r = &rm->mods[rm->n];
     memset(r, 0, sizeof(*r));
     memcpy(r->build_id, m->build_id, m->build_id_len);
@@ -76,29 +70,35 @@ static long module_of(struct run_modules *rm, const struct shp_rec_module *m, co
 
 static int add_frame(struct run_module *r, uint64_t off, bool is_ret)
 {
-    if (r->nframes == r->capframes) {
-        size_t cap = r->capframes ? 2 * r->capframes : 256;
-        struct frame_key *n = realloc(r->frames, cap * sizeof(*n));
-        if (!n)
-            return -ENOMEM;
-        r->frames = n;
-        r->capframes = cap;
-    }
+    if (!shp_symfile_grow((void **)&r->frames, &r->capframes, r->nframes, sizeof(*r->frames)))
+        return -ENOMEM;
     r->frames[r->nframes++] = (struct frame_key){off, is_ret};
     return 0;
 }
 
-/* The modules of one trace (those with a build id), then the frames of its stacks. */
+/* The frames of one trace's stacks, each by the module that holds it. One walk over the records
+ * (a trace can be a GiB); the stacks are looked at after it, once every module is known. */
 static int gather(struct run_modules *rm, const struct shp_trace *t)
 {
     struct local_module *loc = NULL;
-    size_t nloc = 0, caploc = 0;
+    const struct shp_rec_stack **stacks = NULL;
+    size_t nloc = 0, caploc = 0, nstacks = 0, capstacks = 0;
     struct shp_cursor cur = {0};
     unsigned type;
     size_t size;
     const struct shp_rec *rec;
     int rc = 0;
     while (rc == 0 && (rec = shp_trace_next(t, &cur, &type, &size))) {
+        if (type == SHP_REC_STACK) {
+            const struct shp_rec_stack *s = (const void *)rec;
+            if (sizeof(*s) + (size_t)s->nframes * 8 > size)
+                continue;
+            if (!shp_symfile_grow((void **)&stacks, &capstacks, nstacks, sizeof(*stacks)))
+                rc = -ENOMEM;
+            else
+                stacks[nstacks++] = s;
+            continue;
+        }
         if (type != SHP_REC_MODULE)
             continue;
         const struct shp_rec_module *m = (const void *)rec;
@@ -108,28 +108,14 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
         char *path = strndup((const char *)(m + 1), m->path_len);
         long idx = path ? module_of(rm, m, path) : -1;
         free(path);
-        if (idx >= 0 && nloc == caploc) {
-            size_t cap = caploc ? 2 * caploc : 32;
-            struct local_module *n = realloc(loc, cap * sizeof(*n));
-            idx = n ? idx : -1;
-            loc = n ? n : loc;
-            caploc = n ? cap : caploc;
-        }
-        if (idx < 0) {
+        if (idx < 0 || !shp_symfile_grow((void **)&loc, &caploc, nloc, sizeof(*loc)))
             rc = -ENOMEM;
-            break;
-        }
-        loc[nloc++] = (struct local_module){m->base, m->lo, m->hi, (size_t)idx};
+        else
+            loc[nloc++] = (struct local_module){m->base, m->lo, m->hi, (size_t)idx};
     }
-    memset(&cur, 0, sizeof(cur));
-    while (rc == 0 && nloc && (rec = shp_trace_next(t, &cur, &type, &size))) {
-        if (type != SHP_REC_STACK)
-            continue;
-        const struct shp_rec_stack *s = (const void *)rec;
-        if (sizeof(*s) + (size_t)s->nframes * 8 > size)
-            continue;
-        const uint64_t *fr = (const uint64_t *)(s + 1);
-        for (uint32_t i = 0; i < s->nframes && rc == 0; i++) {
+    for (size_t j = 0; rc == 0 && j < nstacks; j++) {
+        const uint64_t *fr = (const uint64_t *)(stacks[j] + 1);
+        for (uint32_t i = 0; i < stacks[j]->nframes && rc == 0; i++) {
             bool is_ret = i > 0;
             uint64_t pc = is_ret && fr[i] ? fr[i] - 1 : fr[i];
             /* As the symbolizer does: where ranges overlap, the module recorded last. */
@@ -140,6 +126,7 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
                 }
         }
     }
+    free(stacks);
     free(loc);
     return rc;
 }

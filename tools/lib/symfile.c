@@ -46,8 +46,7 @@ void shp_symfile_free(struct shp_symfile *f)
     free(f);
 }
 
-/* Room for one more of n elements of size bytes in *arr (capacity *cap). */
-static bool room(void **arr, size_t *cap, size_t n, size_t size)
+bool shp_symfile_grow(void **arr, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap)
         return true;
@@ -76,7 +75,7 @@ static const char *parse_module(struct shp_symfile *f, const char *line, size_t 
     size_t digits = strspn(p, "0123456789abcdef");
     if (digits < 2 || digits > 64 || digits % 2 || p[digits] != ' ' || !p[digits + 1])
         return "a module line needs a build id of 1 to 32 bytes in hex and a name";
-    if (!room((void **)&f->mods, capmods, f->nmods, sizeof(*f->mods)))
+    if (!shp_symfile_grow((void **)&f->mods, capmods, f->nmods, sizeof(*f->mods)))
         return "out of memory";
     struct sym_module *m = &f->mods[f->nmods++];
     memset(m, 0, sizeof(*m));
@@ -96,7 +95,7 @@ static const char *parse_frame(struct shp_symfile *f, const char *line, size_t *
         return "a frame line is OFFSET (hex), r or c, and a text";
     if (f->nmods == 0)
         return "a frame line before any module line";
-    if (!room((void **)&f->entries, capentries, f->nentries, sizeof(*f->entries)))
+    if (!shp_symfile_grow((void **)&f->entries, capentries, f->nentries, sizeof(*f->entries)))
         return "out of memory";
     uint64_t off = 0;
     for (size_t i = 0; i < digits; i++)
