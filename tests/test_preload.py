@@ -372,6 +372,10 @@ def test_symbols_when_the_module_is_gone():
     assert gone == here and p.stderr == "", (gone, here, p.stderr)
     text = subprocess.run([TOOL, "dump", d], capture_output=True, text=True).stdout
     assert "mod_run (" in text, text
+    # export and report read stacks through the same code
+    timeline = os.path.join(TMP, "symgone.json")
+    run([TOOL, "export", "--format", "chrome", "-o", timeline, d])
+    assert "mod_run (" in open(timeline).read()
     # another node's trace in the same directory reads its own host's file
     other = os.path.join(TMP, "symgone-node-b")
     os.makedirs(other)
