@@ -230,7 +230,8 @@ $(B)/tests/test_doubles: tests/unit/test_doubles.c $(DOUBLE_CUDART) $(DOUBLE_NCC
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -lm
 
-$(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/lib/symbolize.c
+$(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/lib/symbolize.c tools/lib/symfile.c \
+		tools/lib/out.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) -std=gnu11 -g -O0 $(WARN) $(SANFLAGS) -I. -o $@ $^ -ldw -lelf
 

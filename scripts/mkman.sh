@@ -26,7 +26,8 @@ for cmd in $("$tool" --help | awk '/^  [a-z]+ / && $1 != "shapetrace" {print $1}
 done
 cat <<'TAIL'
 .SH FILES
-Traces are written to the run directory, one \fIhost\fR-\fIpid\fR.shptrace file per process.
+Traces are written to the run directory, one \fIhost\fR-\fIpid\fR.shptrace file per process,
+and the names of their native frames, when the job ends, to \fIhost\fR.symbols.
 .SH SEE ALSO
 The README of the shapetrace sources: tracing a real job, what analyze says, the pictures, the
 trace file and the output contracts.

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def site_has(e, text):
 def test_basic_records():
     d, p = traced("basic", [f"{T}/scenario", "basic"])
     assert p.stdout == "basic ok 1\n", p.stdout  # stdout passes through untouched
-    files = os.listdir(d)
+    files = [f for f in os.listdir(d) if not f.endswith(".symbols")]
     assert len(files) == 1 and files[0].endswith(".shptrace"), files
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(os.path.join(d, files[0])).st_mode) == 0o600
@@ -198,7 +199,7 @@ def test_threads_no_lost_records():
 
 def test_fork_child_gets_own_file():
     d, _ = traced("fork", [f"{T}/scenario", "fork"])
-    files = sorted(os.listdir(d))
+    files = sorted(glob.glob("*.shptrace", root_dir=d))
     assert len(files) == 2, files
     by_pid = {}
     for f in files:
@@ -226,7 +227,7 @@ def test_sigkill_loses_no_complete_record():
 
 def test_torn_record_is_skipped():
     d, _ = traced("torn", [f"{T}/scenario", "kill", "100"], expect_rc=-signal.SIGKILL)
-    path = os.path.join(d, os.listdir(d)[0])
+    path = glob.glob(os.path.join(d, "*.shptrace"))[0]
     ev, _ = dump(path)
     victim = ops(ev, "cudaMemcpy")[50]
     # Find the 50th copy record in the file and wipe its first word, as a writer killed between
@@ -264,7 +265,7 @@ def test_bad_inputs():
     p = run([TOOL, "dump", short], check=False)
     assert p.returncode == 2 and "shorter than a header" in p.stderr
     d, _ = traced("version", [f"{T}/scenario", "basic"])
-    path = os.path.join(d, os.listdir(d)[0])
+    path = glob.glob(os.path.join(d, "*.shptrace"))[0]
     data = bytearray(open(path, "rb").read())
     data[8:12] = (99).to_bytes(4, "little")
     other = os.path.join(TMP, "other.shptrace")
@@ -335,6 +336,122 @@ def test_rtld_local_module():
     assert len(ars) == 5 and [a["seq"] for a in ars] == list(range(5))
     assert one(ev, "ncclCommInitRankConfig")["nranks"] == 1
     assert site_has(ars[0], "mod_run (")
+
+
+def symbols_run(name):
+    """A module of its own, traced from a copy that the test can take away afterwards."""
+    moddir = os.path.join(TMP, name + "-mod")
+    os.makedirs(moddir)
+    mod = os.path.join(moddir, "mod_nccl.so")
+    shutil.copy(f"{T}/mod_nccl.so", mod)
+    env = base_env()
+    env["LD_LIBRARY_PATH"] = T  # the copy's $ORIGIN no longer holds the doubles
+    d, p = traced(name, [f"{T}/local_module", mod, "3"], env=env)
+    return d, p, mod
+
+
+def mod_sites(d):
+    ev, p = dump(d)
+    return [e["stack"][0] for e in ops(ev, "ncclAllReduce")], p
+
+
+def test_symbols_when_the_module_is_gone():
+    d, p, mod = symbols_run("symgone")
+    symfile = os.path.join(d, socket.gethostname() + ".symbols")
+    assert "native frames symbolized" in p.stderr and os.path.exists(symfile), p.stderr
+    assert os.stat(symfile).st_mode & 0o777 == 0o600, oct(os.stat(symfile).st_mode)
+    # `symbols` writes the same file again for a run started without `run`
+    os.unlink(symfile)
+    q = run([TOOL, "symbols", d])
+    assert "frames of" in q.stderr and os.path.exists(symfile), q.stderr
+    here, _ = mod_sites(d)
+    named = [s for s in here if re.match(r"mod_run \(.*mod_nccl\.c:\d+\)$", s)]
+    assert len(here) == 3 and named == here, here
+    os.unlink(mod)  # the module is not on this machine any more
+    gone, p = mod_sites(d)
+    assert gone == here and p.stderr == "", (gone, here, p.stderr)
+    text = subprocess.run([TOOL, "dump", d], capture_output=True, text=True).stdout
+    assert "mod_run (" in text, text
+    # export and report read stacks through the same code
+    timeline = os.path.join(TMP, "symgone.json")
+    run([TOOL, "export", "--format", "chrome", "-o", timeline, d])
+    assert "mod_run (" in open(timeline).read()
+    # another node's trace in the same directory reads its own host's file
+    other = os.path.join(TMP, "symgone-node-b")
+    os.makedirs(other)
+    trace = glob.glob(os.path.join(d, "*.shptrace"))[0]
+    data = bytearray(open(trace, "rb").read())
+    host = socket.gethostname().encode()
+    assert data[312:312 + len(host) + 1] == host + b"\0"  # shp_file_header.host
+    data[312:312 + 64] = b"node-b".ljust(64, b"\0")
+    open(os.path.join(other, "node-b-1.shptrace"), "wb").write(data)
+    shutil.copy(symfile, other)  # this host's file: not node-b's
+    assert all(s.startswith("0x") for s in mod_sites(other)[0])
+    q = run([TOOL, "symbols", other], check=False)
+    assert q.returncode == 2 and "no traces of this host" in q.stderr, q.stderr
+    shutil.copy(symfile, os.path.join(other, "node-b.symbols"))
+    assert mod_sites(other)[0] == here
+    # without the symbol file: offsets in the module, as before
+    os.rename(symfile, symfile + ".away")
+    bare, p = mod_sites(d)
+    assert all(re.match(r"0x[0-9a-f]+ \(mod_nccl\.so\)$", s) for s in bare), bare
+    assert p.stderr == "", p.stderr
+
+
+def test_symbols_for_another_build():
+    """The module is here, but another build of it (another build id): the recorded names."""
+    d, _, mod = symbols_run("symbuild")
+    here, _ = mod_sites(d)
+    with open(mod, "r+b") as f:  # flip a byte of the build id note
+        data = f.read()
+        at = data.find(b"GNU\0") + 4
+        assert at > 4
+        f.seek(at)
+        f.write(bytes([data[at] ^ 0xFF]))
+    other, _ = mod_sites(d)
+    assert other == here and here[0].startswith("mod_run ("), (other, here)
+    os.rename(os.path.join(d, socket.gethostname() + ".symbols"), os.path.join(d, "away"))
+    bare, _ = mod_sites(d)
+    assert all(re.match(r"0x[0-9a-f]+ \(mod_nccl\.so\)$", s) for s in bare), bare
+    run([TOOL, "symbols", d])  # this build is not the traced one: nothing resolved for it
+    still, _ = mod_sites(d)
+    assert still == bare, still
+
+
+def test_symbols_bad_files_fall_back():
+    d, _, mod = symbols_run("symbad")
+    symfile = os.path.join(d, socket.gethostname() + ".symbols")
+    good = open(symfile, "rb").read()
+    os.unlink(mod)
+    lines = good.split(b"\n")
+    frame = next(i for i, l in enumerate(lines) if b"mod_run" in l)
+    bad = {
+        "empty": b"",
+        "truncated": good[:len(good) - 3],
+        "cut at a line": b"\n".join(lines[:frame + 1]) + b"\n",
+        "other version": good.replace(b"symbols 1", b"symbols 9", 1),
+        "bad offset": good.replace(lines[frame], b"zz r " + lines[frame].split(b" ", 2)[2]),
+        "long build id": good.replace(b"\nm ", b"\nm " + b"ab" * 40, 1),
+        "no text": good.replace(lines[frame], lines[frame].split(b" ", 2)[0] + b" r "),
+        "nul": good.replace(b"mod_run", b"mod\0run"),
+        "garbage": bytes(range(256)) * 50,
+        "frame first": b"shapetrace symbols 1\n10 r f (x.c:1)\nend 1\n",
+        "after end": good + b"m ab x\n",
+    }
+    for what, content in bad.items():
+        with open(symfile, "wb") as f:
+            f.write(content)
+        sites, p = mod_sites(d)
+        assert all(re.match(r"0x[0-9a-f]+ \(mod_nccl\.so\)$", s) for s in sites), (what, sites)
+        warn = p.stderr.strip().splitlines()
+        assert len(warn) == 1 and ".symbols" in warn[0] and "offsets" in warn[0], \
+            (what, p.stderr)
+    os.unlink(symfile)
+    os.mkdir(symfile)  # not a regular file
+    sites, p = mod_sites(d)
+    assert len(p.stderr.strip().splitlines()) == 1 and sites[0].startswith("0x"), p.stderr
+    q = run([TOOL, "symbols", os.path.join(TMP, "no-such-run")], check=False)
+    assert q.returncode == 2 and len(q.stderr.splitlines()) == 1, q.stderr
 
 
 def test_dlsym_handle_and_rtld_next():

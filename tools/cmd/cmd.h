@@ -2,6 +2,8 @@
 #ifndef SHAPETRACE_CMD_H
 #define SHAPETRACE_CMD_H
 
+#include <stdint.h>
+
 /* Exit statuses of the tools (the README lists them). */
 #define SHP_EXIT_OK 0
 #define SHP_EXIT_FINDINGS 1
@@ -15,5 +17,19 @@ int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
 int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
+int shp_cmd_symbols(int argc, char **argv);
+
+/* What shp_symbols_write did: traces of this host read, frame lines written, modules that had
+ * frames, the file's size and the wall time taken. */
+struct shp_symbols_stats {
+    uint64_t traces, frames, modules, bytes;
+    double seconds;
+    char path[4096]; /* the file written */
+};
+
+/* Writes this host's symbol file in DIR from this host's traces in DIR (tools/cmd/symbols.c),
+ * replacing any older one whole. Returns 0, -ENOENT when DIR holds no trace, -ESRCH when none
+ * of this host, or another negative errno. */
+int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats);
 
 #endif

@@ -25,6 +25,7 @@ static void usage(FILE *f)
         "  status [--json] [--watch] DIR  which rank is where, while the job runs\n"
         "  attach DIR|PID [--on|--off|--mark TEXT]\n"
         "                                 switch recording, or mark the timeline, live\n"
+        "  symbols RUN_DIR                store the run's native frame names (run does it)\n"
         "\n"
         "  shapetrace help COMMAND        options of one command (also COMMAND --help)\n"
         "  shapetrace --version           the version, and the trace format it reads and writes\n",
@@ -35,9 +36,9 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } commands[] = {
-    {"run", shp_cmd_run},       {"dump", shp_cmd_dump},     {"analyze", shp_cmd_analyze},
-    {"export", shp_cmd_export}, {"report", shp_cmd_report}, {"status", shp_cmd_status},
-    {"attach", shp_cmd_attach},
+    {"run", shp_cmd_run},       {"dump", shp_cmd_dump},       {"analyze", shp_cmd_analyze},
+    {"export", shp_cmd_export}, {"report", shp_cmd_report},   {"status", shp_cmd_status},
+    {"attach", shp_cmd_attach}, {"symbols", shp_cmd_symbols},
 };
 
 static int (*lookup(const char *name))(int, char **)

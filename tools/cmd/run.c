@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -23,6 +24,20 @@
 #ifndef SHP_PREFIX
 #define SHP_PREFIX "/usr/local"
 #endif
+
+/* The frame names, resolved here while the modules are at hand (tools/cmd/symbols.c). */
+static void report_symbols(const char *dir)
+{
+    struct shp_symbols_stats s;
+    int rc = shp_symbols_write(dir, &s);
+    if (rc == -ESRCH)
+        return; /* the traces came from other hosts only: theirs to resolve */
+    if (rc)
+        shp_err("cannot store the native frame names in %s: %s", dir, strerror(-rc));
+    else if (s.frames)
+        fprintf(stderr, "shapetrace: %" PRIu64 " native frames symbolized in %.2f s, into %s\n",
+                s.frames, s.seconds, s.path);
+}
 
 static void run_usage(FILE *f)
 {
@@ -266,6 +281,8 @@ int shp_cmd_run(int argc, char **argv)
     size_t nfiles = 0;
     shp_trace_collect(absdir, &files, &nfiles);
     fprintf(stderr, "shapetrace: %zu trace%s in %s\n", nfiles, nfiles == 1 ? "" : "s", absdir);
+    if (nfiles)
+        report_symbols(absdir);
     for (size_t i = 0; i < nfiles; i++)
         free(files[i]);
     free(files);

@@ -10,6 +10,7 @@
 
 #include "tools/lib/out.h"
 #include "tools/lib/symbolize.h"
+#include "tools/lib/symfile.h"
 
 /* From the C++ runtime: NCCL and torch frames are C++, and people read them demangled. */
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
@@ -69,6 +70,9 @@ struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
     st->symbolize = symbolize;
     if (symbolize)
         st->sym = shp_symbolizer_new();
+    if (st->sym && t->path)
+        shp_symbolizer_set_symfile(
+            st->sym, shp_symfile_load_near(t->path, t->hdr->host, sizeof(t->hdr->host)));
     struct shp_cursor cur = {0};
     unsigned type;
     size_t size;

@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tools/lib/symfile.h"
+
 enum mod_state {
     MOD_PENDING,  /* not opened yet */
     MOD_READY,    /* reported to libdwfl; dm is set */
@@ -64,6 +66,7 @@ struct shp_symbolizer {
     struct cache_entry *cache;
     size_t cache_cap; /* a power of two, or 0 */
     size_t cache_count;
+    struct shp_symfile *symfile; /* texts from the traced host, for modules unusable here */
 };
 
 #define CACHE_MIN_CAP 1024
@@ -183,6 +186,7 @@ void shp_symbolizer_free(struct shp_symbolizer *s)
     free(s->mods);
     cache_clear(s);
     free(s->cache);
+    shp_symfile_free(s->symfile);
     free(s);
 }
 
@@ -192,6 +196,17 @@ static bool same_module(const struct module *m, const char *path, uint64_t base,
     return m->base == base && m->lo == lo && m->hi == hi && m->build_id_len == build_id_len &&
            (build_id_len == 0 || memcmp(m->build_id, build_id, build_id_len) == 0) &&
            strcmp(m->path, path) == 0;
+}
+
+void shp_symbolizer_set_symfile(struct shp_symbolizer *s, struct shp_symfile *f)
+{
+    if (s == NULL) {
+        shp_symfile_free(f);
+        return;
+    }
+    shp_symfile_free(s->symfile);
+    s->symfile = f;
+    cache_clear(s);
 }
 
 int shp_symbolizer_add_module(struct shp_symbolizer *s, const char *path, uint64_t base,
@@ -445,8 +460,15 @@ static int describe(struct shp_symbolizer *s, uint64_t addr, bool is_ret, char *
     }
 
     int frc;
+    const char *recorded = NULL;
 
-    if (func != NULL && file != NULL)
+    /* The module is not here, or is another build: what the traced host resolved, if it did. */
+    if (m->state == MOD_UNUSABLE && s->symfile != NULL)
+        recorded =
+            shp_symfile_find(s->symfile, m->build_id, m->build_id_len, addr - m->base, is_ret);
+    if (recorded != NULL)
+        frc = fmt_text(text, "%s", recorded);
+    else if (func != NULL && file != NULL)
         frc = fmt_text(text, "%s (%s:%d)", func, file, lineno);
     else if (func != NULL)
         frc =

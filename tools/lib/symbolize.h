@@ -21,6 +21,14 @@ struct shp_symbolizer *shp_symbolizer_new(void);
 /* Frees s, its libdwfl session, its cache and every copy it holds. s may be NULL. */
 void shp_symbolizer_free(struct shp_symbolizer *s);
 
+struct shp_symfile;
+
+/* Gives s the symbol file f (symfile.h), which s now owns and frees; f may be NULL (none). A
+ * registered module whose file is missing here or carries another build id then takes its
+ * frame texts from f, by build id and offset, where f has them; other frames of it print as
+ * offsets, as without f. Drops the cached texts. */
+void shp_symbolizer_set_symfile(struct shp_symbolizer *s, struct shp_symfile *f);
+
 /* Registers one loaded ELF object of the traced process.
  *   path:     the object's path on the traced machine; need not exist here. Copied.
  *   base:     its load bias (dl_iterate_phdr's dlpi_addr; 0 for a non-PIE executable).
