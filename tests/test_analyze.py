@@ -403,6 +403,18 @@ def test_root_only_buffers_in_dump():
     assert bc and all((e["send_bytes"] == 0) == (e["comm_rank"] != e["root"]) for e in bc)
 
 
+def test_null_communicator_has_no_seq_in_dump():
+    d = os.path.join(TMP, "stacks-pynccl-clean")
+    if not os.path.isdir(d):
+        d = run_stacks("pynccl", "clean")
+    p = run([TOOL, "dump", "--no-stacks", d])
+    assert "18446744073709551615" not in p.stdout
+    assert p.stdout.count("r-1/-1 seq -") == 4, p.stdout
+    evs = [json.loads(x) for x in run([TOOL, "dump", "--json", d]).stdout.splitlines()]
+    null = [e for e in evs if e["op"] == "ncclAllReduce" and e["result"] != 0]
+    assert len(null) == 4 and all(e["seq"] is None for e in null), null
+
+
 def test_replay_number_is_the_ranks_launch_count():
     """A replay's number counts the rank's graph launches (its decode step, from 1)."""
     d = run_stacks("graph_buckets", "planted")
