@@ -187,6 +187,11 @@ $(B)/tests/ranks: tests/load/ranks.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< \
 		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
 
+$(B)/tests/stacks: tests/load/stacks.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< \
+		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
+
 $(B)/tests/missing: tests/load/missing.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
@@ -262,7 +267,8 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 # programs the analyze suite traces.
 TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
-	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/shp_launch $(B)/bench/gen_traces \
+	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
+	$(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
 
 # make check: the layout rule, the whole suite here, then the sanitizer builds in their own

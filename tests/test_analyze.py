@@ -361,6 +361,96 @@ def test_multirank_scenarios():
         assert f["severity"] == ("warning" if kind == "p2p_dtype_mismatch" else "error")
 
 
+# ---- patterns of real stacks (tests/load/stacks.c), clean and planted, on simulated ranks ----
+
+STACKS_CASES = {
+    # pattern: (kind, culprits, seq, call site) of the planted run's first finding
+    "graph_buckets": ("count_mismatch", [2], 2, "capture_bucket"),    # vLLM decode graphs
+    "dp_padding": ("count_mismatch", [3], 1, "capture_dp_graph"),     # vLLM DP, PR 25906
+    "pynccl": ("dtype_mismatch", [1], 2, "pynccl_all_reduce"),        # vLLM pynccl
+    "coalesced": ("count_mismatch", [0], 4, "coalesced"),             # torch coalesced group
+    "a2a_uneven": ("p2p_size_mismatch", [0, 2], 0, "a2a_single"),     # all_to_all_single
+    "new_group": ("root_mismatch", [2], 1, "group_bcast"),            # torch new_group split
+    "abort_reinit": ("op_mismatch", [3], 0, "after_reinit"),          # abort, then a new comm
+    "fsdp": ("count_mismatch", [1], 1, "all_gather_params"),          # FSDP/ZeRO shards
+    "megatron": ("p2p_size_mismatch", [1, 5], 0, "pp_exchange"),      # TP x DP x PP, 8 ranks
+    "moe": ("p2p_size_mismatch", [1, 3], 0, "dispatch"),              # MoE token dispatch
+    "bcast": ("count_mismatch", [2], 0, "bcast"),                     # ncclBcast = ncclBroadcast
+    "root_only": ("buffer_overrun", [0], 3, "root_only"),             # root-only buffers
+    "pipeline": ("p2p_size_mismatch", [1, 2], 0, "stage_send"),       # torch pipeline stage
+    "stall": ("missing_collective", [3], 2, "worker_step"),           # a rank that stops
+    "gathered": ("shape_mismatch", [0], None, "cut_rows"),            # rows of an all-gather
+}
+STACKS_DIMS = {"gathered": ["hidden=512"]}
+
+
+def run_stacks(pattern, variant):
+    d = os.path.join(TMP, f"stacks-{pattern}-{variant}")
+    e = env()
+    e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+    n = "8" if pattern == "megatron" else "4"
+    subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
+                    f"{T}/stacks", pattern, variant], capture_output=True, text=True,
+                   timeout=120, env=e)
+    return d
+
+
+def test_stack_patterns():
+    for pattern, (kind, culprits, seq, site) in STACKS_CASES.items():
+        dims = STACKS_DIMS.get(pattern, [])
+        r, _ = analyze(run_stacks(pattern, "clean"), dims=dims)
+        assert r["findings"] == [], (pattern, [x["summary"] for x in r["findings"]])
+        d = run_stacks(pattern, "planted")
+        r, _ = analyze(d, dims=dims)
+        f = first(r)
+        assert (f["kind"], f["ranks"], f["seq"]) == (kind, culprits, seq), (pattern, f["summary"])
+        assert frames(f["events"][0])[0].startswith(site + " ("), (pattern, frames(f["events"][0]))
+        if pattern in ("graph_buckets", "dp_padding"):
+            # the replay is named: its number, the launch's call site, the captured call's
+            assert "in replay " in f["summary"] and "decode_step (" in f["summary"], f["summary"]
+            launches = [e for e in f["events"] if e["op"] == "cudaGraphLaunch"]
+            assert launches and frames(launches[0])[0].startswith("decode_step ("), f["events"]
+        if pattern == "pipeline":
+            # rank 3's receive from the held-up rank 2 came first by the clock; it is a
+            # consequence, after its cause
+            kinds = [x["kind"] for x in r["findings"]]
+            assert kinds == ["p2p_size_mismatch", "p2p_unmatched"], kinds
+        if pattern == "stall":
+            # its last call on the finding's communicator first, then its last call overall
+            assert f["events"][0]["comm"] == f["comm"] and f["events"][1]["comm"] != f["comm"]
+
+
+def test_root_only_buffers_in_dump():
+    d = os.path.join(TMP, "stacks-root_only-clean")
+    if not os.path.isdir(d):
+        d = run_stacks("root_only", "clean")
+    p = run([TOOL, "dump", "--json", d])
+    evs = [json.loads(x) for x in p.stdout.splitlines()]
+    red = [e for e in evs if e["op"] == "ncclReduce"]
+    assert red and all((e["recv_bytes"] == 0) == (e["comm_rank"] != e["root"]) for e in red)
+    bc = [e for e in evs if e["op"] == "ncclBroadcast"]
+    assert bc and all((e["send_bytes"] == 0) == (e["comm_rank"] != e["root"]) for e in bc)
+
+
+def test_null_communicator_has_no_seq_in_dump():
+    d = os.path.join(TMP, "stacks-pynccl-clean")
+    if not os.path.isdir(d):
+        d = run_stacks("pynccl", "clean")
+    p = run([TOOL, "dump", "--no-stacks", d])
+    assert "18446744073709551615" not in p.stdout
+    assert p.stdout.count("r-1/-1 seq -") == 4, p.stdout
+    evs = [json.loads(x) for x in run([TOOL, "dump", "--json", d]).stdout.splitlines()]
+    null = [e for e in evs if e["op"] == "ncclAllReduce" and e["result"] != 0]
+    assert len(null) == 4 and all(e["seq"] is None for e in null), null
+
+
+def test_replay_number_is_the_ranks_launch_count():
+    """A replay's number counts the rank's graph launches (its decode step, from 1)."""
+    d = run_stacks("graph_buckets", "planted")
+    p = run([TOOL, "analyze", d])
+    assert "in replay 3 of the graph launched at decode_step (" in p.stdout, p.stdout
+
+
 def test_expectation_sites_match_python_functions():
     d = os.path.join(TMP, "ctypes")
     here = os.path.dirname(os.path.abspath(__file__))

@@ -12,7 +12,7 @@ static struct an_finding *add(struct an_findings *fs, uint64_t comm, uint64_t se
 {
     struct an_finding *f = an_finding_add(fs, AN_COUNT_MISMATCH, true);
     f->comm = comm;
-    f->seq = seq;
+    f->seq = f->position = seq; /* a collective finding: executed position as seq here */
     f->t_ns = t;
     return f;
 }
@@ -60,13 +60,33 @@ static void test_order(void)
     add(&fs, 0, SHP_NONE, 0); /* 3: no time: last */
     add(&fs, 9, 1, 920);      /* 4: same time as 2: the order added */
     an_findings_order(&fs);
-    test_cond("on one communicator the lower seq comes first, whatever the clocks",
+    test_cond("on one communicator the lower position comes first, whatever the clocks",
               fs.v[1].order < fs.v[0].order);
     test_cond("across communicators, time decides", fs.v[0].order < fs.v[2].order);
     test_cond("equal times keep the order they were added in", fs.v[2].order < fs.v[4].order);
     test_cond("a finding without a time comes last", fs.v[3].order == 4);
     test_cond("nth gives the first", at(&fs, 0) == 1);
     test_cond("nth past the end is NULL", an_findings_nth(&fs, 5) == NULL);
+
+    /* An unanswered receive waiting on a rank that a later-clocked finding names comes
+     * after it: the rank was held up there. */
+    struct an_findings h = {0};
+    struct an_finding *u = an_finding_add(&h, AN_P2P_UNMATCHED, true);
+    u->t_ns = 100;
+    u->waits_on = 2;
+    an_finding_rank(u, 2);
+    an_finding_rank(u, 3);
+    struct an_finding *m = an_finding_add(&h, AN_P2P_SIZE_MISMATCH, true);
+    m->t_ns = 200;
+    an_finding_rank(m, 1);
+    an_finding_rank(m, 2);
+    an_findings_order(&h);
+    test_cond("an unmatched p2p comes after the finding that names the rank it waits on",
+              h.v[1].order == 0 && h.v[0].order == 1);
+    h.v[1].ranks[1] = 5; /* names another rank: time decides again */
+    an_findings_order(&h);
+    test_cond("and by time when no finding names that rank", h.v[0].order == 0);
+    an_findings_free(&h);
 
     struct an_findings w = {0};
     add(&w, 3, 1, 100);

@@ -17,6 +17,7 @@ struct an_member {
     int proc; /* -1 until a trace claims this rank */
     bool ended;
     struct an_queue q;
+    struct an_ref last; /* its last call executed on this communicator (rec NULL: none) */
 };
 
 struct an_comm {
@@ -30,7 +31,8 @@ struct an_comm {
 };
 
 struct align {
-    struct an_table comms; /* of struct an_comm, by id */
+    struct an_table comms;    /* of struct an_comm, by id */
+    struct an_graphs graphs; /* what each process's graph launches execute */
 };
 
 static uint64_t comm_key(const void *item)
@@ -88,7 +90,8 @@ static uint64_t field_value(const struct an_entry *e, enum field f)
 {
     switch (f) {
     case F_OP:
-        return e->op;
+        /* ncclBcast is ncclBroadcast in place: one operation for the peers. */
+        return e->op == SHP_OP_ncclBcast ? SHP_OP_ncclBroadcast : e->op;
     case F_DTYPE:
         return (uint64_t)e->dtype;
     case F_COUNT:
@@ -153,6 +156,37 @@ static void describe(const struct an_ctx *ctx, const struct an_entry *e, enum fi
 static void add_entry(struct an_finding *f, const struct an_entry *e)
 {
     an_finding_event(f, &e->ref, e->t_ns);
+    if (e->launch.rec && f->nevents < AN_MAX_EVENTS) {
+        f->labels[f->nevents] = "the graph launch that executed it";
+        f->events[f->nevents++] = e->launch;
+    }
+}
+
+/* " in replay N of the graph launched at SITE (captured at SITE)" for a replayed call. */
+static void replay_note(struct an_ctx *ctx, const struct an_entry *e, char *out, size_t len)
+{
+    out[0] = 0;
+    if (!e->launch.rec)
+        return;
+    char ls[256], cs[256];
+    an_site(ctx, &e->launch, ls, sizeof(ls));
+    an_site(ctx, &e->ref, cs, sizeof(cs));
+    snprintf(out, len, " in replay %" PRIu64 " of the graph launched at %s (captured at %s)",
+             e->replay, ls, cs);
+}
+
+/* Append to f's summary what replays the culprit's and the majority's calls were part of. */
+static void note_replays(struct an_ctx *ctx, struct an_finding *f, int culprit,
+                         const struct an_entry *ce, int maj, const struct an_entry *me)
+{
+    char a[600], b[600];
+    replay_note(ctx, ce, a, sizeof(a));
+    replay_note(ctx, me, b, sizeof(b));
+    if (!a[0] && !b[0])
+        return;
+    size_t l = strlen(f->summary);
+    snprintf(f->summary + l, sizeof(f->summary) - l, "; rank %d executed it%s, rank %d%s",
+             culprit, a[0] ? a : " eagerly", maj, b[0] ? b : " eagerly");
 }
 
 static struct an_finding *finding_on(struct an_ctx *ctx, struct an_comm *c, enum an_kind kind,
@@ -163,6 +197,7 @@ static struct an_finding *finding_on(struct an_ctx *ctx, struct an_comm *c, enum
         return NULL;
     f->comm = c->id;
     f->seq = seq;
+    f->position = c->collectives;
     if (c->finding == SIZE_MAX)
         c->finding = (size_t)(f - ctx->findings.v);
     return f;
@@ -319,11 +354,24 @@ static void on_ended(struct an_ctx *ctx, struct an_comm *c, const struct positio
                 an_finding_rank(f, g);
                 if (nr < AN_MAX_RANKS)
                     ranks[nr++] = g;
-                int p = c->m[pos->absent[i]].proc;
-                if (p >= 0 && ctx->procs[p].last.rec && f->nevents < AN_MAX_EVENTS)
+                /* Its last call on this communicator, then its last call overall. */
+                const struct an_member *am = &c->m[pos->absent[i]];
+                int p = am->proc;
+                if (am->last.rec && f->nevents < AN_MAX_EVENTS) {
+                    f->labels[f->nevents] = "its last call on this communicator";
+                    f->events[f->nevents++] = am->last;
+                }
+                if (p >= 0 && ctx->procs[p].last.rec && f->nevents < AN_MAX_EVENTS &&
+                    !(am->last.rec && am->last.rec == ctx->procs[p].last.rec)) {
+                    f->labels[f->nevents] = "its last call";
                     f->events[f->nevents++] = ctx->procs[p].last;
+                }
             }
+            /* Causally it sits where its members entered it: the earliest of them. */
             f->t_ns = h0->t_ns;
+            for (int i = 1; i < pos->np; i++)
+                if (head(c, pos->present[i])->t_ns < f->t_ns)
+                    f->t_ns = head(c, pos->present[i])->t_ns;
             char rl[160];
             an_rank_list(ranks, nr, pos->na > AN_MAX_RANKS, rl, sizeof(rl));
             snprintf(f->summary, sizeof(f->summary),
@@ -402,6 +450,8 @@ static struct an_finding *report_mismatch(struct an_ctx *ctx, struct an_comm *c,
              "rank%s %s called %s where rank%s %s called %s (communicator %.8" PRIx64
              ", collective #%" PRIu64 ")",
              nc > 1 ? "s" : "", ra, a, no > 1 ? "s" : "", rb, b, c->id >> 32, maj->seq);
+    if (example)
+        note_replays(ctx, f, culprits[0], example, global_rank(ctx, c, pos->maj), maj);
     return f;
 }
 
@@ -443,6 +493,9 @@ static void on_tie(struct an_ctx *ctx, struct an_comm *c, const struct position 
                  "the ranks of communicator %.8" PRIx64 " disagree at collective #%" PRIu64
                  " with no majority (rank %d called %s)",
                  c->id >> 32, ref->seq, global_rank(ctx, c, pos->present[0]), d);
+        int last = pos->present[pos->np - 1];
+        note_replays(ctx, f, global_rank(ctx, c, pos->present[0]), ref, global_rank(ctx, c, last),
+                     head(c, last));
     }
     c->diverged = true;
     pop_present(c, pos);
@@ -512,32 +565,52 @@ static void *align_init(struct an_ctx *ctx)
     return A;
 }
 
+/* Queue what a rank executed on a communicator: an eager call, or a replayed one. */
+static void executed(struct an_ctx *ctx, struct align *A, int pidx, const struct shp_event *e,
+                     const struct an_entry *en)
+{
+    struct an_comm *c = comm_get(A, e->comm, e->nranks);
+    if (!c || e->comm_rank < 0 || e->comm_rank >= c->nranks)
+        return;
+    struct an_member *m = &c->m[e->comm_rank];
+    if (m->proc < 0)
+        m->proc = pidx;
+    m->last = en->launch.rec ? en->launch : en->ref;
+    if (an_queue_push(&m->q, en) == 0)
+        advance(ctx, c);
+}
+
 static void align_event(void *st, struct an_ctx *ctx, struct an_step *s)
 {
     struct align *A = st;
     const struct shp_event *e = s->e;
     int pidx = (int)(s->proc - ctx->procs);
+    if (an_graphs_event(&A->graphs, s, SHP_REC_COLL))
+        return; /* captured: it executes at each launch */
+    uint64_t replay = 0;
+    struct an_graph *g = an_graphs_launch(&A->graphs, s, &replay);
+    for (size_t i = 0; g && i < g->n; i++) {
+        struct an_entry en = an_replay_entry(&g->calls[i], s, replay);
+        executed(ctx, A, pidx, &g->calls[i].e, &en);
+    }
     if (e->type != SHP_REC_COMM && e->type != SHP_REC_COLL)
         return;
+    if (e->type == SHP_REC_COLL) {
+        struct an_entry en = an_entry_of(e, s->ref);
+        executed(ctx, A, pidx, e, &en);
+        return;
+    }
     struct an_comm *c = comm_get(A, e->comm, e->nranks);
     if (!c || e->comm_rank < 0 || e->comm_rank >= c->nranks)
         return;
     struct an_member *m = &c->m[e->comm_rank];
-    if (e->type == SHP_REC_COMM) {
-        if (e->comm_kind <= SHP_COMM_SHRINK) {
-            if (m->proc < 0)
-                m->proc = pidx;
-        } else if (m->proc == pidx) {
-            m->ended = true; /* finalized or destroyed: no collective follows */
-            advance(ctx, c);
-        }
-        return;
-    }
-    if (m->proc < 0)
-        m->proc = pidx;
-    struct an_entry en = an_entry_of(e, s->ref);
-    if (an_queue_push(&m->q, &en) == 0)
+    if (e->comm_kind <= SHP_COMM_SHRINK) {
+        if (m->proc < 0)
+            m->proc = pidx;
+    } else if (m->proc == pidx) {
+        m->ended = true; /* finalized or destroyed: no collective follows */
         advance(ctx, c);
+    }
 }
 
 static void align_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
@@ -629,6 +702,7 @@ static void align_free(void *st)
         free(c);
     }
     an_table_free(&A->comms);
+    an_graphs_free(&A->graphs);
     free(A);
 }
 

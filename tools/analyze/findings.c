@@ -40,7 +40,8 @@ struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind, boo
     memset(f, 0, sizeof(*f));
     f->kind = kind;
     f->error = error;
-    f->seq = SHP_NONE;
+    f->seq = f->position = SHP_NONE;
+    f->waits_on = -1;
     return f;
 }
 
@@ -83,11 +84,28 @@ void an_findings_compact(struct an_findings *fs)
 
 /* Collectives order the ranks: on one communicator a lower seq comes first whatever the clocks
  * say; across communicators and processes, time decides. */
+static bool names(const struct an_finding *f, int rank)
+{
+    for (int i = 0; i < f->nranks; i++)
+        if (f->ranks[i] == rank)
+            return true;
+    return false;
+}
+
+/* Whether a waits on a rank that b names: a is b's consequence. */
+static bool held_up_by(const struct an_finding *a, const struct an_finding *b)
+{
+    return a->kind == AN_P2P_UNMATCHED && a->waits_on >= 0 && b->kind != AN_P2P_UNMATCHED &&
+           names(b, a->waits_on);
+}
+
 static int before(const struct an_finding *a, const struct an_finding *b)
 {
-    if (a->comm && a->comm == b->comm && a->seq != SHP_NONE && b->seq != SHP_NONE &&
-        a->seq != b->seq)
-        return a->seq < b->seq;
+    if (a->comm && a->comm == b->comm && a->position != SHP_NONE && b->position != SHP_NONE &&
+        a->position != b->position)
+        return a->position < b->position;
+    if (held_up_by(a, b) != held_up_by(b, a))
+        return held_up_by(b, a);
     if (a->t_ns != b->t_ns)
         return a->t_ns && (a->t_ns < b->t_ns || !b->t_ns);
     return a < b;

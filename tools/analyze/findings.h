@@ -44,11 +44,15 @@ struct an_finding {
     bool error;              /* severity: error, else warning */
     uint64_t comm;           /* 0 if none */
     uint64_t seq;            /* SHP_NONE if none */
+    uint64_t position;       /* collectives: positions retired on comm before it (executed
+                                order, replays included); SHP_NONE for other findings */
+    int waits_on;            /* p2p_unmatched: the rank that never made the matching call */
     int ranks[AN_MAX_RANKS]; /* culprit global ranks */
     int nranks;
     char summary[1024];
     struct an_ref events[AN_MAX_EVENTS]; /* the diverging calls first */
     int nevents;
+    const char *labels[AN_MAX_EVENTS]; /* what each event is, when not plain (static text) */
     struct an_ref expected; /* a majority call, if any (ref.rec NULL if none) */
     bool has_expected;
     uint64_t consequences;                 /* later disagreements on the same communicator */
@@ -75,8 +79,10 @@ void an_finding_event(struct an_finding *f, const struct an_ref *ref, uint64_t t
 size_t an_findings_append(struct an_findings *fs, const struct an_findings *from);
 /* Drop the findings marked AN_KIND_COUNT. */
 void an_findings_compact(struct an_findings *fs);
-/* Set each finding's order: on one communicator a lower seq comes first whatever the clocks
- * say; otherwise the earlier time, then the order they were added in. */
+/* Set each finding's order: on one communicator a lower executed position comes first
+ * whatever the clocks say; an unmatched send or receive comes after another finding that
+ * names the rank it waits on (that rank was held up there); otherwise the earlier time, then
+ * the order they were added in. */
 void an_findings_order(struct an_findings *fs);
 /* The finding at causal position `order`, or NULL. */
 const struct an_finding *an_findings_nth(const struct an_findings *fs, size_t order);

@@ -392,21 +392,12 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     }
 }
 
-/* The rows of a region: a 2-D write's rows (width bytes every pitch bytes), else rows from the
- * --dim values when they factor its element count into at least two rows. Returns the row
- * width, sets *pitch and *shape; 0 when the rows are unknown. */
-static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uint64_t *pitch,
-                        uint64_t *esize, char *shape, size_t len)
+/* Rows from the --dim values when they factor the region's element count into at least two
+ * rows; 0 when they do not. */
+static uint64_t dim_rows(const struct an_ctx *ctx, const struct an_region *r, uint64_t *pitch,
+                         uint64_t *esize, char *shape, size_t len)
 {
-    shape[0] = 0;
     uint64_t es = r->esize ? (uint64_t)r->esize : 1;
-    *esize = es;
-    if (r->pitch && r->width && r->width <= r->pitch) {
-        *pitch = r->pitch;
-        snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", (r->len + r->pitch - 1) / r->pitch,
-                 r->width / es);
-        return r->width;
-    }
     /* The element size comes from the collective the bytes came from; a region whose origin
      * is a copy of kernel output has none, and is tried as 2-byte elements (bf16, fp16: what
      * inference moves most), then 4, then 1, saying so in the shape. */
@@ -426,6 +417,29 @@ static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uin
         return *pitch;
     }
     return 0;
+}
+
+/* The rows of a region: a 2-D write's rows (width bytes every pitch bytes), else rows from the
+ * --dim values. The pieces of an all-gather lie side by side (pitch equal to width): rows from
+ * --dim that factor the region come first there, since the consumer cuts the gathered tensor
+ * by its own rows, not by the ranks' pieces. Returns the row width, sets *pitch and *shape;
+ * 0 when the rows are unknown. */
+static uint64_t rows_of(const struct an_ctx *ctx, const struct an_region *r, uint64_t *pitch,
+                        uint64_t *esize, char *shape, size_t len)
+{
+    shape[0] = 0;
+    *esize = r->esize ? (uint64_t)r->esize : 1;
+    bool pieces = r->pitch && r->width && r->width <= r->pitch;
+    if (!pieces || r->width == r->pitch) {
+        uint64_t w = dim_rows(ctx, r, pitch, esize, shape, len);
+        if (w || !pieces)
+            return w;
+    }
+    *pitch = r->pitch;
+    *esize = r->esize ? (uint64_t)r->esize : 1;
+    snprintf(shape, len, "[%" PRIu64 ", %" PRIu64 "]", (r->len + r->pitch - 1) / r->pitch,
+             r->width / *esize);
+    return r->width;
 }
 
 /* Fill f's lineage with the producer chain from region (+1) back to its origin. */

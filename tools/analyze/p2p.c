@@ -18,7 +18,8 @@ struct an_chan {
 };
 
 struct p2p {
-    struct an_table chans; /* of struct an_chan, by chan_key */
+    struct an_table chans;   /* of struct an_chan, by chan_key */
+    struct an_graphs graphs; /* sends and receives captured into graphs run at each launch */
 };
 
 static uint64_t chan_key(uint64_t comm, int src, int dst)
@@ -64,6 +65,14 @@ static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_
     an_finding_rank(f, gr >= 0 ? gr : ch->dst);
     an_finding_event(f, &s->ref, s->t_ns);
     an_finding_event(f, &r->ref, r->t_ns);
+    for (int k = 0; k < 2; k++) {
+        const struct an_entry *x = k ? r : s;
+        if (x->launch.rec && f->nevents < AN_MAX_EVENTS) {
+            f->labels[f->nevents] = k ? "the graph launch that executed the receive"
+                                      : "the graph launch that executed the send";
+            f->events[f->nevents++] = x->launch;
+        }
+    }
     char a[96], b[96];
     an_shape(&ctx->dims, s->count, a, sizeof(a));
     an_shape(&ctx->dims, r->count, b, sizeof(b));
@@ -100,19 +109,35 @@ static void *p2p_init(struct an_ctx *ctx)
     return P;
 }
 
-static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
+/* Queue a send or receive a rank executed: eager, or in a replay. */
+static void executed(struct p2p *P, struct an_ctx *ctx, const struct shp_event *e,
+                     const struct an_entry *en)
 {
-    const struct shp_event *e = s->e;
-    if (e->type != SHP_REC_P2P || e->comm_rank < 0 || e->peer < 0)
+    if (e->comm_rank < 0 || e->peer < 0)
         return;
     bool send = e->op == SHP_OP_ncclSend;
     int src = send ? e->comm_rank : e->peer, dst = send ? e->peer : e->comm_rank;
-    struct an_chan *ch = chan_get(st, e->comm, src, dst);
-    if (!ch)
+    struct an_chan *ch = chan_get(P, e->comm, src, dst);
+    if (ch && an_queue_push(send ? &ch->send : &ch->recv, en) == 0)
+        match(ctx, ch);
+}
+
+static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
+{
+    struct p2p *P = st;
+    const struct shp_event *e = s->e;
+    if (an_graphs_event(&P->graphs, s, SHP_REC_P2P))
+        return; /* captured: it executes at each launch */
+    uint64_t replay = 0;
+    struct an_graph *g = an_graphs_launch(&P->graphs, s, &replay);
+    for (size_t i = 0; g && i < g->n; i++) {
+        struct an_entry en = an_replay_entry(&g->calls[i], s, replay);
+        executed(P, ctx, &g->calls[i].e, &en);
+    }
+    if (e->type != SHP_REC_P2P)
         return;
     struct an_entry en = an_entry_of(e, s->ref);
-    if (an_queue_push(send ? &ch->send : &ch->recv, &en) == 0)
-        match(ctx, ch);
+    executed(P, ctx, e, &en);
 }
 
 /* Sends and receives that found no partner. */
@@ -134,6 +159,7 @@ static void p2p_finish(void *st, struct an_ctx *ctx)
         an_finding_rank(f, ch->src);
         an_finding_rank(f, ch->dst);
         an_finding_event(f, &e->ref, e->t_ns);
+        f->waits_on = left == &ch->send ? ch->dst : ch->src;
         snprintf(f->summary, sizeof(f->summary),
                  "%zu %s from rank %d to rank %d on communicator %.8" PRIx64
                  " found no matching %s (first: message #%" PRIu64 ", issued by rank %d)",
@@ -152,6 +178,7 @@ static void p2p_free(void *st)
         free(ch);
     }
     an_table_free(&P->chans);
+    an_graphs_free(&P->graphs);
     free(P);
 }
 

@@ -3,6 +3,9 @@
 #include "tools/analyze/pass.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "common/ops.h"
 
 struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref)
 {
@@ -110,4 +113,127 @@ void an_table_free(struct an_table *t)
     t->v = NULL;
     t->slots = NULL;
     t->n = t->cap = t->nslots = 0;
+}
+
+/* ---- CUDA graphs ---- */
+
+/* Graphs are few (one per batch-size bucket), so a scan from the newest is enough; newest
+ * first because a handle the driver reuses after a destroy names the latest graph. */
+static struct an_graph *graph_by(struct an_graphs *g, uint32_t proc, uint64_t capture,
+                                 uint64_t graph)
+{
+    for (size_t i = g->n; i-- > 0;)
+        if (g->v[i].proc == proc &&
+            (capture ? g->v[i].capture == capture : graph && g->v[i].graph == graph))
+            return &g->v[i];
+    return NULL;
+}
+
+static struct an_graph *graph_new(struct an_graphs *g, uint32_t proc, uint64_t capture)
+{
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 8;
+        struct an_graph *v = realloc(g->v, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        g->v = v;
+        g->cap = cap;
+    }
+    struct an_graph *n = &g->v[g->n++];
+    *n = (struct an_graph){.proc = proc, .capture = capture};
+    return n;
+}
+
+static void exec_add(struct an_graphs *g, uint32_t proc, uint64_t exec, size_t graph)
+{
+    if (g->nexecs == g->cap_execs) {
+        size_t cap = g->cap_execs ? g->cap_execs * 2 : 8;
+        struct an_exec *v = realloc(g->execs, cap * sizeof(*v));
+        if (!v)
+            return;
+        g->execs = v;
+        g->cap_execs = cap;
+    }
+    g->execs[g->nexecs++] = (struct an_exec){.proc = proc, .exec = exec, .graph = graph};
+}
+
+bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep)
+{
+    const struct shp_event *e = s->e;
+    uint32_t proc = s->ref->proc;
+    if (e->type == keep && (e->flags & SHP_EV_CAPTURED)) {
+        uint64_t cap = e->graph != SHP_NONE ? e->graph : 0;
+        struct an_graph *gr = cap ? graph_by(g, proc, cap, 0) : NULL;
+        if (cap && !gr)
+            gr = graph_new(g, proc, cap);
+        if (gr && gr->n == gr->cap) {
+            size_t c = gr->cap ? gr->cap * 2 : 4;
+            struct an_captured *v = realloc(gr->calls, c * sizeof(*v));
+            if (v) {
+                gr->calls = v;
+                gr->cap = c;
+            }
+        }
+        if (gr && gr->n < gr->cap)
+            gr->calls[gr->n++] = (struct an_captured){.e = *e, .ref = *s->ref};
+        return true;
+    }
+    if (e->type != SHP_REC_GRAPH || e->result != 0)
+        return false;
+    if (e->cls == SHP_CLS_CAPTURE && e->capture != SHP_NONE && e->graph != SHP_NONE) {
+        /* cudaStreamEndCapture: the capture becomes this graph (a capture with nothing of
+         * ours in it is kept too, so that its launches are known to execute nothing). */
+        struct an_graph *gr = graph_by(g, proc, e->capture, 0);
+        if (!gr)
+            gr = graph_new(g, proc, e->capture);
+        if (gr)
+            gr->graph = e->graph;
+    } else if (e->cls == SHP_CLS_GRAPH && e->graph != SHP_NONE && e->exec != SHP_NONE) {
+        struct an_graph *gr = graph_by(g, proc, 0, e->graph);
+        if (gr)
+            exec_add(g, proc, e->exec, (size_t)(gr - g->v));
+    }
+    return false;
+}
+
+struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay)
+{
+    const struct shp_event *e = s->e;
+    uint32_t proc = s->ref->proc;
+    if (e->type != SHP_REC_GRAPH || e->cls != SHP_CLS_LAUNCH || e->exec == SHP_NONE ||
+        (e->result != 0 && e->dur_ns != SHP_NONE))
+        return NULL;
+    if (proc >= g->nlaunches) {
+        uint64_t *v = realloc(g->launches, (proc + 1) * sizeof(*v));
+        if (!v)
+            return NULL;
+        memset(v + g->nlaunches, 0, (proc + 1 - g->nlaunches) * sizeof(*v));
+        g->launches = v;
+        g->nlaunches = proc + 1;
+    }
+    *replay = ++g->launches[proc];
+    for (size_t i = g->nexecs; i-- > 0;)
+        if (g->execs[i].proc == proc && g->execs[i].exec == e->exec)
+            return &g->v[g->execs[i].graph];
+    return NULL;
+}
+
+struct an_entry an_replay_entry(const struct an_captured *c, const struct an_step *launch,
+                                uint64_t replay)
+{
+    struct an_entry en = an_entry_of(&c->e, &c->ref);
+    en.t_ns = launch->e->t_ns;
+    en.launch = *launch->ref;
+    en.replay = replay;
+    return en;
+}
+
+void an_graphs_free(struct an_graphs *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        free(g->v[i].calls);
+    free(g->v);
+    free(g->execs);
+    free(g->launches);
+    *g = (struct an_graphs){0};
 }

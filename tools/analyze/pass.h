@@ -92,12 +92,58 @@ struct an_pass {
 
 /* One call as the alignment and p2p passes keep it while it is open. */
 struct an_entry {
-    struct an_ref ref;
+    struct an_ref ref; /* the call as issued (for a replay: as captured) */
     uint64_t t_ns, seq, count;
     int root, redop, dtype;
     unsigned op;
+    /* A call a graph replay executed: the cudaGraphLaunch (rec NULL for an eager call) and
+     * the replay's number among that rank's graph launches, from 1. */
+    struct an_ref launch;
+    uint64_t replay;
 };
 struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref);
+
+/* ---- what CUDA graphs execute: capture id -> graph -> executable -> launches ---- */
+
+/* A call recorded while its stream was captured. */
+struct an_captured {
+    struct shp_event e;
+    struct an_ref ref;
+};
+
+/* One capture of one process, with what it captured in capture order. */
+struct an_graph {
+    uint32_t proc;
+    uint64_t capture, graph; /* capture id; the graph cudaStreamEndCapture returned (0: none) */
+    struct an_captured *calls;
+    size_t n, cap;
+};
+
+struct an_graphs {
+    struct an_graph *v;
+    size_t n, cap;
+    struct an_exec {
+        uint32_t proc;
+        uint64_t exec;
+        size_t graph; /* index in v */
+    } * execs;
+    size_t nexecs, cap_execs;
+    uint64_t *launches; /* by process: its graph launches so far */
+    size_t nlaunches;
+};
+
+/* Follow the graph records of s and keep the calls of record type `keep` (SHP_REC_COLL or
+ * SHP_REC_P2P) issued during a capture. Returns true when s is such a captured call: it
+ * executes nothing by itself, the caller skips it. Out of memory loses the call silently. */
+bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep);
+/* For a cudaGraphLaunch step: the capture it replays, and in *replay the launch's number
+ * among the process's graph launches, from 1; NULL for any other step or an executable whose
+ * graph the trace does not show. */
+struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay);
+/* The entry of a call that a replay executed. */
+struct an_entry an_replay_entry(const struct an_captured *c, const struct an_step *launch,
+                                uint64_t replay);
+void an_graphs_free(struct an_graphs *g);
 
 /* A FIFO of entries (a ring buffer). */
 struct an_queue {

@@ -94,8 +94,11 @@ void an_report_text(struct an_ctx *ctx, bool color)
            off, first->error ? "error" : "warning", first->summary);
     if (first->nevents) {
         printf("  diverging call%s:\n", first->nevents > 1 ? "s" : "");
-        for (int i = 0; i < first->nevents; i++)
+        for (int i = 0; i < first->nevents; i++) {
+            if (first->labels[i])
+                printf("    %s:\n", first->labels[i]);
             print_call(ctx, &first->events[i], "    ", 4);
+        }
     }
     if (first->has_expected) {
         printf("  what the others did:\n");

@@ -47,8 +47,13 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
     switch (e->type) {
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        snprintf(what, sizeof(what), "comm %.8" PRIx64 " r%d/%d seq %" PRIu64, e->comm >> 32,
-                 e->comm_rank, e->nranks, e->seq);
+        /* A call made with a NULL communicator has no seq (and no communicator). */
+        if (e->seq == SHP_NONE)
+            snprintf(what, sizeof(what), "comm %.8" PRIx64 " r%d/%d seq -", e->comm >> 32,
+                     e->comm_rank, e->nranks);
+        else
+            snprintf(what, sizeof(what), "comm %.8" PRIx64 " r%d/%d seq %" PRIu64, e->comm >> 32,
+                     e->comm_rank, e->nranks, e->seq);
         if (e->peer >= 0)
             snprintf(what + strlen(what), sizeof(what) - strlen(what), " peer %d", e->peer);
         if (e->root >= 0)
@@ -73,8 +78,19 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
         snprintf(what, sizeof(what), "ptr 0x%" PRIx64, e->ptr);
         break;
     case SHP_REC_GRAPH:
-        snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRId64, e->stream,
-                 e->capture == SHP_NONE ? (int64_t)-1 : (int64_t)e->capture);
+        /* What links a capture to its replays: capture -> graph -> exec -> launch. */
+        if (e->cls == SHP_CLS_GRAPH)
+            snprintf(what, sizeof(what), "graph 0x%" PRIx64 " -> exec 0x%" PRIx64, e->graph,
+                     e->exec);
+        else if (e->cls == SHP_CLS_LAUNCH)
+            snprintf(what, sizeof(what), "exec 0x%" PRIx64 " stream 0x%" PRIx64, e->exec,
+                     e->stream);
+        else if (e->graph != SHP_NONE)
+            snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRIu64 " -> graph 0x%" PRIx64,
+                     e->stream, e->capture, e->graph);
+        else
+            snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRId64, e->stream,
+                     e->capture == SHP_NONE ? (int64_t)-1 : (int64_t)e->capture);
         break;
     case SHP_REC_MARK:
         snprintf(what, sizeof(what), "%s", e->mark);

@@ -60,6 +60,17 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->bytes = c->count * es;
         e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
         e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
+        /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
+         * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
+         * touch 0 bytes there (the address passed is still shown). */
+        if (c->root >= 0 && c->comm_rank >= 0 && c->comm_rank != c->root) {
+            unsigned op = c->ev.op;
+            if (op == SHP_OP_ncclReduce || op == SHP_OP_ncclGather)
+                e->recv_bytes = 0;
+            else if (op == SHP_OP_ncclBroadcast || op == SHP_OP_ncclBcast ||
+                     op == SHP_OP_ncclScatter)
+                e->send_bytes = 0;
+        }
         /* A send has no receive buffer and a receive no send buffer. */
         e->src = e->send_bytes == SHP_NONE ? SHP_NONE : c->sendbuf;
         e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : c->recvbuf;

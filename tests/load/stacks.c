@@ -1,0 +1,388 @@
+/* shapetrace tests: multi-rank patterns of real inference stacks (vLLM, torch ProcessGroupNCCL,
+ * FSDP, Megatron, MoE), each clean or with one planted divergence, on ranks started by
+ * shp_launch. Usage: stacks PATTERN clean|planted (the patterns: see `patterns` below). */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "examples/common.h"
+
+static bool planted;
+static int rank, world;
+
+#define NOINLINE __attribute__((noinline, optimize("no-optimize-sibling-calls")))
+
+/* ---- vLLM: a graph per batch-size bucket, replayed at each decode step ---- */
+
+static const size_t buckets[] = {1, 2, 4, 8};
+
+NOINLINE static void capture_bucket(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
+                                    cudaGraphExec_t *exec)
+{
+    cudaGraph_t g;
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(ncclAllReduce(buf, buf, tokens * 256, ncclBfloat16, ncclSum, comm, s));
+    EX_CHECK(cudaStreamEndCapture(s, &g));
+    EX_CHECK(cudaGraphInstantiate(exec, g, 0));
+}
+
+NOINLINE static void decode_step(cudaGraphExec_t exec, cudaStream_t s)
+{
+    EX_CHECK(cudaGraphLaunch(exec, s));
+}
+
+static void graph_buckets(ncclComm_t comm, void *buf)
+{
+    cudaStream_t s;
+    cudaGraphExec_t exec[4];
+    EX_CHECK(cudaStreamCreate(&s));
+    for (int b = 0; b < 4; b++)
+        capture_bucket(comm, s, buf, buckets[b], &exec[b]);
+    for (int step = 0; step < 6; step++) {
+        int b = step % 4;
+        if (planted && step == 2 && rank == 2)
+            b = 1; /* this rank's batch fell into another bucket */
+        decode_step(exec[b], s);
+    }
+}
+
+/* vLLM data parallel: the ranks agree on the padded token count, then run the graph of its
+ * bucket; the planted rank picks the graph by its own unpadded count (vLLM pull request
+ * 25906). */
+NOINLINE static void capture_dp_graph(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
+                                      cudaGraphExec_t *exec)
+{
+    cudaGraph_t g;
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(ncclAllGather(buf, (char *)buf + 4096, tokens * 64, ncclBfloat16, comm, s));
+    EX_CHECK(cudaStreamEndCapture(s, &g));
+    EX_CHECK(cudaGraphInstantiate(exec, g, 0));
+}
+
+static void dp_padding(ncclComm_t comm, void *buf)
+{
+    cudaStream_t s;
+    cudaGraphExec_t exec[2];
+    EX_CHECK(cudaStreamCreate(&s));
+    capture_dp_graph(comm, s, buf, 4, &exec[0]);
+    capture_dp_graph(comm, s, buf, 8, &exec[1]);
+    for (int step = 0; step < 3; step++) {
+        int tokens = step == 1 ? (rank == 3 ? 3 : 6) : 4, *t = (int *)((char *)buf + 60000);
+        EX_CHECK(cudaMemcpy(t, &tokens, sizeof(tokens), cudaMemcpyHostToDevice));
+        EX_CHECK(ncclAllReduce(t, t, 1, ncclInt32, ncclMax, comm, s));
+        int padded = step == 1 ? 6 : 4, mine = planted && rank == 3 ? tokens : padded;
+        decode_step(exec[mine > 4], s);
+    }
+}
+
+/* vLLM pynccl: its own communicator from a unique id, all-reduces on a stream. */
+NOINLINE static void pynccl_all_reduce(ncclComm_t comm, void *buf, int step)
+{
+    ncclDataType_t t = planted && rank == 1 && step == 2 ? ncclFloat16 : ncclBfloat16;
+    EX_CHECK(ncclAllReduce(buf, buf, 512, t, ncclSum, comm, 0));
+}
+
+static void pynccl(ncclComm_t world_comm, void *buf)
+{
+    (void)world_comm;
+    ncclComm_t comm;
+    ncclUniqueId id;
+    /* A call before the communicator exists fails; its record has no seq. */
+    (void)ncclAllReduce(buf, buf, 512, ncclBfloat16, ncclSum, NULL, 0);
+    EX_CHECK(shp_uid_exchange(&id, rank));
+    EX_CHECK(ncclCommInitRank(&comm, world, id, rank));
+    for (int step = 0; step < 4; step++)
+        pynccl_all_reduce(comm, buf, step);
+}
+
+/* ---- torch ProcessGroupNCCL ---- */
+
+/* A coalesced all-reduce: one group of three. */
+NOINLINE static void coalesced(ncclComm_t comm, void *buf, int step)
+{
+    EX_CHECK(ncclGroupStart());
+    for (int i = 0; i < 3; i++) {
+        size_t n = 100 * (size_t)(i + 1) + (planted && rank == 0 && step == 1 && i == 1);
+        EX_CHECK(ncclAllReduce((char *)buf + 4096 * i, (char *)buf + 4096 * i, n, ncclFloat32,
+                               ncclSum, comm, 0));
+    }
+    EX_CHECK(ncclGroupEnd());
+}
+
+static void coalesced_groups(ncclComm_t comm, void *buf)
+{
+    for (int step = 0; step < 3; step++)
+        coalesced(comm, buf, step);
+}
+
+/* all_to_all_single with uneven splits: a group of sends and receives of split sizes. */
+static size_t split(int from, int to)
+{
+    return 16 + (size_t)from + 2 * (size_t)to;
+}
+
+NOINLINE static void a2a_single(ncclComm_t comm, char *sb, char *rb)
+{
+    EX_CHECK(ncclGroupStart());
+    for (int p = 0; p < world; p++) {
+        size_t in = split(p, rank) + (planted && rank == 2 && p == 0); /* a stale split */
+        EX_CHECK(ncclSend(sb + 1024 * p, split(rank, p), ncclFloat32, p, comm, 0));
+        EX_CHECK(ncclRecv(rb + 1024 * p, in, ncclFloat32, p, comm, 0));
+    }
+    EX_CHECK(ncclGroupEnd());
+}
+
+static void a2a_uneven(ncclComm_t comm, void *buf)
+{
+    for (int i = 0; i < 2; i++)
+        a2a_single(comm, buf, (char *)buf + 16384);
+}
+
+/* new_group(ranks=[0, 1, 2]): a split; rank 3 gets a group of its own. */
+NOINLINE static void group_bcast(ncclComm_t part, void *buf, int step)
+{
+    int root = planted && rank == 2 && step == 1 ? 1 : 0;
+    EX_CHECK(ncclBroadcast(buf, buf, 128, ncclInt32, root, part, 0));
+}
+
+static void new_group(ncclComm_t comm, void *buf)
+{
+    ncclComm_t part;
+    EX_CHECK(ncclCommSplit(comm, rank < 3 ? 0 : 1, rank, &part, NULL));
+    EX_CHECK(ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, 0));
+    for (int step = 0; step < 3 && rank < 3; step++)
+        group_bcast(part, buf, step);
+}
+
+/* Abort and re-initialize: the old communicator is aborted, a new one made from a new id. */
+NOINLINE static void after_reinit(ncclComm_t comm, void *buf)
+{
+    if (planted && rank == 3)
+        EX_CHECK(ncclAllGather(buf, (char *)buf + 4096, 64, ncclFloat32, comm, 0));
+    else
+        EX_CHECK(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, 0));
+}
+
+static void abort_reinit(ncclComm_t comm, void *buf)
+{
+    for (int i = 0; i < 2; i++)
+        EX_CHECK(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, 0));
+    EX_CHECK(ncclCommAbort(comm));
+    ncclComm_t fresh;
+    ncclUniqueId id;
+    EX_CHECK(shp_uid_exchange(&id, rank));
+    EX_CHECK(ncclCommInitRank(&fresh, world, id, rank));
+    after_reinit(fresh, buf);
+    EX_CHECK(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, fresh, 0));
+}
+
+/* ---- FSDP / ZeRO: gradients reduce-scattered, parameters all-gathered in place ---- */
+
+NOINLINE static void all_gather_params(ncclComm_t comm, char *full, size_t shard)
+{
+    size_t n = planted && rank == 1 ? shard - 8 : shard; /* the unpadded shard */
+    EX_CHECK(ncclAllGather(full + (size_t)rank * shard * 2, full, n, ncclBfloat16, comm, 0));
+}
+
+static void fsdp(ncclComm_t comm, void *buf)
+{
+    size_t shard = 1024;
+    char *grad = buf, *full = (char *)buf + 32768;
+    for (int layer = 0; layer < 2; layer++) {
+        EX_CHECK(ncclReduceScatter(grad, grad + (size_t)rank * shard * 2, shard, ncclBfloat16,
+                                   ncclSum, comm, 0));
+        all_gather_params(comm, full, shard);
+    }
+}
+
+/* ---- Megatron: TP 2 x DP 2 x PP 2 on 8 ranks; rank = pp * 4 + dp * 2 + tp ---- */
+
+NOINLINE static void pp_exchange(ncclComm_t comm, void *buf)
+{
+    if (rank < 4)
+        EX_CHECK(ncclSend(buf, 2048, ncclBfloat16, rank + 4, comm, 0));
+    else
+        EX_CHECK(ncclRecv(buf, planted && rank == 5 ? 2047 : 2048, ncclBfloat16, rank - 4, comm,
+                          0));
+}
+
+static void megatron(ncclComm_t comm, void *buf)
+{
+    ncclComm_t tp, dp;
+    EX_CHECK(ncclCommSplit(comm, rank / 2, rank, &tp, NULL));
+    EX_CHECK(ncclCommSplit(comm, (rank / 4) * 2 + rank % 2, rank, &dp, NULL));
+    for (int step = 0; step < 2; step++) {
+        EX_CHECK(ncclAllReduce(buf, buf, 2048, ncclBfloat16, ncclSum, tp, 0));
+        pp_exchange(comm, buf);
+        EX_CHECK(ncclAllReduce((char *)buf + 8192, (char *)buf + 8192, 4096, ncclFloat32, ncclSum,
+                               dp, 0));
+    }
+}
+
+/* ---- MoE dispatch: token counts by all-to-all, then the tokens by grouped send/receive ---- */
+
+static size_t tokens(int from, int to)
+{
+    return 1 + (size_t)((from * 3 + to) % 4);
+}
+
+NOINLINE static void dispatch(ncclComm_t comm, char *sb, char *rb)
+{
+    EX_CHECK(ncclGroupStart());
+    for (int p = 0; p < world; p++) {
+        size_t out = tokens(rank, p) + (planted && rank == 1 && p == 3); /* one token more */
+        EX_CHECK(ncclSend(sb + 2048 * p, out * 64, ncclBfloat16, p, comm, 0));
+        EX_CHECK(ncclRecv(rb + 2048 * p, tokens(p, rank) * 64, ncclBfloat16, p, comm, 0));
+    }
+    EX_CHECK(ncclGroupEnd());
+}
+
+static void moe(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclAlltoAll(buf, (char *)buf + 1024, 1, ncclInt32, comm, 0));
+    dispatch(comm, (char *)buf + 4096, (char *)buf + 16384);
+}
+
+/* ---- NCCL itself: ncclBcast is ncclBroadcast in place ---- */
+
+NOINLINE static void bcast(ncclComm_t comm, void *buf)
+{
+    if (rank == 0)
+        EX_CHECK(ncclBcast(buf, 256, ncclInt32, 0, comm, 0));
+    else
+        EX_CHECK(ncclBroadcast(buf, buf, planted && rank == 2 ? 255 : 256, ncclInt32, 0, comm, 0));
+}
+
+/* Root-only buffers: non-roots pass a scratch buffer far smaller than the data. */
+NOINLINE static void root_only(ncclComm_t comm, void *buf)
+{
+    void *scratch;
+    EX_CHECK(cudaMalloc(&scratch, 512));
+    size_t n = 8192;
+    char *big = (char *)buf + 4096;
+    EX_CHECK(ncclReduce(big, rank == 0 ? big : scratch, n, ncclFloat32, ncclSum, 0, comm, 0));
+    EX_CHECK(ncclBroadcast(rank == 1 ? big : scratch, big, n, ncclFloat32, 1, comm, 0));
+    EX_CHECK(ncclGather(big, rank == 0 ? (char *)buf + 65536 : scratch, 1024, ncclFloat32, 0, comm,
+                        0));
+    if (planted && rank == 0)
+        EX_CHECK(ncclReduce(big, scratch, n, ncclFloat32, ncclSum, 0, comm, 0));
+    else
+        EX_CHECK(ncclReduce(big, rank == 0 ? big : scratch, n, ncclFloat32, ncclSum, 0, comm, 0));
+}
+
+/* ---- a stage that stops: the torch pipeline seen on the GPU ---- */
+
+NOINLINE static void stage_recv(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclRecv(buf, planted && rank == 2 ? 1000 : 1024, ncclFloat32, rank - 1, comm, 0));
+}
+
+NOINLINE static void stage_send(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclSend(buf, 1024, ncclFloat32, rank + 1, comm, 0));
+}
+
+static void pipeline(ncclComm_t comm, void *buf)
+{
+    /* The last stage posts its receive before the first stage has sent. */
+    if (rank == 3)
+        stage_recv(comm, buf);
+    if (rank == 0)
+        usleep(200000);
+    if (rank > 0 && rank < 3)
+        stage_recv(comm, buf);
+    if (planted && rank == 2)
+        return; /* real NCCL may hang in the short receive: it never sends to rank 3 */
+    if (rank < 3)
+        stage_send(comm, buf);
+}
+
+/* A rank that stops (a stalled DP worker): the others enter the collective it never reaches,
+ * then send to it; the unanswered send is a consequence. */
+NOINLINE static void worker_step(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclAllReduce(buf, buf, 512, ncclFloat32, ncclSum, comm, 0));
+}
+
+static void stall(ncclComm_t comm, void *buf)
+{
+    ncclComm_t pair;
+    EX_CHECK(ncclCommSplit(comm, 0, rank, &pair, NULL));
+    for (int step = 0; step < 3; step++) {
+        if (planted && rank == 3 && step == 2)
+            return; /* stuck in its host code */
+        worker_step(comm, buf);
+        EX_CHECK(ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, pair, 0));
+    }
+    if (rank == 0)
+        EX_CHECK(ncclSend(buf, 64, ncclFloat32, 3, comm, 0));
+    if (rank == 3)
+        EX_CHECK(ncclRecv(buf, 64, ncclFloat32, 0, comm, 0));
+}
+
+/* Hidden states gathered by NCCL (instead of copied), then cut per row on the host, with
+ * --dim hidden=512: 4 tokens of each rank, 16 rows in all. The planted consumer reads half of
+ * each row, the other axis. */
+NOINLINE static void cut_rows(char *gathered, char *host, int rows)
+{
+    size_t row = 512 * 2, piece = planted ? row / 2 : row;
+    for (int r = 0; r < rows; r++)
+        EX_CHECK(cudaMemcpy(host + r * piece, gathered + r * row, piece, cudaMemcpyDeviceToHost));
+}
+
+static void gathered(ncclComm_t comm, void *buf)
+{
+    static char host[16 * 1024];
+    char *out = (char *)buf + 8192;
+    EX_CHECK(ncclAllGather(buf, out, 4 * 512, ncclBfloat16, comm, 0));
+    if (rank == 0)
+        cut_rows(out, host, 4 * world);
+}
+
+struct pattern {
+    const char *name;
+    void (*run)(ncclComm_t comm, void *buf);
+};
+
+static const struct pattern patterns[] = {
+    {"graph_buckets", graph_buckets},
+    {"dp_padding", dp_padding},
+    {"pynccl", pynccl},
+    {"coalesced", coalesced_groups},
+    {"a2a_uneven", a2a_uneven},
+    {"new_group", new_group},
+    {"abort_reinit", abort_reinit},
+    {"fsdp", fsdp},
+    {"megatron", megatron},
+    {"moe", moe},
+    {"bcast", bcast},
+    {"root_only", root_only},
+    {"pipeline", pipeline},
+    {"stall", stall},
+    {"gathered", gathered},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: stacks PATTERN clean|planted\n");
+        return 2;
+    }
+    planted = !strcmp(argv[2], "planted");
+    rank = ex_rank();
+    world = ex_world();
+    for (size_t i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++) {
+        if (strcmp(argv[1], patterns[i].name))
+            continue;
+        ncclComm_t comm = ex_world_comm();
+        void *buf;
+        EX_CHECK(cudaMalloc(&buf, 1 << 17));
+        patterns[i].run(comm, buf);
+        printf("rank %d: %s %s done\n", rank, argv[1], argv[2]);
+        /* Leave without tearing down: after a planted divergence the others may be waiting. */
+        return 0;
+    }
+    fprintf(stderr, "stacks: unknown pattern %s\n", argv[1]);
+    return 2;
+}
