@@ -155,6 +155,11 @@ $(B)/tests/%: tests/load/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -ldl -lpthread
 
+# Gives crafted traces valid record checks (tests/test_hostile.py).
+$(B)/tests/shp_craft: tests/craft/shp_craft.c $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $< $(COMMON_OBJ)
+
 # The module test's main program must not link NCCL: only the module brings it in.
 $(B)/tests/local_module: tests/load/local_module.c
 	@mkdir -p $(@D)
@@ -234,7 +239,7 @@ $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
-	$(B)/tests/shp_launch $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+	$(B)/tests/shp_launch $(B)/tests/shp_craft $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
 # programs the analyze suite traces.
