@@ -104,6 +104,20 @@ def test_attach_refuses_an_overlong_mark():
     assert p.returncode == 2 and "at most 127 bytes" in p.stderr, p.stderr
 
 
+# ---- nothing missed in silence ----
+
+def test_capped_trace_is_reported_incomplete_first():
+    d = fresh("capped")
+    p = run([TOOL, "run", "--dir", d, "--max-mb", "1", "--", f"{T}/hostile", "calls", "30000"])
+    assert p.returncode == 0, p.stderr
+    a = run([TOOL, "analyze", "--json", d])
+    r = json.loads(a.stdout)
+    q = r["processes"][0]
+    assert q["complete"] is False and q["dropped"] > 10000, q
+    text = run([TOOL, "analyze", d]).stdout.splitlines()
+    assert "INCOMPLETE" in text[1] and "dropped" in text[1] and "cap" in text[1], text[:3]
+
+
 # ---- the readers, on crafted traces ----
 # Records are appended to a real trace (the scenario's basic run); shp_craft then gives every
 # record of the chain its check, with common/'s function.
@@ -190,6 +204,14 @@ def readers_survive(path, timeout=30, rss_mb=None):
     return events
 
 
+def pycode(code_id, firstlineno, linetable):
+    """A 3.11 code object f in x.py."""
+    body = struct.pack("<IIiHHHHI", code_id, 0x030B00F0, firstlineno, 1, 0, 4, 0,
+                       len(linetable)) + b"fx.py" + linetable
+    rec = pad8(word(12, 0) + body)
+    return word(12, len(rec)) + rec[8:]
+
+
 def ev_with_stack(data, stack_id):
     c = first_of(data, 5)
     struct.pack_into("<I", c, 24, stack_id)
@@ -225,9 +247,7 @@ def rss_of(cmd):
 def test_huge_stack_and_code_ids_do_not_size_tables():
     data = base_trace()
     st = word(8, 24) + struct.pack("<IIQ", 0x00800000, 1, 0x1234)
-    code = pad8(word(12, 32) + struct.pack("<IIiHHHHI", 0x00800000, 0x030B00F0, 1, 1, 0, 4, 0, 0)
-                + b"fx.py")
-    code = word(12, len(code)) + code[8:]
+    code = pycode(0x00800000, 1, b"")
     path = craft("huge-ids", data, st, code, ev_with_stack(data, 0x00800000))
     readers_survive(path)
     mb = rss_of([TOOL, "dump", "--json", path])
@@ -314,10 +334,7 @@ def test_module_build_id_longer_than_its_field():
 
 def test_python_line_table_overflow():
     data = base_trace()
-    code = word(12, 0) + struct.pack("<IIiHHHHI", 1, 0x030B00F0, 2**31 - 1, 1, 0, 4, 0, 1) \
-        + b"fx.py" + bytes([0x80 | (11 << 3)])
-    code = pad8(code)
-    code = word(12, len(code)) + code[8:]
+    code = pycode(1, 2**31 - 1, bytes([0x80 | (11 << 3)]))  # one entry: line + 1
     ps = word(13, 32) + struct.pack("<IIIIII", 203, 0, 1, 0, 1, 0x80000000)
     path = craft("linetable", data, code, ps, ev_with_stack(data, 203))
     ev = readers_survive(path)

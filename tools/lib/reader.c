@@ -158,7 +158,24 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
 
 bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c)
 {
-    return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated;
+    return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated && !t->hdr->dropped;
+}
+
+const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c)
+{
+    const struct shp_file_header *h = t->hdr;
+    if (h->flags & SHP_FILE_DISABLED)
+        return "tracing switched itself off after an error of its own (disk full, or its file "
+               "descriptor closed by the application): the calls after it are not recorded";
+    if (h->dropped)
+        return "calls were dropped at the trace's cap (SHAPETRACE_MAX_MB)";
+    if (!(h->flags & SHP_FILE_COMPLETE))
+        return "the process did not exit normally (killed, still running, or exec'd)";
+    if (c->torn)
+        return "records were torn";
+    if (t->truncated)
+        return "the file is shorter than its header says";
+    return NULL;
 }
 
 int shp_trace_rank(const struct shp_trace *t)
