@@ -118,6 +118,17 @@ def test_capped_trace_is_reported_incomplete_first():
     assert "INCOMPLETE" in text[1] and "dropped" in text[1] and "cap" in text[1], text[:3]
 
 
+def test_run_dir_with_missing_parents_and_run_dir_that_is_a_file():
+    d = fresh("rundirs")
+    p = run([TOOL, "run", "--dir", os.path.join(d, "a", "b"), "--", f"{T}/hostile", "calls", "2"])
+    assert p.returncode == 0 and os.listdir(os.path.join(d, "a", "b")), p.stderr
+    f = os.path.join(d, "file")
+    open(f, "w").close()
+    p = run([TOOL, "run", "--dir", f, "--", f"{T}/hostile", "calls", "2"])
+    assert p.returncode == 125 and "Not a directory" in p.stderr, (p.returncode, p.stderr)
+    assert "traces in" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 # ---- the readers, on crafted traces ----
 # Records are appended to a real trace (the scenario's basic run); shp_craft then gives every
 # record of the chain its check, with common/'s function.
