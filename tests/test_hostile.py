@@ -129,6 +129,20 @@ def test_run_dir_with_missing_parents_and_run_dir_that_is_a_file():
     assert "traces in" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+def test_debug_and_max_mb_values_are_validated():
+    p = run([TOOL, "run", "--debug", "LOUD", "--", "true"])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    d = fresh("maxmb")
+    e = env()
+    e["SHAPETRACE_MAX_MB"] = "lots"
+    e["SHAPETRACE_DEBUG"] = "LOUD"
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "1"],
+                       capture_output=True, text=True, timeout=60, env=e)
+    assert p.returncode == 0, p.stderr
+    assert "SHAPETRACE_MAX_MB=lots is not a number" in p.stderr, p.stderr
+    assert "SHAPETRACE_DEBUG=LOUD is not one of" in p.stderr, p.stderr
+
+
 # ---- the readers, on crafted traces ----
 # Records are appended to a real trace (the scenario's basic run); shp_craft then gives every
 # record of the chain its check, with common/'s function.

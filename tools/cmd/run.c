@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
@@ -184,6 +185,10 @@ int shp_cmd_run(int argc, char **argv)
             break;
         }
         case 'g':
+            if (shp_log_parse_level(optarg, -1) < 0) {
+                shp_err("--debug takes NONE, WARN, INFO or TRACE, not '%s'", optarg);
+                return SHP_EXIT_USAGE;
+            }
             debug = optarg;
             break;
         case 'p':
