@@ -1,6 +1,7 @@
 # shapetrace: one non-recursive build.
 #   make              build/bin/shapetrace and build/lib/libshapetrace.so
-#   make check        every test (no GPU needed), sanitizer runs included
+#   make check        every test (no GPU needed), sanitizer runs and a short fuzz run included
+#   make fuzz         the reader's libFuzzer harness for FUZZ_S seconds (clang)
 #   make demo         the main job on a built-in example, on simulated ranks
 #   make bench        overhead and speed figures
 #   make check-gpu    the checks that need a real GPU (opt-in)
@@ -176,6 +177,11 @@ $(B)/tests/%: tests/load/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -ldl -lpthread
 
+# Gives crafted traces valid record checks (tests/test_hostile.py).
+$(B)/tests/shp_craft: tests/craft/shp_craft.c $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $< $(COMMON_OBJ)
+
 # The module test's main program must not link NCCL: only the module brings it in.
 $(B)/tests/local_module: tests/load/local_module.c
 	@mkdir -p $(@D)
@@ -261,7 +267,7 @@ $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
-	$(B)/tests/shp_launch $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+	$(B)/tests/shp_launch $(B)/tests/shp_craft $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
 
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
 # programs the analyze suite traces.
@@ -282,7 +288,43 @@ ifeq ($(SAN),)
 	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
 	$(Q)$(MAKE) --no-print-directory B=build/tsan TOOLS_SAN=thread tsan-build
 	$(Q)SHAPETRACE_TSAN=1 tests/run.sh build/tsan
+	@echo "== fuzz_reader ($(FUZZ_CHECK_S) s; make fuzz for a long run)"
+	$(Q)mkdir -p $(B)/fuzz; $(MAKE) --no-print-directory fuzz FUZZ_S=$(FUZZ_CHECK_S) \
+		>$(B)/fuzz/check.log 2>&1; rc=$$?; \
+		grep -E '^(Done|==[0-9]+==ERROR|SUMMARY)|runtime error' $(B)/fuzz/check.log; exit $$rc
 endif
+
+# ---- fuzzing: tests/fuzz/fuzz_reader.c under libFuzzer, ASan and UBSan (clang) ----
+#   make fuzz            FUZZ_S seconds (default 600); make check runs it for FUZZ_CHECK_S
+FUZZ_CC ?= clang
+FUZZ_S ?= 600
+FUZZ_CHECK_S ?= 45
+FUZZ_FLAGS := -std=gnu11 -O1 -g -fno-strict-aliasing -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_SRC := $(wildcard tools/lib/*.c) $(COMMON_SRC)
+FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/fuzz/obj/%.o)
+FUZZ_BIN := $(B)/fuzz/fuzz_reader
+$(B)/fuzz/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(CPPFLAGS_BASE) -MMD -MP -c $< -o $@
+$(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(FUZZ_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(CPPFLAGS_BASE) -o $@ $^ $(TOOLS_LIBS)
+# Seeds: traces of the scenario and of the generator, made here (traces are not committed).
+$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD)
+	$(Q)rm -rf $(B)/fuzz/seeds $(B)/fuzz/runs && mkdir -p $(B)/fuzz/seeds
+	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/basic -- $(B)/tests/scenario basic >/dev/null 2>&1
+	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/graph -- $(B)/tests/scenario graph >/dev/null 2>&1
+	$(Q)$(B)/bench/gen_traces $(B)/fuzz/runs/gen 2 40 >/dev/null
+	$(Q)for f in $(B)/fuzz/runs/*/*.shptrace; do \
+		python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); \
+open(sys.argv[2],"wb").write(d[:struct.unpack_from("<Q",d,72)[0]])' \
+		"$$f" $(B)/fuzz/seeds/$$(basename $$f); done
+	$(Q)touch $@
+fuzz: $(FUZZ_BIN) $(B)/fuzz/seeds.stamp
+	$(Q)mkdir -p $(B)/fuzz/corpus
+	$(Q)$(FUZZ_BIN) -max_total_time=$(FUZZ_S) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+		-print_final_stats=1 $(B)/fuzz/corpus $(B)/fuzz/seeds
 
 demo: all $(EXAMPLE_PROGS) $(B)/tests/shp_launch
 	$(Q)examples/demo.sh $(B)
@@ -319,7 +361,7 @@ format-check:
 clean:
 	rm -rf build
 
-.PHONY: all check test-build tsan-build demo bench check-gpu install format format-check clean
+.PHONY: all check fuzz test-build tsan-build demo bench check-gpu install format format-check clean
 .SECONDARY:
 
 -include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)

@@ -166,7 +166,21 @@ void shp_config_load(void)
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
                 SHP_ENV_STACKS "=%s is not one of none, native, python; using python", stacks);
 
-    shp_cfg.cap = (uint64_t)env_int(SHP_ENV_MAX_MB, SHP_DEFAULT_MAX_MB) << 20;
+    const char *dbg = getenv(SHP_ENV_DEBUG);
+    if (dbg && *dbg && shp_log_parse_level(dbg, -1) < 0)
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
+                SHP_ENV_DEBUG "=%s is not one of NONE, WARN, INFO, TRACE; using WARN", dbg);
+    const char *mb = getenv(SHP_ENV_MAX_MB);
+    int max_mb = env_int(SHP_ENV_MAX_MB, -1);
+    if (mb && *mb && (max_mb < 1 || max_mb > 1 << 20)) {
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
+                SHP_ENV_MAX_MB "=%s is not a number of MiB from 1 to 1048576; using %d", mb,
+                SHP_DEFAULT_MAX_MB);
+        max_mb = SHP_DEFAULT_MAX_MB;
+    } else if (max_mb < 0) {
+        max_mb = SHP_DEFAULT_MAX_MB;
+    }
+    shp_cfg.cap = (uint64_t)max_mb << 20;
     if (shp_cfg.cap < ((uint64_t)SHP_MIN_MAX_MB << 20))
         shp_cfg.cap = (uint64_t)SHP_MIN_MAX_MB << 20;
     const char *dormant = getenv(SHP_ENV_DORMANT);

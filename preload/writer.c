@@ -1,11 +1,14 @@
 /* shapetrace preload: the trace file. One file per process, created at the first record, mapped
  * MAP_SHARED so that a record is in the page cache (and survives SIGKILL) as soon as it is
  * stored, with no system call per record. Space is reserved by a CAS on the header's tail; the
- * file grows in chunks under a mutex, the only lock, taken once per chunk. */
+ * file grows in chunks under a mutex, the only lock, taken once per chunk. The descriptor is kept
+ * high and close-on-exec, and checked before each use: an application that closes descriptors
+ * it did not open, then opens its own, must never have the preload act on its file. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,6 +24,8 @@ static struct {
     _Atomic int state;
     pthread_mutex_t mu;
     int fd;
+    dev_t dev; /* the trace file's identity, to know that fd is still ours */
+    ino_t ino;
     struct shp_file_header *hdr;
     unsigned char *base;
     size_t map_len;
@@ -30,6 +35,8 @@ static struct {
 
 #define CHUNK_MIN (1ull << 20)
 #define CHUNK_MAX (64ull << 20)
+/* The lowest number the trace's descriptor may take. */
+#define SHP_TRACE_FD_MIN 512
 
 struct shp_file_header *shp_writer_header(void)
 {
@@ -54,12 +61,22 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
+/* True while w.fd is still the trace file: the application may have closed it and got the same
+ * number for a file of its own. */
+static bool fd_is_ours(void)
+{
+    struct stat st;
+    return w.fd >= 0 && fstat(w.fd, &st) == 0 && st.st_dev == w.dev && st.st_ino == w.ino;
+}
+
 static int grow(uint64_t need)
 {
     int rc = 0;
     pthread_mutex_lock(&w.mu);
     uint64_t have = __atomic_load_n(&w.hdr->allocated, __ATOMIC_ACQUIRE);
-    if (need > have) {
+    if (need > have && !fd_is_ours()) {
+        rc = -EBADF;
+    } else if (need > have) {
         uint64_t chunk = have < CHUNK_MIN ? CHUNK_MIN : have > CHUNK_MAX ? CHUNK_MAX : have;
         uint64_t want = need + chunk;
         if (want > w.map_len)
@@ -76,15 +93,43 @@ static int grow(uint64_t need)
     return rc;
 }
 
+/* Whether the run directory and its control file can be trusted with the run's wish: ours and
+ * writable by no one else. Anyone else could otherwise switch tracing off, or plant a FIFO that
+ * blocks the application in open(). */
+static bool trusted(const struct stat *st, const char *what, const char *path)
+{
+    const char *why = st->st_uid != geteuid()           ? "owned by another user"
+                      : (st->st_mode & (S_IWGRP | S_IWOTH)) ? "writable by others"
+                                                        : NULL;
+    if (!why)
+        return true;
+    SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "%s %s is %s: its control file is ignored",
+            what, path, why);
+    return false;
+}
+
 /* `shapetrace attach RUN_DIR` leaves the run's wish in its control file, for the processes whose
  * traces did not exist yet when it ran. */
 static uint64_t run_armed(uint64_t dflt)
 {
     char path[PATH_MAX + 16], buf[64];
     snprintf(path, sizeof(path), "%s/" SHP_CONTROL_FILE, shp_cfg.dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    /* Non-blocking: a FIFO would otherwise hold the application in open(). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return dflt;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "%s is not a regular file: ignored", path);
+        close(fd);
+        return dflt;
+    }
+    struct stat dst;
+    if (!trusted(&st, "the control file", path) ||
+        (stat(shp_cfg.dir, &dst) == 0 && !trusted(&dst, "the run directory", shp_cfg.dir))) {
+        close(fd);
+        return dflt;
+    }
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
@@ -147,12 +192,28 @@ static int open_file(void)
                 strerror(errno));
         return rc;
     }
+    /* Out of the low numbers that applications reuse and hand to children by number. */
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, SHP_TRACE_FD_MIN);
+    if (hi >= 0) {
+        close(fd);
+        fd = hi;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        close(fd);
+        unlink(w.path);
+        return rc;
+    }
+    w.dev = st.st_dev;
+    w.ino = st.st_ino;
     w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
     w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
     int e = posix_fallocate(fd, 0, (off_t)CHUNK_MIN);
     if (e != 0) {
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
         close(fd);
+        unlink(w.path); /* no empty, headerless trace left behind */
         return -e;
     }
     void *m = mmap(NULL, w.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -161,6 +222,7 @@ static int open_file(void)
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot map %s: %s", w.path,
                 strerror(errno));
         close(fd);
+        unlink(w.path);
         return rc;
     }
     w.fd = fd;
@@ -222,7 +284,9 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
         if (rc < 0) {
             dropped(h, size);
             __atomic_or_fetch(&h->flags, SHP_FILE_DISABLED, __ATOMIC_RELEASE);
-            *why = rc == -ENOSPC ? "no space left for the trace" : "the trace cannot grow";
+            *why = rc == -ENOSPC  ? "no space left for the trace"
+                   : rc == -EBADF ? "the application closed the trace's file descriptor"
+                                  : "the trace cannot grow";
             return NULL;
         }
     }
@@ -246,7 +310,8 @@ void shp_writer_atfork_child(void)
      * record. */
     if (atomic_load(&w.state) == W_OPEN) {
         munmap(w.base, w.map_len);
-        close(w.fd);
+        if (fd_is_ours())
+            close(w.fd);
     }
     w.fd = -1;
     w.base = NULL;

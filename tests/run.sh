@@ -49,6 +49,7 @@ else
     done
     suite "preload and tools" python3 tests/test_preload.py "$B"
     suite "analyze" python3 tests/test_analyze.py "$B"
+    suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
 fi
 

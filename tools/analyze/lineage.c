@@ -343,7 +343,7 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
     if (pitch && width < pitch && len / pitch < 65536) {
         /* A 2-D write of narrower rows leaves the bytes between them alone (one column block
          * of a transpose, say). */
-        for (uint64_t row = 0; row * pitch < len; row++)
+        for (uint64_t row = 0; row < len / pitch + (len % pitch != 0); row++)
             assign(L, &L->roots[proc], s + row * pitch, s + row * pitch + width, id);
     } else {
         assign(L, &L->roots[proc], s, s + len, id);

@@ -72,11 +72,20 @@ void an_report_text(struct an_ctx *ctx, bool color)
            " collectives aligned, %" PRIu64 " events\n",
            ctx->nprocs, ctx->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s",
            ctx->collectives, ctx->events);
+    /* Dropped calls first: a finding-free report over a trace with holes would read as clean. */
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
-        if (!shp_trace_complete(&p->t, &p->cur)) {
-            printf("  note: rank %d (%s:%" PRIu64 ") did not exit normally; last call:", p->rank,
-                   p->t.hdr->host, p->t.hdr->pid);
+        if (p->t.hdr->dropped)
+            printf("  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
+                   " call%s: %s; its calls after the first drop are not checked\n",
+                   bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
+                   p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur));
+    }
+    for (size_t i = 0; i < ctx->nprocs; i++) {
+        struct an_proc *p = &ctx->procs[i];
+        if (!shp_trace_complete(&p->t, &p->cur) && !p->t.hdr->dropped) {
+            printf("  note: rank %d (%s:%" PRIu64 "): %s; last call:", p->rank, p->t.hdr->host,
+                   p->t.hdr->pid, shp_trace_incomplete_why(&p->t, &p->cur));
             struct shp_event e;
             if (an_decode(ctx, &p->last, &e))
                 printf(" %s%s\n", shp_op_name(e.op), e.dur_ns == SHP_NONE ? " [in flight]" : "");
@@ -171,8 +180,8 @@ void an_report_json(struct an_ctx *ctx)
             printf("%d", p->rank);
         else
             printf("null");
-        printf(",\"events\":%" PRIu64 ",\"complete\":%s}", p->index,
-               shp_trace_complete(&p->t, &p->cur) ? "true" : "false");
+        printf(",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64 "}", p->index,
+               shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
     }
     printf("],\"comms\":[");
     for (size_t i = 0; i < ctx->ncomms; i++) {

@@ -200,6 +200,11 @@ int shp_cmd_attach(int argc, char **argv)
     }
     if (arm < 0 && !mark)
         arm = 1;
+    if (mark && strlen(mark) >= sizeof(((struct shp_rec_mark *)0)->text)) {
+        shp_err("attach: a mark holds at most %zu bytes; this one has %zu",
+                sizeof(((struct shp_rec_mark *)0)->text) - 1, strlen(mark));
+        return SHP_EXIT_USAGE;
+    }
     const char *target = argv[optind];
     char *end;
     long pid = strtol(target, &end, 10);
@@ -240,6 +245,11 @@ int shp_cmd_attach(int argc, char **argv)
         struct stat st;
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
             shp_err("%s: not a run directory or a process id", target);
+            return SHP_EXIT_USAGE;
+        }
+        /* Before anything is written: a refusal leaves no file behind in another user's run. */
+        if (st.st_uid != geteuid()) {
+            shp_err("%s: owned by another user; attach acts only on your own runs", dir);
             return SHP_EXIT_USAGE;
         }
         /* For the processes that have no trace yet: they read this when they create one. */

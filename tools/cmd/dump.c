@@ -146,7 +146,9 @@ static int dump_one(const char *path, bool json, bool stacks)
     const struct shp_file_header *h = t.hdr;
     if (!json) {
         fprintf(stdout, "   %" PRIu64 " events; %s", index,
-                complete ? "complete" : "INCOMPLETE (the process did not exit normally)");
+                complete ? "complete" : "INCOMPLETE");
+        if (!complete)
+            fprintf(stdout, " (%s)", shp_trace_incomplete_why(&t, &cur));
         if (cur.torn)
             fprintf(stdout, "; %" PRIu64 " torn record%s skipped", cur.torn,
                     cur.torn == 1 ? "" : "s");
@@ -156,10 +158,10 @@ static int dump_one(const char *path, bool json, bool stacks)
             fputs("; tracing switched itself off (see the process's stderr)", stdout);
         fputc('\n', stdout);
     }
-    if (!complete || h->dropped)
-        fprintf(stderr, "shapetrace: %s: %s%s%s\n", path,
-                complete ? "" : "incomplete trace (writer did not exit normally)",
-                !complete && h->dropped ? "; " : "", h->dropped ? "records were dropped" : "");
+    if (!complete)
+        fprintf(stderr, "shapetrace: %s: incomplete trace: %s%s\n", path,
+                shp_trace_incomplete_why(&t, &cur),
+                h->dropped ? "; records were dropped" : "");
     shp_stacks_free(st);
     shp_trace_close(&t);
     return 0;

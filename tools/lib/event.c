@@ -33,6 +33,11 @@ static void decode_ev(const struct shp_trace *t, const struct shp_ev *ev, struct
     e->group = ev->group;
 }
 
+static int bounded_nranks(int n)
+{
+    return n > SHP_MAX_NRANKS || n < -1 ? -1 : n;
+}
+
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
                       struct shp_event *e)
 {
@@ -47,7 +52,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->seq = c->seq;
         e->count = c->count;
         e->comm_rank = c->comm_rank;
-        e->nranks = c->nranks;
+        e->nranks = bounded_nranks(c->nranks);
         e->dtype = c->dtype;
         e->redop = c->redop == SHP_REDOP_NONE ? -1 : c->redop;
         e->root = c->root;
@@ -100,7 +105,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->handle = c->handle ? c->handle : c->ev.out ? c->ev.out : SHP_NONE;
         /* What the library reported after creation wins over the arguments. */
         e->comm_rank = c->ev.aux[0] >= 0 ? c->ev.aux[0] : c->rank;
-        e->nranks = c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks;
+        e->nranks = bounded_nranks(c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks);
         if (c->kind == SHP_COMM_SPLIT || c->kind == SHP_COMM_SHRINK) {
             e->root = -1;
         }
@@ -135,7 +140,10 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     case SHP_REC_MARK: {
         const struct shp_rec_mark *m = (const void *)r;
         e->t_ns = shp_trace_wall_ns(t, m->t_ns);
-        e->mark = m->text;
+        /* A copy: the record's text may lack its NUL, and the file may end right after it. */
+        memcpy(e->mark_text, m->text, sizeof(m->text));
+        e->mark_text[sizeof(m->text)] = 0;
+        e->mark = e->mark_text;
         return true;
     }
     default:
@@ -164,8 +172,15 @@ void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct sh
             break;
         read->start = e->src;
         write->start = e->dst;
-        read->len = (e->height - 1) * e->spitch + e->width;
-        write->len = (e->height - 1) * e->dpitch + e->width;
+        /* A span that does not fit in 64 bits is damage: no span (the loops over its rows
+         * would wrap). */
+        if (__builtin_mul_overflow(e->height - 1, e->spitch, &read->len) ||
+            __builtin_add_overflow(read->len, e->width, &read->len) ||
+            __builtin_mul_overflow(e->height - 1, e->dpitch, &write->len) ||
+            __builtin_add_overflow(write->len, e->width, &write->len)) {
+            *read = *write = (struct shp_span){.rows = 1};
+            break;
+        }
         read->rows = write->rows = e->height;
         if (e->height > 1) {
             read->pitch = e->spitch;

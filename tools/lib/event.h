@@ -44,8 +44,13 @@ struct shp_event {
     uint64_t parent, handle;
     /* allocations and graphs */
     uint64_t ptr, size, exec, capture;
-    const char *mark;
+    const char *mark; /* points at mark_text for a mark, else NULL */
+    char mark_text[sizeof(((struct shp_rec_mark *)0)->text) + 1]; /* NUL-terminated copy */
 };
+
+/* The most ranks a communicator may claim: a larger count read from a trace is damage and is
+ * taken as unknown (-1), since readers size tables by it. */
+#define SHP_MAX_NRANKS (1 << 20)
 
 /* Decode a call or mark record; returns false for bookkeeping records (stacks, modules). */
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,

@@ -13,6 +13,23 @@ void shp_err(const char *fmt, ...)
     fprintf(stderr, "shapetrace: %s\n", buf);
 }
 
+/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 when it is not one: a stray
+ * continuation byte, a cut sequence, an overlong form, a surrogate, or beyond U+10FFFF. */
+static int utf8_len(const unsigned char *p)
+{
+    unsigned c = p[0];
+    int n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+    if (c >= 0xf5 || !n)
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+        (c == 0xf4 && p[1] > 0x8f))
+        return 0;
+    return n;
+}
+
 void shp_json_str(FILE *f, const char *s)
 {
     if (!s) {
@@ -29,8 +46,19 @@ void shp_json_str(FILE *f, const char *s)
             fputs("\\t", f);
         else if (*p < 0x20)
             fprintf(f, "\\u%04x", *p);
-        else
+        else if (*p < 0x80)
             fputc(*p, f);
+        else {
+            /* Text from a trace (marks, host, exe, paths) may be any bytes: the output stays
+             * valid JSON, each invalid byte shown as U+FFFD. */
+            int n = utf8_len(p);
+            if (n) {
+                fwrite(p, 1, (size_t)n, f);
+                p += n - 1;
+            } else {
+                fputs("\\ufffd", f);
+            }
+        }
     }
     fputc('"', f);
 }

@@ -16,7 +16,8 @@
 int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen)
 {
     memset(t, 0, sizeof(*t));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking: a FIFO named *.shptrace must not hold the reader in open(). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "%s", strerror(e));
@@ -55,6 +56,8 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
                  h->version, SHP_TRACE_VERSION);
     } else if (h->header_size != SHP_HEADER_SIZE) {
         snprintf(err, errlen, "corrupt header (header size %u)", h->header_size);
+    } else if (!memchr(h->host, 0, sizeof(h->host)) || !memchr(h->exe, 0, sizeof(h->exe))) {
+        snprintf(err, errlen, "corrupt header (host or exe not terminated)");
     } else {
         rc = 0;
     }
@@ -79,6 +82,9 @@ void shp_trace_close(struct shp_trace *t)
     free(t->path);
     memset(t, 0, sizeof(*t));
 }
+
+/* Bytes a resync may hash for each byte it scans (see shp_trace_next). */
+#define RESYNC_HASH_PER_BYTE 16
 
 /* A published record of a known type whose size fits and whose check matches. */
 static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
@@ -123,10 +129,27 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
             o += sz;
             continue;
         }
-        /* A writer died between reserving and marking its space: find the next record. */
-        uint64_t s = o + 8;
-        while (s + 8 <= t->end && !valid_at(t, s, type, size))
-            s += 8;
+        /* A writer died between reserving and marking its space: find the next record. Each
+         * candidate costs a hash of the size it claims; a crafted run of candidates that all
+         * claim the largest size would make this quadratic. So the bytes hashed are bounded by
+         * a multiple of the distance scanned, and past that only records of a fixed size (a few
+         * words) are candidates: linear in the file whatever it holds. */
+        uint64_t s = o + 8, hashed = 0;
+        for (; s + 8 <= t->end; s += 8) {
+            uint32_t cw = __atomic_load_n((const uint32_t *)(t->map + s), __ATOMIC_ACQUIRE);
+            if (SHP_REC_WORD_MAGIC(cw) != SHP_REC_MAGIC)
+                continue;
+            unsigned cty = SHP_REC_WORD_TYPE(cw);
+            size_t csz = SHP_REC_WORD_SIZE(cw);
+            struct shp_rec_info ci = shp_rec_info(cty);
+            if (!(ci.role & SHP_ROLE_VAR) && csz != ci.min_size)
+                continue;
+            if ((ci.role & SHP_ROLE_VAR) && hashed > RESYNC_HASH_PER_BYTE * (s - o) + (1u << 20))
+                continue;
+            hashed += csz;
+            if (valid_at(t, s, type, size))
+                break;
+        }
         o = s;
     }
     c->off = t->end;
@@ -135,7 +158,24 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
 
 bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c)
 {
-    return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated;
+    return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated && !t->hdr->dropped;
+}
+
+const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c)
+{
+    const struct shp_file_header *h = t->hdr;
+    if (h->flags & SHP_FILE_DISABLED)
+        return "tracing switched itself off after an error of its own (disk full, or its file "
+               "descriptor closed by the application): the calls after it are not recorded";
+    if (h->dropped)
+        return "calls were dropped at the trace's cap (SHAPETRACE_MAX_MB)";
+    if (!(h->flags & SHP_FILE_COMPLETE))
+        return "the process did not exit normally (killed, still running, or exec'd)";
+    if (c->torn)
+        return "records were torn";
+    if (t->truncated)
+        return "the file is shorter than its header says";
+    return NULL;
 }
 
 int shp_trace_rank(const struct shp_trace *t)

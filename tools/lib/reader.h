@@ -38,9 +38,14 @@ void shp_trace_close(struct shp_trace *t);
 const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_cursor *c,
                                      unsigned *type, size_t *size);
 
-/* True when the writer closed the trace and nothing was torn (by the walk c, which went to the
- * end) or cut. */
+/* True when the writer closed the trace and nothing was dropped, torn (by the walk c, which went
+ * to the end) or cut. */
 bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c);
+
+/* Why the trace is incomplete, as one phrase for a report (the first cause of: tracing switched
+ * off after an error, calls dropped at the cap, no normal exit, torn records, a cut file); NULL
+ * when it is complete. */
+const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c);
 
 /* The process's global rank: the environment's, else its rank in the first communicator. */
 int shp_trace_rank(const struct shp_trace *t);

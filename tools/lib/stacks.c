@@ -5,6 +5,7 @@
 #include "tools/lib/stacks.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,11 +35,11 @@ struct shp_stacks {
 };
 
 /* Make room for index `id` in an array of `*cap` elements of `size` bytes, zeroing the new part. */
-static bool grow(void **arr, uint32_t *cap, uint32_t id, size_t size)
+static bool grow(void **arr, uint32_t *cap, uint32_t id, size_t size, uint64_t max_id)
 {
     if (id < *cap)
         return true;
-    if (id == UINT32_MAX)
+    if (id == UINT32_MAX || id > max_id)
         return false;
     uint32_t ncap = *cap ? *cap : 256;
     while (ncap <= id)
@@ -52,12 +53,13 @@ static bool grow(void **arr, uint32_t *cap, uint32_t id, size_t size)
     return true;
 }
 
-static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, size_t size)
+static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, size_t size,
+                        uint64_t max_id)
 {
     size_t need =
         sizeof(*c) + (size_t)c->name_len + c->qualname_len + c->filename_len + c->linetable_len;
     if (need > size || c->id == 0 ||
-        !grow((void **)&st->codes, &st->ncodes, c->id, sizeof(*st->codes)))
+        !grow((void **)&st->codes, &st->ncodes, c->id, sizeof(*st->codes), max_id))
         return;
     st->codes[c->id] = c;
 }
@@ -77,6 +79,9 @@ struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
     unsigned type;
     size_t size;
     const struct shp_rec *r;
+    /* Writers number stacks and code objects from 1, one per record: an id beyond the records
+     * the file can hold is damage, and must not size the tables (ids index them). */
+    uint64_t max_id = (t->end - SHP_HEADER_SIZE) / sizeof(struct shp_rec_stack) + 65536;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
         if (type == SHP_REC_MODULE && st->sym) {
             const struct shp_rec_module *m = (const void *)r;
@@ -86,23 +91,27 @@ struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
             char *path = strndup((const char *)(m + 1), plen);
             if (path)
                 shp_symbolizer_add_module(st->sym, path, m->base, m->lo, m->hi, m->build_id,
-                                          m->build_id_len);
+                                          m->build_id_len <= sizeof(m->build_id)
+                                              ? m->build_id_len
+                                              : 0);
             free(path);
         } else if (type == SHP_REC_STACK) {
             const struct shp_rec_stack *s = (const void *)r;
             if (sizeof(*s) + (size_t)s->nframes * 8 > size || s->id == 0 ||
-                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab)))
+                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab), max_id))
                 continue;
             st->tab[s->id].frames = (const uint64_t *)(s + 1);
             st->tab[s->id].n = s->nframes;
+            st->tab[s->id].py = NULL; /* one record per id: the last one wins */
         } else if (type == SHP_REC_PYSTACK) {
             const struct shp_rec_pystack *s = (const void *)r;
             if (sizeof(*s) + (size_t)s->nframes * sizeof(struct shp_pyframe) > size || s->id == 0 ||
-                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab)))
+                !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab), max_id))
                 continue;
             st->tab[s->id].py = s;
+            st->tab[s->id].frames = NULL;
         } else if (type == SHP_REC_PYCODE) {
-            load_pycode(st, (const void *)r, size);
+            load_pycode(st, (const void *)r, size, max_id);
         } else if (type == SHP_REC_PYINFO && !st->pyinfo) {
             st->pyinfo = (const void *)r;
         }
@@ -209,7 +218,8 @@ int shp_py_addr2line(const uint8_t *table, size_t len, int firstlineno, uint32_t
 {
     if (offset == SHP_PYFRAME_NO_OFFSET)
         return firstlineno;
-    int line = firstlineno;
+    /* 64-bit: a crafted table's deltas must not overflow; a line out of int's range is none. */
+    int64_t line = firstlineno;
     uint64_t addr = 0;
     if (((py_version >> 16) & 0xff) == 10) {
         /* 3.10 (PEP 626): (bytecode bytes, signed line delta) pairs; -128: no line. */
@@ -220,7 +230,7 @@ int shp_py_addr2line(const uint8_t *table, size_t len, int firstlineno, uint32_t
             if (delta != -128)
                 line += delta;
             if (offset >= start && offset < addr)
-                return delta == -128 ? -1 : line;
+                return delta == -128 || line < 0 || line > INT_MAX ? -1 : (int)line;
         }
         return -1;
     }
@@ -239,12 +249,12 @@ int shp_py_addr2line(const uint8_t *table, size_t len, int firstlineno, uint32_t
         size_t j = i + 1;
         if (kind == 13 || kind == 14) {
             uint32_t v = varint(table, len, &j);
-            line += v & 1 ? -(int)(v >> 1) : (int)(v >> 1);
+            line += v & 1 ? -(int64_t)(v >> 1) : (int64_t)(v >> 1);
         } else if (kind == 11 || kind == 12) {
             line += (int)kind - 10;
         }
         if (offset >= start && offset < addr)
-            return kind == 15 ? -1 : line;
+            return kind == 15 || line < 0 || line > INT_MAX ? -1 : (int)line;
         for (i++; i < len && !(table[i] & 0x80); i++)
             ;
     }
@@ -298,7 +308,9 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
     size_t nn = 0;
     const char *const *nt = NULL;
     const uint64_t *addr = NULL;
-    if (ps->native && ps->native < st->cap && st->tab[ps->native].frames) {
+    /* Only a native stack: a Python one (itself, or a cycle) would recurse without end. */
+    if (ps->native && ps->native < st->cap && st->tab[ps->native].frames &&
+        !st->tab[ps->native].py) {
         nt = shp_stacks_frames(st, ps->native, &nn);
         addr = st->tab[ps->native].frames;
     }

@@ -1,0 +1,381 @@
+"""shapetrace tests: hostile applications, run directories and trace files (issue 14). The
+application must never be harmed; the readers never crash and always print valid JSON. Crafted
+traces get their record checks from common/'s function, through build/tests/shp_craft.
+Usage: test_hostile.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import json
+import os
+import resource
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from harness import NotRun, run_all, tool_env as env  # the script's own folder, tests/, is on sys.path
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ONLY = set(sys.argv[2:])
+TOOL = os.path.join(BUILD, "bin", "shapetrace")
+T = os.path.join(BUILD, "tests")
+TMP = tempfile.mkdtemp(prefix="shapetrace-hostile-")
+NOBODY = 65534
+
+
+def run(cmd, timeout=60, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env(), **kw)
+
+
+def fresh(name):
+    d = os.path.join(TMP, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def need_root():
+    if os.geteuid() != 0:
+        raise NotRun("needs root, to make files of another user")
+
+
+# ---- the traced application ----
+
+def test_closed_trace_descriptor_never_touches_the_application():
+    d = fresh("closeall")
+    mine = os.path.join(d, "mine")
+    p = run([TOOL, "run", "--dir", os.path.join(d, "run"), "--", f"{T}/hostile", "closeall", mine,
+             "40000"])
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert os.path.getsize(mine) == 17
+    warn = [ln for ln in p.stderr.splitlines() if "closed the trace's file descriptor" in ln]
+    assert len(warn) == 1, p.stderr
+
+
+def test_fifo_control_does_not_block():
+    d = fresh("fifo")
+    os.mkfifo(os.path.join(d, "control"))
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "3"], timeout=20)
+    assert p.returncode == 0, p.stderr
+    assert "not a regular file" in p.stderr, p.stderr
+
+
+def armed_of(d):
+    p = run([TOOL, "dump", "--json", d])
+    return len(p.stdout.splitlines())
+
+
+def test_control_writable_by_others_is_ignored():
+    d = fresh("ctl-mode")
+    c = os.path.join(d, "control")
+    open(c, "w").write("armed 0\n")
+    os.chmod(c, 0o666)
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "5"])
+    assert p.returncode == 0 and "writable by others: its control file is ignored" in p.stderr, \
+        p.stderr
+    assert armed_of(d) >= 5
+
+
+def test_control_of_another_user_is_ignored():
+    need_root()
+    d = fresh("ctl-owner")
+    c = os.path.join(d, "control")
+    open(c, "w").write("armed 0\n")
+    os.chmod(c, 0o600)
+    os.chown(c, NOBODY, NOBODY)
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "5"])
+    assert p.returncode == 0 and "owned by another user" in p.stderr, p.stderr
+    assert armed_of(d) >= 5
+
+
+def test_attach_refuses_another_users_run_and_leaves_nothing():
+    need_root()
+    d = fresh("attach-owner")
+    os.chown(d, NOBODY, NOBODY)
+    p = run([TOOL, "attach", d, "--off"])
+    assert p.returncode == 2 and "owned by another user" in p.stderr, p.stderr
+    assert os.listdir(d) == [], os.listdir(d)
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_attach_refuses_an_overlong_mark():
+    d = fresh("attach-mark")
+    p = run([TOOL, "attach", d, "--mark", "x" * 200])
+    assert p.returncode == 2 and "at most 127 bytes" in p.stderr, p.stderr
+
+
+# ---- nothing missed in silence ----
+
+def test_capped_trace_is_reported_incomplete_first():
+    d = fresh("capped")
+    p = run([TOOL, "run", "--dir", d, "--max-mb", "1", "--", f"{T}/hostile", "calls", "30000"])
+    assert p.returncode == 0, p.stderr
+    a = run([TOOL, "analyze", "--json", d])
+    r = json.loads(a.stdout)
+    q = r["processes"][0]
+    assert q["complete"] is False and q["dropped"] > 10000, q
+    text = run([TOOL, "analyze", d]).stdout.splitlines()
+    assert "INCOMPLETE" in text[1] and "dropped" in text[1] and "cap" in text[1], text[:3]
+
+
+def test_run_dir_with_missing_parents_and_run_dir_that_is_a_file():
+    d = fresh("rundirs")
+    p = run([TOOL, "run", "--dir", os.path.join(d, "a", "b"), "--", f"{T}/hostile", "calls", "2"])
+    assert p.returncode == 0 and os.listdir(os.path.join(d, "a", "b")), p.stderr
+    f = os.path.join(d, "file")
+    open(f, "w").close()
+    p = run([TOOL, "run", "--dir", f, "--", f"{T}/hostile", "calls", "2"])
+    assert p.returncode == 125 and "Not a directory" in p.stderr, (p.returncode, p.stderr)
+    assert "traces in" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_debug_and_max_mb_values_are_validated():
+    p = run([TOOL, "run", "--debug", "LOUD", "--", "true"])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    d = fresh("maxmb")
+    e = env()
+    e["SHAPETRACE_MAX_MB"] = "lots"
+    e["SHAPETRACE_DEBUG"] = "LOUD"
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "1"],
+                       capture_output=True, text=True, timeout=60, env=e)
+    assert p.returncode == 0, p.stderr
+    assert "SHAPETRACE_MAX_MB=lots is not a number" in p.stderr, p.stderr
+    assert "SHAPETRACE_DEBUG=LOUD is not one of" in p.stderr, p.stderr
+
+
+# ---- the readers, on crafted traces ----
+# Records are appended to a real trace (the scenario's basic run); shp_craft then gives every
+# record of the chain its check, with common/'s function.
+
+CRAFT = os.path.join(T, "shp_craft")
+_base = []
+
+
+def base_trace():
+    if not _base:
+        d = fresh("base")
+        p = run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", "basic"])
+        assert p.returncode == 0, p.stderr
+        path = os.path.join(d, os.listdir(d)[0])
+        data = open(path, "rb").read()
+        _base.append(data[:struct.unpack_from("<Q", data, 72)[0]])
+    return bytearray(_base[0])
+
+
+def records(data):
+    off, out = 4096, []
+    while off + 8 <= len(data):
+        w = struct.unpack_from("<I", data, off)[0]
+        size = (w & 0xFFFF) * 8
+        if w >> 24 != 0xA7 or size == 0:
+            break
+        out.append((off, (w >> 16) & 0xFF, size))
+        off += size
+    return out
+
+
+def first_of(data, rtype):
+    off, _, size = next(r for r in records(data) if r[1] == rtype)
+    return bytearray(data[off:off + size])
+
+
+def word(rtype, size):
+    return struct.pack("<II", (0xA7 << 24) | (rtype << 16) | (size // 8), 0)
+
+
+def pad8(b):
+    return b + bytes(-len(b) % 8)
+
+
+def craft(name, data, *recs, tail_pad=0):
+    """Write data plus recs as a complete trace, checks made valid; returns its path."""
+    data = bytearray(data)
+    for r in recs:
+        data += r
+    data += bytes(tail_pad)
+    struct.pack_into("<Q", data, 72, len(data))  # tail
+    struct.pack_into("<Q", data, 80, len(data))  # allocated
+    struct.pack_into("<I", data, 20, 1)  # complete
+    path = os.path.join(fresh(name), "crafted.shptrace")
+    open(path, "wb").write(data)
+    p = run([CRAFT, path])
+    assert p.returncode == 0, p.stderr
+    return path
+
+
+def readers_survive(path, timeout=30, rss_mb=None):
+    """dump --json, status --json and analyze --json: no crash, no hang, no sanitizer report,
+    valid JSON on stdout (strict UTF-8); returns the dump's events."""
+    events = []
+    for cmd in (["dump", "--json"], ["status", "--json"], ["analyze", "--json"]):
+        p = subprocess.Popen([TOOL, *cmd, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env())
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise AssertionError(f"{cmd} hangs on {path}")
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        assert p.returncode in (0, 1, 2), (cmd, p.returncode, err[-2000:])
+        assert b"runtime error" not in err and b"Sanitizer" not in err, err[-3000:]
+        text = out.decode("utf-8")  # strict: invalid UTF-8 fails here
+        if cmd[0] == "dump":
+            events = [json.loads(ln) for ln in text.splitlines()]
+        elif text.strip():
+            json.loads(text)
+        if rss_mb:
+            assert ru.ru_maxrss < rss_mb * 1024, (cmd, ru.ru_maxrss)
+    return events
+
+
+def pycode(code_id, firstlineno, linetable):
+    """A 3.11 code object f in x.py."""
+    body = struct.pack("<IIiHHHHI", code_id, 0x030B00F0, firstlineno, 1, 0, 4, 0,
+                       len(linetable)) + b"fx.py" + linetable
+    rec = pad8(word(12, 0) + body)
+    return word(12, len(rec)) + rec[8:]
+
+
+def ev_with_stack(data, stack_id):
+    c = first_of(data, 5)
+    struct.pack_into("<I", c, 24, stack_id)
+    return c
+
+
+def test_python_stack_that_is_its_own_native_stack():
+    data = base_trace()
+    # A native stack and a Python stack under one id, the Python one naming it as its native.
+    st = word(8, 24) + struct.pack("<IIQ", 200, 1, 0x1234)
+    ps = word(13, 24) + struct.pack("<IIII", 200, 200, 0, 0)
+    path = craft("py-self", data, st, ps, ev_with_stack(data, 200))
+    readers_survive(path)
+
+
+def test_python_stack_cycle():
+    data = base_trace()
+    a = word(13, 24) + struct.pack("<IIII", 201, 202, 0, 0)
+    b = word(13, 24) + struct.pack("<IIII", 202, 201, 0, 0)
+    sa = word(8, 24) + struct.pack("<IIQ", 201, 1, 0x1234)
+    sb = word(8, 24) + struct.pack("<IIQ", 202, 1, 0x1234)
+    path = craft("py-cycle", data, sa, sb, a, b, ev_with_stack(data, 201))
+    readers_survive(path)
+
+
+def rss_of(cmd):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env())
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = status
+    return ru.ru_maxrss // 1024
+
+
+def test_huge_stack_and_code_ids_do_not_size_tables():
+    data = base_trace()
+    st = word(8, 24) + struct.pack("<IIQ", 0x00800000, 1, 0x1234)
+    code = pycode(0x00800000, 1, b"")
+    path = craft("huge-ids", data, st, code, ev_with_stack(data, 0x00800000))
+    readers_survive(path)
+    mb = rss_of([TOOL, "dump", "--json", path])
+    assert mb < 150, f"dump of a {len(data) // 1024} KB trace used {mb} MB"
+
+
+def test_collective_claiming_200_million_ranks():
+    data = base_trace()
+    c = first_of(data, 2)
+    struct.pack_into("<Q", c, 64, 0x5EED)  # a communicator never created
+    struct.pack_into("<i", c, 132, 200_000_000)
+    struct.pack_into("<i", c, 128, 3)
+    path = craft("nranks", data, c)
+    readers_survive(path)
+    mb = rss_of([TOOL, "analyze", "--json", path])
+    assert mb < 300, f"analyze used {mb} MB"
+
+
+def test_2d_copy_with_a_pitch_that_wraps():
+    data = base_trace()
+    c = first_of(data, 5)
+    struct.pack_into("<H", c, 20, 25)  # cudaMemcpy2D
+    struct.pack_into("<QQQQ", c, 80, 8, 2, 1 << 63, 1 << 63)  # width, height, spitch, dpitch
+    path = craft("pitch", data, c)
+    readers_survive(path, timeout=20)
+
+
+def test_resync_after_a_torn_record_is_linear():
+    data = base_trace()
+    # A torn record (zero word), then 4 MB of words that each claim to start the largest record.
+    junk = word(12, 0xFFFF * 8)[:4] + b"\x55\x55\x55\x55"
+    body = bytes(8) + junk * ((4 << 20) // 8)
+    path = craft("resync", data, body)
+    t0 = time.monotonic()
+    p = run([TOOL, "dump", path], timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == 0 and "torn" in p.stdout, (p.returncode, p.stderr[-500:])
+    assert took < 15, f"dump took {took:.1f} s"
+
+
+def ending_the_file(data, last):
+    """The records that make `last` end the file at a page boundary, so that reading past it
+    faults: a filler stack, then last."""
+    filler = (-(len(data) + len(last))) % 4096
+    if filler < 16:
+        filler += 4096
+    n = (filler - 16) // 8
+    return [word(8, filler) + struct.pack("<II", 204, n) + bytes(8 * n), last]
+
+
+def test_mark_without_nul_at_the_end_of_the_file():
+    data = base_trace()
+    mark = word(10, 144) + struct.pack("<Q", 1) + b"M" * 128
+    path = craft("mark-nul", data, *ending_the_file(data, mark))
+    assert os.path.getsize(path) % 4096 == 0
+    ev = readers_survive(path)
+    marks = [e for e in ev if e.get("op") == "mark"]
+    assert marks and marks[0]["mark"] == "M" * 128, marks
+
+
+def test_invalid_utf8_in_marks_host_and_exe_gives_valid_json():
+    data = base_trace()
+    data[312:312 + 8] = b"h\xffst\xc3\x00\x00\x00"  # host: a stray byte, a cut sequence
+    data[376:376 + 6] = b"/x\xed\xa0\x80\x00"  # exe: a surrogate
+    text = "é".encode() * 63 + b"\xc3"  # 127 bytes, cut in the middle of a character
+    mark = word(10, 144) + struct.pack("<Q", 1) + text + b"\x00"
+    path = craft("utf8", data, mark)
+    ev = readers_survive(path)
+    assert ev and ev[0]["host"] == "h\ufffdst\ufffd", ev[0]["host"]
+
+
+def test_module_build_id_longer_than_its_field():
+    data = base_trace()
+    m = first_of(data, 9)
+    path_len = struct.unpack_from("<H", m, 38)[0]
+    m = m[:72] + bytes(8)  # the path cut to nothing: the record ends right after its build id
+    struct.pack_into("<H", m, 38, 0)
+    m[32] = 255  # build_id_len
+    struct.pack_into("<I", m, 0, (0xA7 << 24) | (9 << 16) | (len(m) // 8))
+    assert path_len
+    path = craft("buildid", data, *ending_the_file(data, m))
+    readers_survive(path)
+
+
+def test_python_line_table_overflow():
+    data = base_trace()
+    code = pycode(1, 2**31 - 1, bytes([0x80 | (11 << 3)]))  # one entry: line + 1
+    ps = word(13, 32) + struct.pack("<IIIIII", 203, 0, 1, 0, 1, 0x80000000)
+    path = craft("linetable", data, code, ps, ev_with_stack(data, 203))
+    ev = readers_survive(path)
+    frames = [f for e in ev if e.get("stack") for f in e["stack"] if f.startswith("py: f")]
+    assert frames and ":-" not in frames[0], frames
+
+
+def test_fifo_named_like_a_trace():
+    d = fresh("fifo-trace")
+    shutil.copy(craft("fifo-src", base_trace()), os.path.join(d, "real.shptrace"))
+    os.mkfifo(os.path.join(d, "a.shptrace"))
+    for cmd in (["dump", "--json"], ["status", "--json"], ["analyze", "--json"]):
+        p = run([TOOL, *cmd, d], timeout=20)
+        assert p.returncode in (0, 1, 2), (cmd, p.returncode)
+        assert "not a regular file" in p.stderr or cmd[0] == "status", (cmd, p.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(run_all(globals(), "hostile", ONLY, TMP))
