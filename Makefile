@@ -291,7 +291,9 @@ ifeq ($(SAN),)
 	@echo "== fuzz_reader ($(FUZZ_CHECK_S) s; make fuzz for a long run)"
 	$(Q)mkdir -p $(B)/fuzz; $(MAKE) --no-print-directory fuzz FUZZ_S=$(FUZZ_CHECK_S) \
 		>$(B)/fuzz/check.log 2>&1; rc=$$?; \
-		grep -E '^(Done|==[0-9]+==ERROR|SUMMARY)|runtime error' $(B)/fuzz/check.log; exit $$rc
+		grep -E '^(Done|==[0-9]+==ERROR|SUMMARY)|runtime error' $(B)/fuzz/check.log; \
+		if [ $$rc -eq 0 ]; then echo "fuzz: 1 passed, 0 failed"; else echo "fuzz: 0 passed, 1 failed"; fi; \
+		exit $$rc
 endif
 
 # ---- fuzzing: tests/fuzz/fuzz_reader.c under libFuzzer, ASan and UBSan (clang) ----

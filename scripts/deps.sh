@@ -11,8 +11,9 @@ NCCL_HOME=${NCCL_HOME:-$CUDA_HOME}
 # libunwind8: the native call stacks load it at run time (without it they fall back to glibc).
 pkgs="gcc g++ make binutils libc6-dev libdw-dev libelf-dev libjansson-dev libunwind8"
 if [ "$what" = check ]; then
-    # python3 runs the test suites, chromium the report's browser test.
-    pkgs="$pkgs python3 chromium"
+    # python3 runs the test suites, chromium the report's browser test, clang and its runtime
+    # (libFuzzer, sanitizers) the reader's fuzz run.
+    pkgs="$pkgs python3 chromium clang libclang-rt-14-dev"
 fi
 
 if command -v dpkg-query >/dev/null 2>&1; then
