@@ -352,6 +352,16 @@ def test_expectation_file_keys_ranges_and_bom():
     assert "18446744073709551615" not in p.stdout and "matched no call" not in p.stderr, p.stdout
 
 
+def test_dim_given_twice():
+    d = hidden("--fixed")
+    p = run([TOOL, "analyze", "--dim", "hidden=7168", "--dim", "hidden=1024", d], check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "hidden" in p.stderr, p.stderr
+    p = run([TOOL, "analyze", "--dim", "hidden=7168", "--dim", "hidden=7168", d], check=False)
+    assert p.returncode == 0, p.stderr
+    p = run([TOOL, "report", "--dim", "hidden=7168", "--dim", "hidden=1024", d], check=False)
+    assert p.returncode == 2 and "hidden" in p.stderr, p.stderr
+
+
 # ---- one planted divergence of each kind, on 4 simulated ranks ----
 
 RANKS_CASES = {

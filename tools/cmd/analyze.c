@@ -29,6 +29,8 @@ static void analyze_usage(FILE *f)
           f);
 }
 
+/* Adds NAME=VALUE to dims. -1 when malformed, -2 when NAME already has another value (which of
+ * two hidden sizes would the shapes use?); the same value twice is harmless. */
 static int parse_dim(struct an_dims *dims, const char *arg)
 {
     const char *eq = strchr(arg, '=');
@@ -42,6 +44,10 @@ static int parse_dim(struct an_dims *dims, const char *arg)
         if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
               (c > arg && *c >= '0' && *c <= '9')))
             return -1;
+    for (int i = 0; i < dims->n; i++)
+        if (strlen(dims->v[i].name) == (size_t)(eq - arg) &&
+            !strncmp(dims->v[i].name, arg, (size_t)(eq - arg)))
+            return dims->v[i].value == v ? 0 : -2;
     if (dims->n == (int)(sizeof(dims->v) / sizeof(dims->v[0])))
         return -1;
     snprintf(dims->v[dims->n].name, sizeof(dims->v[0].name), "%.*s", (int)(eq - arg), arg);
@@ -64,7 +70,13 @@ int shp_cmd_analyze(int argc, char **argv)
         if (c == 'j') {
             o.json = true;
         } else if (c == 'd') {
-            if (parse_dim(&o.dims, optarg) < 0) {
+            int dr = parse_dim(&o.dims, optarg);
+            if (dr == -2) {
+                shp_err("--dim %s: %.*s is already given another value", optarg,
+                        (int)strcspn(optarg, "="), optarg);
+                return SHP_EXIT_USAGE;
+            }
+            if (dr < 0) {
                 shp_err("--dim takes NAME=VALUE with a positive integer VALUE, not '%s'", optarg);
                 return SHP_EXIT_USAGE;
             }
