@@ -66,6 +66,7 @@ int shp_cmd_analyze(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j') {
             o.json = true;
@@ -88,14 +89,11 @@ int shp_cmd_analyze(int argc, char **argv)
             analyze_usage(stdout);
             return SHP_EXIT_OK;
         } else {
-            analyze_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("analyze", argc, argv, "h", opts);
         }
     }
-    if (optind >= argc) {
-        shp_err("analyze: no trace given (shapetrace analyze PATH...)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind >= argc)
+        return shp_usage_error("analyze", "no trace given");
     o.paths = argv + optind;
     o.npaths = argc - optind;
     o.color = !o.json && isatty(1) && !getenv("NO_COLOR");

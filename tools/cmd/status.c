@@ -269,6 +269,7 @@ int shp_cmd_status(int argc, char **argv)
     double watch = 0;
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j') {
             json = true;
@@ -282,14 +283,11 @@ int shp_cmd_status(int argc, char **argv)
             status_usage(stdout);
             return SHP_EXIT_OK;
         } else {
-            status_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("status", argc, argv, "h", opts);
         }
     }
-    if (optind != argc - 1) {
-        shp_err("status: give one RUN_DIR (shapetrace status --help)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind != argc - 1)
+        return shp_usage_error("status", "give one RUN_DIR");
     const char *dir = argv[optind];
     bool color = !json && isatty(1) && !getenv("NO_COLOR");
     struct proc *ps = NULL;
