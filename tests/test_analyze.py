@@ -566,6 +566,17 @@ def test_example_desync():
     assert p.stdout.count("6 steps done") == 4 and "WRONG" in p.stdout, p.stdout
 
 
+def test_count_finding_both_sides_in_one_factoring():
+    """One token fewer reads [511, hidden/tp] next to [512, hidden/tp], not next to
+    [32, hidden*tp], in the summary and in the calls shown."""
+    d, _ = run_example("desync", [], "factoring")
+    out = run([TOOL, "analyze", "--dim", "hidden=1024", "--dim", "tp=4", d], check=False).stdout
+    lines = [x for x in out.splitlines() if "count 13" in x]
+    assert len(lines) == 3 and all("[51" in x for x in lines), out
+    assert "[511, hidden/tp]" in lines[0] and "[512, hidden/tp]" in lines[0], lines[0]
+    assert "hidden*tp" not in out, out
+
+
 def test_example_pipeline():
     p, p2 = check_example("pipeline")
     assert p2.stdout.count("received data checked") == 4, p2.stdout
