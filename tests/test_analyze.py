@@ -322,6 +322,46 @@ def test_expectation_file_errors():
     assert p.returncode == 0 and 'expectation "never" matched no call' in p.stderr
 
 
+def test_expectation_file_keys_ranges_and_bom():
+    """Unknown keys and ranks or products out of range are refused with the place; a byte-order
+    mark is accepted; calls without an element count are not checked."""
+    d = hidden("--fixed")
+    bad = os.path.join(TMP, "keys.json")
+    cases = [
+        ('{"expect": [{"mtach": {"op": "x"}, "shape": ["*"]}]}', "expect[0].mtach"),
+        ('{"expect": [{"match": {"opp": "x"}, "shape": ["*"]}]}', "expect[0].match.opp"),
+        ('{"dims": {}, "expct": []}', "expct"),
+        ('{"expect": [{"match": {"rank": 4294967298}, "shape": ["*"]}]}', "rank"),
+        ('{"expect": [{"match": {"rank": "2"}, "shape": ["*"]}]}', "rank"),
+        ('{"expect": [{"name": 3, "shape": ["*"]}]}', "expect[0].name"),
+        ('{"dims": {"h": 4294967296}, "expect": [{"shape": ["h*h"]}]}', "expect[0].shape[0]"),
+        ('{"expect": [{"shape": [4294967296, 4294967296]}]}', "expect[0].shape"),
+        ('{"expect": [{"shape": ["99999999999999999999"]}]}', "expect[0].shape[0]"),
+    ]
+    for text, place in cases:
+        open(bad, "w").write(text)
+        p = run([TOOL, "analyze", "--expect", bad, d], check=False)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and place in p.stderr, \
+            (text, p.returncode, p.stderr)
+    bom = os.path.join(TMP, "bom.json")
+    with open(bom, "wb") as out:
+        out.write(b'\xef\xbb\xbf{"expect": [{"name": "all", "match": {"op": "*"},'
+                  b' "shape": ["*"]}]}')
+    p = run([TOOL, "analyze", "--json", "--expect", bom, d], check=False)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "18446744073709551615" not in p.stdout and "matched no call" not in p.stderr, p.stdout
+
+
+def test_dim_given_twice():
+    d = hidden("--fixed")
+    p = run([TOOL, "analyze", "--dim", "hidden=7168", "--dim", "hidden=1024", d], check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "hidden" in p.stderr, p.stderr
+    p = run([TOOL, "analyze", "--dim", "hidden=7168", "--dim", "hidden=7168", d], check=False)
+    assert p.returncode == 0, p.stderr
+    p = run([TOOL, "report", "--dim", "hidden=7168", "--dim", "hidden=1024", d], check=False)
+    assert p.returncode == 2 and "hidden" in p.stderr, p.stderr
+
+
 # ---- one planted divergence of each kind, on 4 simulated ranks ----
 
 RANKS_CASES = {
@@ -524,6 +564,17 @@ def test_example_desync():
     assert p2.stdout.count("6 steps done, gathered data checked") == 4, p2.stdout
     # the planted run goes on with wrong data, as NCCL would
     assert p.stdout.count("6 steps done") == 4 and "WRONG" in p.stdout, p.stdout
+
+
+def test_count_finding_both_sides_in_one_factoring():
+    """One token fewer reads [511, hidden/tp] next to [512, hidden/tp], not next to
+    [32, hidden*tp], in the summary and in the calls shown."""
+    d, _ = run_example("desync", [], "factoring")
+    out = run([TOOL, "analyze", "--dim", "hidden=1024", "--dim", "tp=4", d], check=False).stdout
+    lines = [x for x in out.splitlines() if "count 13" in x]
+    assert len(lines) == 3 and all("[51" in x for x in lines), out
+    assert "[511, hidden/tp]" in lines[0] and "[512, hidden/tp]" in lines[0], lines[0]
+    assert "hidden*tp" not in out, out
 
 
 def test_example_pipeline():

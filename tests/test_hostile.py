@@ -156,7 +156,8 @@ def base_trace():
         d = fresh("base")
         p = run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", "basic"])
         assert p.returncode == 0, p.stderr
-        path = os.path.join(d, os.listdir(d)[0])
+        # the run directory holds the symbol file too, in no given order
+        path = os.path.join(d, next(f for f in os.listdir(d) if f.endswith(".shptrace")))
         data = open(path, "rb").read()
         _base.append(data[:struct.unpack_from("<Q", data, 72)[0]])
     return bytearray(_base[0])

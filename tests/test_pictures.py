@@ -560,6 +560,20 @@ def test_version_and_help():
     assert "unknown command" in p.stderr
 
 
+def test_usage_errors_are_one_line():
+    """The whole usage text is for --help; a usage error is one line naming the command."""
+    cases = [("run", ["--bogus", "--", "true"]), ("dump", ["-q", "x"]), ("analyze", ["--dim"]),
+             ("analyze", ["--json=1", "x"]), ("export", ["-o"]), ("report", ["--nope", "x"]),
+             ("status", ["--zzz", "x"]), ("attach", ["--x", "x"]), ("symbols", []),
+             ("dump", []), ("status", [])]
+    for cmd, args in cases:
+        p = run([TOOL, cmd, *args], ok=(2,))
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"shapetrace {cmd}: ") and \
+            lines[0].endswith(f"; see shapetrace help {cmd}"), (cmd, args, p.stderr)
+        assert p.stdout == "", (cmd, p.stdout)
+
+
 def test_man_page_is_the_help_text():
     man = os.path.join(BUILD, "man", "shapetrace.1")
     assert os.path.exists(man), man

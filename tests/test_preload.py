@@ -1024,7 +1024,17 @@ def test_status_shows_the_rank_behind():
     table = run([TOOL, "status", d]).stdout
     behind_lines = [line for line in table.splitlines() if "BEHIND" in line]
     assert len(behind_lines) == 1 and behind_lines[0].split()[0] == "2", table
+    # --watch S DIR, piped: one block per refresh, no screen clearing, and it stops by itself
+    # once every process exited
+    w = subprocess.Popen([TOOL, "status", "--watch", "0.2", d], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=base_env())
+    time.sleep(0.7)
     finish_phases(go, p)
+    out, err = w.communicate(timeout=10)
+    assert w.returncode == 0 and "\033[" not in out, (w.returncode, err, out[:300])
+    blocks = out.count("shapetrace status ")
+    assert blocks >= 3 and out.count("\n\n") == blocks - 1, out
+    assert "BEHIND" in out.split("\n\n")[0] and " exit " in out.split("\n\n")[-1], out
     st = json.loads(run([TOOL, "status", "--json", d]).stdout)
     assert all(q["alive"] is False and q["complete"] for q in st["processes"])
     p2 = run([TOOL, "status", os.path.join(TMP, "nope")], check=False)

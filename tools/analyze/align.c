@@ -125,8 +125,9 @@ static int global_rank(const struct an_ctx *ctx, const struct an_comm *c, int me
     return p >= 0 && ctx->procs[p].rank >= 0 ? ctx->procs[p].rank : member;
 }
 
-static void describe(const struct an_ctx *ctx, const struct an_entry *e, enum field f, char *out,
-                     size_t len)
+/* other: the count of the call e is compared with (0: none), so both read in one factoring. */
+static void describe(const struct an_ctx *ctx, const struct an_entry *e, enum field f,
+                     uint64_t other, char *out, size_t len)
 {
     char shape[96];
     switch (f) {
@@ -137,7 +138,7 @@ static void describe(const struct an_ctx *ctx, const struct an_entry *e, enum fi
         snprintf(out, len, "%s with %s", shp_op_name(e->op), shp_dtype_name((unsigned)e->dtype));
         break;
     case F_COUNT:
-        an_shape(&ctx->dims, e->count, shape, sizeof(shape));
+        an_shape_as(&ctx->dims, e->count, other, shape, sizeof(shape));
         snprintf(out, len, "%s with count %" PRIu64 "%s%s", shp_op_name(e->op), e->count,
                  shape[0] ? " " : "", shape);
         break;
@@ -442,8 +443,8 @@ static struct an_finding *report_mismatch(struct an_ctx *ctx, struct an_comm *c,
         }
     }
     char a[128], b[128], ra[160], rb[160];
-    describe(ctx, example, fld, a, sizeof(a));
-    describe(ctx, maj, fld, b, sizeof(b));
+    describe(ctx, example, fld, maj->count, a, sizeof(a));
+    describe(ctx, maj, fld, example ? example->count : 0, b, sizeof(b));
     an_rank_list(culprits, nc, more_c, ra, sizeof(ra));
     an_rank_list(others, no, more_o, rb, sizeof(rb));
     snprintf(f->summary, sizeof(f->summary),
@@ -488,7 +489,7 @@ static void on_tie(struct an_ctx *ctx, struct an_comm *c, const struct position 
             add_entry(f, head(c, pos->present[i]));
         }
         char d[128];
-        describe(ctx, ref, fld, d, sizeof(d));
+        describe(ctx, ref, fld, 0, d, sizeof(d));
         snprintf(f->summary, sizeof(f->summary),
                  "the ranks of communicator %.8" PRIx64 " disagree at collective #%" PRIu64
                  " with no majority (rank %d called %s)",

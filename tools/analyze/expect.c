@@ -7,8 +7,10 @@
 #define _GNU_SOURCE
 #include "tools/analyze/expect.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +62,10 @@ static int eval_extent(const struct an_dims *dims, const char *s, uint64_t *out)
         tok[n] = 0;
         uint64_t v = 0;
         char *end;
+        errno = 0;
         unsigned long long num = strtoull(tok, &end, 10);
+        if (!*end && errno)
+            return -4;
         if (!*end) {
             v = num;
         } else {
@@ -73,8 +78,10 @@ static int eval_extent(const struct an_dims *dims, const char *s, uint64_t *out)
         }
         if (!op)
             acc = v;
+        else if (op == '*' && __builtin_mul_overflow(acc, v, &acc))
+            return -4;
         else if (op == '*')
-            acc *= v;
+            ;
         else if (!v || acc % v)
             return -3;
         else
@@ -97,6 +104,72 @@ static int fail(const char *path, const char *where, const char *what)
     return -1;
 }
 
+/* Refuses a key of o that is not in keys (NULL-terminated): "mtach" must not match every call. */
+static int known_keys(json_t *o, const char *const *keys, const char *path, const char *where)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val)
+    {
+        size_t i;
+        for (i = 0; keys[i] && strcmp(keys[i], key); i++)
+            ;
+        if (!keys[i]) {
+            char w[160], what[200];
+            snprintf(w, sizeof(w), "%s%s%.64s", where, where[0] ? "." : "", key);
+            snprintf(what, sizeof(what), "unknown key (known here:");
+            for (i = 0; keys[i]; i++)
+                snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", keys[i]);
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), ")");
+            return fail(path, w, what);
+        }
+    }
+    return 0;
+}
+
+/* The file whole, past a UTF-8 byte-order mark (editors on some systems write one). */
+static json_t *load_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        shp_err("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            char *nb = cap >= (64u << 20) ? NULL : realloc(buf, cap ? 2 * cap : 4096);
+            if (!nb) {
+                shp_err("%s: %s", path, cap ? "larger than 64 MiB" : strerror(ENOMEM));
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+            cap = cap ? 2 * cap : 4096;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        shp_err("%s: read error", path);
+        free(buf);
+        return NULL;
+    }
+    size_t skip = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    json_error_t err;
+    json_t *root = json_loadb(buf + skip, len - skip, 0, &err);
+    free(buf);
+    if (!root)
+        shp_err("%s:%d:%d: %s", path, err.line, err.column, err.text);
+    return root;
+}
+
 static int copy_str(json_t *o, const char *key, char *out, size_t len, const char *path,
                     const char *where)
 {
@@ -114,18 +187,20 @@ static int copy_str(json_t *o, const char *key, char *out, size_t len, const cha
 
 struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
 {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root) {
-        shp_err("%s:%d:%d: %s", path, err.line, err.column, err.text);
+    static const char *const top_keys[] = {"dims", "expect", NULL};
+    static const char *const x_keys[] = {"name", "match", "shape", "dtype", NULL};
+    static const char *const m_keys[] = {"op", "kind", "site", "comm", "rank", NULL};
+    json_t *root = load_json(path);
+    if (!root)
         return NULL;
-    }
     int rc = -1;
     struct an_expect *E = calloc(1, sizeof(*E));
     if (!E || !json_is_object(root)) {
         fail(path, "top level", "expected an object with \"dims\" and \"expect\"");
         goto out;
     }
+    if (known_keys(root, top_keys, path, "") < 0)
+        goto out;
     json_t *jdims = json_object_get(root, "dims");
     if (jdims && !json_is_object(jdims)) {
         fail(path, "dims", "expected an object of NAME: positive integer");
@@ -174,6 +249,8 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
             goto out;
         }
         snprintf(x->name, sizeof(x->name), "%s", where);
+        if (known_keys(o, x_keys, path, where) < 0)
+            goto out;
         if (copy_str(o, "name", x->name, sizeof(x->name), path, where) < 0)
             goto out;
         json_t *m = json_object_get(o, "match");
@@ -183,6 +260,8 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
         }
         char mw[96];
         snprintf(mw, sizeof(mw), "%s.match", where);
+        if (m && known_keys(m, m_keys, path, mw) < 0)
+            goto out;
         if (copy_str(m, "op", x->op, sizeof(x->op), path, mw) < 0 ||
             copy_str(m, "kind", x->kind, sizeof(x->kind), path, mw) < 0 ||
             copy_str(m, "site", x->site, sizeof(x->site), path, mw) < 0 ||
@@ -195,8 +274,9 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
         }
         json_t *r = json_object_get(m, "rank");
         if (r) {
-            if (!json_is_integer(r) || json_integer_value(r) < 0) {
-                fail(path, mw, "\"rank\" must be a non-negative integer");
+            if (!json_is_integer(r) || json_integer_value(r) < 0 ||
+                json_integer_value(r) > INT_MAX) {
+                fail(path, mw, "\"rank\" must be an integer from 0 to 2147483647");
                 goto out;
             }
             x->rank = (int)json_integer_value(r);
@@ -240,6 +320,7 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
                     snprintf(msg, sizeof(msg), "'%s' %s", xe->text,
                              er == -2   ? "names a dim that \"dims\" and --dim do not define"
                              : er == -3 ? "is a quotient that does not divide"
+                             : er == -4 ? "is out of range (overflows 64 bits)"
                                         : "is not an integer, a dim, or NAME*NAME / NAME/NAME");
                     fail(path, w, msg);
                     goto out;
@@ -249,6 +330,14 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
                 goto out;
             }
         }
+        uint64_t product = 1;
+        for (int k = 0; k < x->next; k++)
+            if (!x->ext[k].any && __builtin_mul_overflow(product, x->ext[k].value, &product)) {
+                char w[96];
+                snprintf(w, sizeof(w), "%s.shape", where);
+                fail(path, w, "the extents' product is out of range (overflows 64 bits)");
+                goto out;
+            }
     }
     rc = 0;
 out:
@@ -317,7 +406,6 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
             if (!hit)
                 continue;
         }
-        x->matched++;
         /* Element count: the op's own count for NCCL, bytes over the element size for copies. */
         uint64_t count;
         bool bad_dtype = false;
@@ -328,7 +416,12 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
             count = e->count;
             bad_dtype = x->dtype >= 0 && e->dtype >= 0 && e->dtype != x->dtype;
         }
-        if (count != SHP_NONE && fits(x, count) && !bad_dtype)
+        /* A call without an element count (ncclCommInitRank, a group marker) has no shape to
+         * check; it is neither a match nor a violation. */
+        if (count == SHP_NONE)
+            continue;
+        x->matched++;
+        if (fits(x, count) && !bad_dtype)
             continue;
         x->violated++;
         if (x->finding != SIZE_MAX)

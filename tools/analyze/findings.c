@@ -155,11 +155,13 @@ void an_rank_list(const int *ranks, int n, bool more, char *out, size_t len)
         snprintf(out + off, len - off, ", ...");
 }
 
-void an_factor(const struct an_dims *d, uint64_t count, uint64_t *best, char *name, size_t len)
+/* an_factor, where the extent must divide other as well (0: no other). */
+static void factor_both(const struct an_dims *d, uint64_t count, uint64_t other, uint64_t *best,
+                        char *name, size_t len)
 {
     *best = 0;
     name[0] = 0;
-    if (!count || count == SHP_NONE)
+    if (!count || count == SHP_NONE || other == SHP_NONE)
         return;
     /* Candidate extents: each dim, and products and quotients of two. The largest one that
      * divides the count explains most of it with one free number. */
@@ -177,14 +179,14 @@ void an_factor(const struct an_dims *d, uint64_t count, uint64_t *best, char *na
             } else {
                 continue;
             }
-            if (v > 1 && count % v == 0 && v > *best) {
+            if (v > 1 && count % v == 0 && (!other || other % v == 0) && v > *best) {
                 *best = v;
                 snprintf(name, len, "%s", n);
             }
         }
         for (int k = i + 1; k < d->n; k++) {
             uint64_t v = d->v[i].value * d->v[k].value;
-            if (v > 1 && count % v == 0 && v > *best) {
+            if (v > 1 && count % v == 0 && (!other || other % v == 0) && v > *best) {
                 *best = v;
                 snprintf(name, len, "%s*%s", d->v[i].name, d->v[k].name);
             }
@@ -192,12 +194,27 @@ void an_factor(const struct an_dims *d, uint64_t count, uint64_t *best, char *na
     }
 }
 
+void an_factor(const struct an_dims *d, uint64_t count, uint64_t *best, char *name, size_t len)
+{
+    factor_both(d, count, 0, best, name, len);
+}
+
 void an_shape(const struct an_dims *d, uint64_t count, char *out, size_t len)
 {
-    uint64_t best;
+    an_shape_as(d, count, 0, out, len);
+}
+
+void an_shape_as(const struct an_dims *d, uint64_t count, uint64_t other, char *out, size_t len)
+{
+    uint64_t best = 0;
     char name[96];
     out[0] = 0;
-    an_factor(d, count, &best, name, sizeof(name));
+    /* One extent that factors both sides shows a one-token difference as [511, ..] next to
+     * [512, ..]; without one, each side in its own. */
+    if (other && other != count)
+        factor_both(d, count, other, &best, name, sizeof(name));
+    if (!best)
+        factor_both(d, count, 0, &best, name, sizeof(name));
     if (!best)
         return;
     if (count == best)

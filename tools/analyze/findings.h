@@ -106,6 +106,9 @@ struct an_dims {
 void an_factor(const struct an_dims *d, uint64_t count, uint64_t *best, char *name, size_t len);
 /* A count as a shape when the dims factor it ("[512, hidden/tp]"), else "". */
 void an_shape(const struct an_dims *d, uint64_t count, char *out, size_t len);
+/* The same, for one side of a comparison with other: in the largest extent that factors both
+ * counts when there is one, so that both sides read in the same factoring. */
+void an_shape_as(const struct an_dims *d, uint64_t count, uint64_t other, char *out, size_t len);
 
 struct an_ctx;
 /* The stacks of process `proc`, loaded on first use (by the thread that walks that process,

@@ -74,8 +74,8 @@ static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_
         }
     }
     char a[96], b[96];
-    an_shape(&ctx->dims, s->count, a, sizeof(a));
-    an_shape(&ctx->dims, r->count, b, sizeof(b));
+    an_shape_as(&ctx->dims, s->count, r->count, a, sizeof(a));
+    an_shape_as(&ctx->dims, r->count, s->count, b, sizeof(b));
     snprintf(f->summary, sizeof(f->summary),
              "rank %d sent %" PRIu64 " %s%s%s (%" PRIu64 " bytes) to rank %d, which "
              "received %" PRIu64 " %s%s%s (%" PRIu64 " bytes) (communicator %.8" PRIx64

@@ -14,8 +14,16 @@
 #include "tools/lib/out.h"
 #include "tools/lib/stacks.h"
 
+/* The element count of the call at r, or 0 when it has none. */
+static uint64_t count_of(struct an_ctx *ctx, const struct an_ref *r)
+{
+    struct shp_event e;
+    return an_decode(ctx, r, &e) && e.count != SHP_NONE ? e.count : 0;
+}
+
+/* other: the count the call is compared with (0: none), so both sides read in one factoring. */
 static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *indent,
-                       size_t max_frames)
+                       size_t max_frames, uint64_t other)
 {
     struct shp_event e;
     if (!an_decode(ctx, r, &e))
@@ -28,7 +36,7 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
     else
         printf("%s%s:%" PRIu64 "  %s", indent, p->t.hdr->host, p->t.hdr->pid, shp_op_name(e.op));
     if (e.count != SHP_NONE) {
-        an_shape(&ctx->dims, e.count, shape, sizeof(shape));
+        an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
         printf(" count %" PRIu64 "%s%s", e.count, shape[0] ? " " : "", shape);
     }
     if (e.dtype >= 0)
@@ -106,17 +114,19 @@ void an_report_text(struct an_ctx *ctx, bool color)
         for (int i = 0; i < first->nevents; i++) {
             if (first->labels[i])
                 printf("    %s:\n", first->labels[i]);
-            print_call(ctx, &first->events[i], "    ", 4);
+            print_call(ctx, &first->events[i], "    ", 4,
+                       first->has_expected ? count_of(ctx, &first->expected) : 0);
         }
     }
     if (first->has_expected) {
         printf("  what the others did:\n");
-        print_call(ctx, &first->expected, "    ", 4);
+        print_call(ctx, &first->expected, "    ", 4,
+                   first->nevents ? count_of(ctx, &first->events[0]) : 0);
     }
     if (first->nlineage) {
         printf("  where its bytes came from (producers, nearest first):\n");
         for (int i = 0; i < first->nlineage; i++)
-            print_call(ctx, &first->lineage[i], "    ", 2);
+            print_call(ctx, &first->lineage[i], "    ", 2, 0);
     }
     if (first->consequences)
         printf("  %" PRIu64 " later call%s on this communicator disagree%s as a "

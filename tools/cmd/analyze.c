@@ -29,6 +29,8 @@ static void analyze_usage(FILE *f)
           f);
 }
 
+/* Adds NAME=VALUE to dims. -1 when malformed, -2 when NAME already has another value (which of
+ * two hidden sizes would the shapes use?); the same value twice is harmless. */
 static int parse_dim(struct an_dims *dims, const char *arg)
 {
     const char *eq = strchr(arg, '=');
@@ -42,6 +44,10 @@ static int parse_dim(struct an_dims *dims, const char *arg)
         if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
               (c > arg && *c >= '0' && *c <= '9')))
             return -1;
+    for (int i = 0; i < dims->n; i++)
+        if (strlen(dims->v[i].name) == (size_t)(eq - arg) &&
+            !strncmp(dims->v[i].name, arg, (size_t)(eq - arg)))
+            return dims->v[i].value == v ? 0 : -2;
     if (dims->n == (int)(sizeof(dims->v) / sizeof(dims->v[0])))
         return -1;
     snprintf(dims->v[dims->n].name, sizeof(dims->v[0].name), "%.*s", (int)(eq - arg), arg);
@@ -60,11 +66,18 @@ int shp_cmd_analyze(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j') {
             o.json = true;
         } else if (c == 'd') {
-            if (parse_dim(&o.dims, optarg) < 0) {
+            int dr = parse_dim(&o.dims, optarg);
+            if (dr == -2) {
+                shp_err("--dim %s: %.*s is already given another value", optarg,
+                        (int)strcspn(optarg, "="), optarg);
+                return SHP_EXIT_USAGE;
+            }
+            if (dr < 0) {
                 shp_err("--dim takes NAME=VALUE with a positive integer VALUE, not '%s'", optarg);
                 return SHP_EXIT_USAGE;
             }
@@ -76,14 +89,11 @@ int shp_cmd_analyze(int argc, char **argv)
             analyze_usage(stdout);
             return SHP_EXIT_OK;
         } else {
-            analyze_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("analyze", argc, argv, "h", opts);
         }
     }
-    if (optind >= argc) {
-        shp_err("analyze: no trace given (shapetrace analyze PATH...)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind >= argc)
+        return shp_usage_error("analyze", "no trace given");
     o.paths = argv + optind;
     o.npaths = argc - optind;
     o.color = !o.json && isatty(1) && !getenv("NO_COLOR");

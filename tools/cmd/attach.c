@@ -179,6 +179,7 @@ int shp_cmd_attach(int argc, char **argv)
     int arm = -1, c;
     const char *mark = NULL;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o')
             arm = 1;
@@ -190,14 +191,11 @@ int shp_cmd_attach(int argc, char **argv)
             attach_usage(stdout);
             return SHP_EXIT_OK;
         } else {
-            attach_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("attach", argc, argv, "h", opts);
         }
     }
-    if (optind != argc - 1) {
-        shp_err("attach: give one RUN_DIR or PID (shapetrace attach --help)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind != argc - 1)
+        return shp_usage_error("attach", "give one RUN_DIR or PID");
     if (arm < 0 && !mark)
         arm = 1;
     if (mark && strlen(mark) >= sizeof(((struct shp_rec_mark *)0)->text)) {

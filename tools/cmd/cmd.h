@@ -10,6 +10,17 @@
 #define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */
 #define SHP_EXIT_RUN_FAILED 125 /* `run` could not start the command's environment */
 
+struct option;
+
+/* Prints "shapetrace CMD: WHAT; see shapetrace help CMD" (one line, WHAT from fmt) on stderr and
+ * returns SHP_EXIT_USAGE. */
+int shp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The same, for the option getopt_long just refused with '?' (call it with opterr 0): unknown,
+ * missing its value, or given one it does not take. shorts and longs as given to getopt_long. */
+int shp_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
+                   const struct option *longs);
+
 int shp_cmd_run(int argc, char **argv);
 int shp_cmd_dump(int argc, char **argv);
 int shp_cmd_attach(int argc, char **argv);

@@ -178,6 +178,7 @@ int shp_cmd_dump(int argc, char **argv)
     bool json = false, stacks = true;
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j')
             json = true;
@@ -187,14 +188,11 @@ int shp_cmd_dump(int argc, char **argv)
             dump_usage(stdout);
             return SHP_EXIT_OK;
         } else {
-            dump_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("dump", argc, argv, "h", opts);
         }
     }
-    if (optind >= argc) {
-        shp_err("dump: no trace given (shapetrace dump PATH...)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind >= argc)
+        return shp_usage_error("dump", "no trace given");
     int status = SHP_EXIT_OK;
     for (int i = optind; i < argc; i++) {
         char **files = NULL;

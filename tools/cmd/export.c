@@ -1227,6 +1227,7 @@ int shp_cmd_export(int argc, char **argv)
     if (!aargs)
         return SHP_EXIT_USAGE;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         if (c == 'f' && (!strcmp(optarg, "chrome") || !strcmp(optarg, "json"))) {
             x.perfetto = false;
@@ -1258,12 +1259,12 @@ int shp_cmd_export(int argc, char **argv)
             status = SHP_EXIT_OK;
             goto out;
         } else {
-            export_usage(stderr);
+            shp_bad_option("export", argc, argv, "ho:", opts);
             goto out;
         }
     }
     if (optind >= argc) {
-        shp_err("export: no trace given (shapetrace export PATH...)");
+        shp_usage_error("export", "no trace given");
         goto out;
     }
     if (from > to) {

@@ -1107,6 +1107,7 @@ int shp_cmd_report(int argc, char **argv)
     if (!aargs)
         return SHP_EXIT_USAGE;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'o') {
             out = optarg;
@@ -1128,12 +1129,12 @@ int shp_cmd_report(int argc, char **argv)
             status = SHP_EXIT_OK;
             goto done;
         } else {
-            report_usage(stderr);
+            shp_bad_option("report", argc, argv, "h", opts);
             goto done;
         }
     }
     if (optind >= argc) {
-        shp_err("report: no trace given (shapetrace report PATH...)");
+        shp_usage_error("report", "no trace given");
         goto done;
     }
     if (load(&r, argv + optind, argc - optind) < 0)

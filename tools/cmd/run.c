@@ -176,6 +176,7 @@ int shp_cmd_run(int argc, char **argv)
     const char *dir = NULL, *stacks = NULL, *maxmb = NULL, *debug = NULL, *preload_opt = NULL;
     int c;
     optind = 1;
+    opterr = 0;
     /* '+': stop at the first non-option, so CMD's own options are never ours. */
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
@@ -216,14 +217,11 @@ int shp_cmd_run(int argc, char **argv)
             run_usage(stdout);
             return SHP_EXIT_OK;
         default:
-            run_usage(stderr);
-            return SHP_EXIT_USAGE;
+            return shp_bad_option("run", argc, argv, "+h", opts);
         }
     }
-    if (optind >= argc) {
-        shp_err("run: no command given (shapetrace run -- CMD ARGS...)");
-        return SHP_EXIT_USAGE;
-    }
+    if (optind >= argc)
+        return shp_usage_error("run", "no command given (shapetrace run -- CMD ARGS...)");
     char **cmd = argv + optind;
 
     char preload[PATH_MAX], real_preload[PATH_MAX];

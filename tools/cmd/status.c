@@ -52,7 +52,8 @@ static void status_usage(FILE *f)
           "and per communicator the last collective it entered (seq, op). A rank whose seq on a\n"
           "communicator is lower than another member's is BEHIND.\n"
           "  --json           one JSON object (keys in the README)\n"
-          "  --watch [S]      redraw every S seconds (default 1) until interrupted\n",
+          "  --watch [S]      refresh every S seconds (default 1) until interrupted or\n"
+          "                   every process exited; piped, one block per refresh\n",
           f);
 }
 
@@ -257,6 +258,46 @@ static void on_int(int sig)
     stop = 1;
 }
 
+/* A positive number of seconds, the whole of text. */
+static bool seconds(const char *text, double *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v > 0) || v > 86400)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A copy of argv, of *argc entries, where "--watch S" is "--watch=S" (the documented form:
+ * getopt takes an optional value only after '='), when S is a number and another argument is
+ * left for RUN_DIR, so that a run directory named "2" still reads as one. joined holds the new
+ * argument. NULL when out of memory. */
+static char **watch_seconds_joined(int *argc, char **argv, char *joined, size_t len)
+{
+    char **v = calloc((size_t)*argc + 1, sizeof(*v));
+    if (!v)
+        return NULL;
+    int nonopts = 0, k = 0;
+    for (int i = 1; i < *argc && strcmp(argv[i], "--"); i++)
+        nonopts += argv[i][0] != '-';
+    bool done = false;
+    for (int i = 0; i < *argc; i++) {
+        double sec;
+        done |= !strcmp(argv[i], "--");
+        if (!done && i + 1 < *argc && !strcmp(argv[i], "--watch") && nonopts >= 2 &&
+            seconds(argv[i + 1], &sec)) {
+            snprintf(joined, len, "--watch=%s", argv[++i]);
+            v[k++] = joined;
+            done = true;
+            continue;
+        }
+        v[k++] = argv[i];
+    }
+    *argc = k;
+    return v;
+}
+
 int shp_cmd_status(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -268,27 +309,35 @@ int shp_cmd_status(int argc, char **argv)
     bool json = false;
     double watch = 0;
     int c;
+    char joined[64];
+    char **args = watch_seconds_joined(&argc, argv, joined, sizeof(joined));
+    if (!args)
+        return SHP_EXIT_USAGE;
+    argv = args;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j') {
             json = true;
         } else if (c == 'w') {
-            watch = optarg ? strtod(optarg, NULL) : 1.0;
-            if (watch <= 0) {
-                shp_err("--watch takes a positive number of seconds");
-                return SHP_EXIT_USAGE;
+            watch = 1.0;
+            if (optarg && !seconds(optarg, &watch)) {
+                free(args);
+                return shp_usage_error("status", "--watch takes a positive number of seconds");
             }
         } else if (c == 'h') {
             status_usage(stdout);
+            free(args);
             return SHP_EXIT_OK;
         } else {
-            status_usage(stderr);
-            return SHP_EXIT_USAGE;
+            c = shp_bad_option("status", argc, argv, "h", opts);
+            free(args);
+            return c;
         }
     }
     if (optind != argc - 1) {
-        shp_err("status: give one RUN_DIR (shapetrace status --help)");
-        return SHP_EXIT_USAGE;
+        free(args);
+        return shp_usage_error("status", "give one RUN_DIR");
     }
     const char *dir = argv[optind];
     bool color = !json && isatty(1) && !getenv("NO_COLOR");
@@ -296,6 +345,7 @@ int shp_cmd_status(int argc, char **argv)
     size_t n = 0;
     signal(SIGINT, on_int);
     int status = SHP_EXIT_OK;
+    unsigned refreshes = 0;
     do {
         char **files = NULL;
         size_t nf = 0;
@@ -326,13 +376,23 @@ int shp_cmd_status(int argc, char **argv)
                 status = SHP_EXIT_USAGE;
         mark_behind(ps, n);
         if (n) {
-            if (watch && !json)
+            /* Piped, each refresh is one more block: escapes would only garble a log. */
+            if (watch && !json && isatty(1))
                 fputs("\033[H\033[2J", stdout);
+            else if (watch && !json && refreshes)
+                fputs("\n", stdout);
             if (json)
                 print_json(ps, n);
             else
                 print_table(dir, ps, n, color);
+            fflush(stdout);
+            refreshes++;
         }
+        bool all_exited = n > 0;
+        for (size_t i = 0; i < n; i++)
+            all_exited &= !ps[i].alive;
+        if (watch && all_exited)
+            break; /* nothing more will change */
         if (watch)
             usleep((useconds_t)(watch * 1e6));
     } while (watch && !stop);
@@ -341,5 +401,6 @@ int shp_cmd_status(int argc, char **argv)
         free(ps[i].comms);
     }
     free(ps);
+    free(args);
     return status;
 }

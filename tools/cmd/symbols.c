@@ -275,18 +275,16 @@ int shp_cmd_symbols(int argc, char **argv)
     static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
     int c;
     optind = 1;
+    opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'h') {
             symbols_usage(stdout);
             return SHP_EXIT_OK;
         }
-        symbols_usage(stderr);
-        return SHP_EXIT_USAGE;
+        return shp_bad_option("symbols", argc, argv, "h", opts);
     }
-    if (optind != argc - 1) {
-        symbols_usage(stderr);
-        return SHP_EXIT_USAGE;
-    }
+    if (optind != argc - 1)
+        return shp_usage_error("symbols", "give one RUN_DIR");
     const char *dir = argv[optind];
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
