@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ops.h"
+#include "tools/lib/out.h"
 
 struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref)
 {
@@ -131,14 +132,8 @@ static struct an_graph *graph_by(struct an_graphs *g, uint32_t proc, uint64_t ca
 
 static struct an_graph *graph_new(struct an_graphs *g, uint32_t proc, uint64_t capture)
 {
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 8;
-        struct an_graph *v = realloc(g->v, cap * sizeof(*v));
-        if (!v)
-            return NULL;
-        g->v = v;
-        g->cap = cap;
-    }
+    if (!shp_grow((void **)&g->v, &g->cap, g->n, sizeof(*g->v)))
+        return NULL;
     struct an_graph *n = &g->v[g->n++];
     *n = (struct an_graph){.proc = proc, .capture = capture};
     return n;
@@ -146,14 +141,8 @@ static struct an_graph *graph_new(struct an_graphs *g, uint32_t proc, uint64_t c
 
 static void exec_add(struct an_graphs *g, uint32_t proc, uint64_t exec, size_t graph)
 {
-    if (g->nexecs == g->cap_execs) {
-        size_t cap = g->cap_execs ? g->cap_execs * 2 : 8;
-        struct an_exec *v = realloc(g->execs, cap * sizeof(*v));
-        if (!v)
-            return;
-        g->execs = v;
-        g->cap_execs = cap;
-    }
+    if (!shp_grow((void **)&g->execs, &g->cap_execs, g->nexecs, sizeof(*g->execs)))
+        return;
     g->execs[g->nexecs++] = (struct an_exec){.proc = proc, .exec = exec, .graph = graph};
 }
 

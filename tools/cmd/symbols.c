@@ -53,7 +53,7 @@ static long module_of(struct run_modules *rm, const struct shp_rec_module *m, co
         if (rm->mods[i].build_id_len == m->build_id_len &&
             !memcmp(rm->mods[i].build_id, m->build_id, m->build_id_len))
             return (long)i;
-    if (!shp_symfile_grow((void **)&rm->mods, &rm->cap, rm->n, sizeof(*rm->mods)))
+    if (!shp_grow((void **)&rm->mods, &rm->cap, rm->n, sizeof(*rm->mods)))
         return -1;
     struct run_module *r = &rm->mods[rm->n];
     memset(r, 0, sizeof(*r));
@@ -70,7 +70,7 @@ static long module_of(struct run_modules *rm, const struct shp_rec_module *m, co
 
 static int add_frame(struct run_module *r, uint64_t off, bool is_ret)
 {
-    if (!shp_symfile_grow((void **)&r->frames, &r->capframes, r->nframes, sizeof(*r->frames)))
+    if (!shp_grow((void **)&r->frames, &r->capframes, r->nframes, sizeof(*r->frames)))
         return -ENOMEM;
     r->frames[r->nframes++] = (struct frame_key){off, is_ret};
     return 0;
@@ -93,7 +93,7 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
             const struct shp_rec_stack *s = (const void *)rec;
             if (sizeof(*s) + (size_t)s->nframes * 8 > size)
                 continue;
-            if (!shp_symfile_grow((void **)&stacks, &capstacks, nstacks, sizeof(*stacks)))
+            if (!shp_grow((void **)&stacks, &capstacks, nstacks, sizeof(*stacks)))
                 rc = -ENOMEM;
             else
                 stacks[nstacks++] = s;
@@ -108,7 +108,7 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
         char *path = strndup((const char *)(m + 1), m->path_len);
         long idx = path ? module_of(rm, m, path) : -1;
         free(path);
-        if (idx < 0 || !shp_symfile_grow((void **)&loc, &caploc, nloc, sizeof(*loc)))
+        if (idx < 0 || !shp_grow((void **)&loc, &caploc, nloc, sizeof(*loc)))
             rc = -ENOMEM;
         else
             loc[nloc++] = (struct local_module){m->base, m->lo, m->hi, (size_t)idx};

@@ -1,7 +1,9 @@
-/* shapetrace tools: one-line errors on stderr and JSON strings (see out.h). */
+/* shapetrace tools: one-line errors on stderr, JSON strings and growing arrays (see out.h). */
 #include "tools/lib/out.h"
 
 #include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 void shp_err(const char *fmt, ...)
 {
@@ -61,4 +63,19 @@ void shp_json_str(FILE *f, const char *s)
         }
     }
     fputc('"', f);
+}
+
+bool shp_grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return true;
+    size_t ncap = *cap ? 2 * *cap : 64;
+    if (size && ncap > SIZE_MAX / size)
+        return false;
+    void *a = realloc(*arr, ncap * size);
+    if (!a)
+        return false;
+    *arr = a;
+    *cap = ncap;
+    return true;
 }

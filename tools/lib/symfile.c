@@ -46,19 +46,6 @@ void shp_symfile_free(struct shp_symfile *f)
     free(f);
 }
 
-bool shp_symfile_grow(void **arr, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return true;
-    size_t ncap = *cap ? 2 * *cap : 64;
-    void *a = realloc(*arr, ncap * size);
-    if (!a)
-        return false;
-    *arr = a;
-    *cap = ncap;
-    return true;
-}
-
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9')
@@ -75,7 +62,7 @@ static const char *parse_module(struct shp_symfile *f, const char *line, size_t 
     size_t digits = strspn(p, "0123456789abcdef");
     if (digits < 2 || digits > 64 || digits % 2 || p[digits] != ' ' || !p[digits + 1])
         return "a module line needs a build id of 1 to 32 bytes in hex and a name";
-    if (!shp_symfile_grow((void **)&f->mods, capmods, f->nmods, sizeof(*f->mods)))
+    if (!shp_grow((void **)&f->mods, capmods, f->nmods, sizeof(*f->mods)))
         return "out of memory";
     struct sym_module *m = &f->mods[f->nmods++];
     memset(m, 0, sizeof(*m));
@@ -95,7 +82,7 @@ static const char *parse_frame(struct shp_symfile *f, const char *line, size_t *
         return "a frame line is OFFSET (hex), r or c, and a text";
     if (f->nmods == 0)
         return "a frame line before any module line";
-    if (!shp_symfile_grow((void **)&f->entries, capentries, f->nentries, sizeof(*f->entries)))
+    if (!shp_grow((void **)&f->entries, capentries, f->nentries, sizeof(*f->entries)))
         return "out of memory";
     uint64_t off = 0;
     for (size_t i = 0; i < digits; i++)

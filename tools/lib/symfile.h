@@ -53,9 +53,4 @@ int shp_symfile_write_module(FILE *out, const uint8_t *build_id, size_t build_id
 int shp_symfile_write_frame(FILE *out, uint64_t off, bool is_return_address, const char *text);
 int shp_symfile_write_end(FILE *out, uint64_t nframes);
 
-/* Room for one more of n elements of size bytes in the growing array *arr of capacity *cap
- * (doubled, from 64). Returns false when out of memory, *arr and *cap unchanged. The reader's
- * tables and the writer's (tools/cmd/symbols.c) grow so. */
-bool shp_symfile_grow(void **arr, size_t *cap, size_t n, size_t size);
-
 #endif
