@@ -98,13 +98,13 @@ static int grow(uint64_t need)
  * blocks the application in open(). */
 static bool trusted(const struct stat *st, const char *what, const char *path)
 {
-    const char *why = st->st_uid != geteuid()           ? "owned by another user"
+    const char *why = st->st_uid != geteuid()               ? "owned by another user"
                       : (st->st_mode & (S_IWGRP | S_IWOTH)) ? "writable by others"
-                                                        : NULL;
+                                                            : NULL;
     if (!why)
         return true;
-    SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "%s %s is %s: its control file is ignored",
-            what, path, why);
+    SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "%s %s is %s: its control file is ignored", what,
+            path, why);
     return false;
 }
 

@@ -70,8 +70,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         uint32_t w;
         memcpy(&w, data + off, 4);
         size_t rs = SHP_REC_WORD_SIZE(w);
-        if (SHP_REC_WORD_MAGIC(w) != SHP_REC_MAGIC || rs < 8 || off + rs > size ||
-            off % 8 != 0)
+        if (SHP_REC_WORD_MAGIC(w) != SHP_REC_MAGIC || rs < 8 || off + rs > size || off % 8 != 0)
             break;
         uint8_t *rec = data + off;
         shp_rec_publish(rec, SHP_REC_WORD_TYPE(w), rs);

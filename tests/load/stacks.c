@@ -203,8 +203,8 @@ NOINLINE static void pp_exchange(ncclComm_t comm, void *buf)
     if (rank < 4)
         EX_CHECK(ncclSend(buf, 2048, ncclBfloat16, rank + 4, comm, 0));
     else
-        EX_CHECK(ncclRecv(buf, planted && rank == 5 ? 2047 : 2048, ncclBfloat16, rank - 4, comm,
-                          0));
+        EX_CHECK(
+            ncclRecv(buf, planted && rank == 5 ? 2047 : 2048, ncclBfloat16, rank - 4, comm, 0));
 }
 
 static void megatron(ncclComm_t comm, void *buf)
@@ -263,8 +263,8 @@ NOINLINE static void root_only(ncclComm_t comm, void *buf)
     char *big = (char *)buf + 4096;
     EX_CHECK(ncclReduce(big, rank == 0 ? big : scratch, n, ncclFloat32, ncclSum, 0, comm, 0));
     EX_CHECK(ncclBroadcast(rank == 1 ? big : scratch, big, n, ncclFloat32, 1, comm, 0));
-    EX_CHECK(ncclGather(big, rank == 0 ? (char *)buf + 65536 : scratch, 1024, ncclFloat32, 0, comm,
-                        0));
+    EX_CHECK(
+        ncclGather(big, rank == 0 ? (char *)buf + 65536 : scratch, 1024, ncclFloat32, 0, comm, 0));
     if (planted && rank == 0)
         EX_CHECK(ncclReduce(big, scratch, n, ncclFloat32, ncclSum, 0, comm, 0));
     else

@@ -31,7 +31,7 @@ struct an_comm {
 };
 
 struct align {
-    struct an_table comms;    /* of struct an_comm, by id */
+    struct an_table comms;   /* of struct an_comm, by id */
     struct an_graphs graphs; /* what each process's graph launches execute */
 };
 
@@ -186,8 +186,8 @@ static void note_replays(struct an_ctx *ctx, struct an_finding *f, int culprit,
     if (!a[0] && !b[0])
         return;
     size_t l = strlen(f->summary);
-    snprintf(f->summary + l, sizeof(f->summary) - l, "; rank %d executed it%s, rank %d%s",
-             culprit, a[0] ? a : " eagerly", maj, b[0] ? b : " eagerly");
+    snprintf(f->summary + l, sizeof(f->summary) - l, "; rank %d executed it%s, rank %d%s", culprit,
+             a[0] ? a : " eagerly", maj, b[0] ? b : " eagerly");
 }
 
 static struct an_finding *finding_on(struct an_ctx *ctx, struct an_comm *c, enum an_kind kind,

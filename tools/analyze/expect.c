@@ -10,8 +10,8 @@
 #include <errno.h>
 #include <fnmatch.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -53,7 +53,7 @@ struct an_finding {
     struct an_ref events[AN_MAX_EVENTS]; /* the diverging calls first */
     int nevents;
     const char *labels[AN_MAX_EVENTS]; /* what each event is, when not plain (static text) */
-    struct an_ref expected; /* a majority call, if any (ref.rec NULL if none) */
+    struct an_ref expected;            /* a majority call, if any (ref.rec NULL if none) */
     bool has_expected;
     uint64_t consequences;                 /* later disagreements on the same communicator */
     struct an_ref lineage[AN_MAX_LINEAGE]; /* producers of what was read, nearest first */

@@ -86,8 +86,9 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
             snprintf(what, sizeof(what), "exec 0x%" PRIx64 " stream 0x%" PRIx64, e->exec,
                      e->stream);
         else if (e->graph != SHP_NONE)
-            snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRIu64 " -> graph 0x%" PRIx64,
-                     e->stream, e->capture, e->graph);
+            snprintf(what, sizeof(what),
+                     "stream 0x%" PRIx64 " capture %" PRIu64 " -> graph 0x%" PRIx64, e->stream,
+                     e->capture, e->graph);
         else
             snprintf(what, sizeof(what), "stream 0x%" PRIx64 " capture %" PRId64, e->stream,
                      e->capture == SHP_NONE ? (int64_t)-1 : (int64_t)e->capture);
@@ -145,8 +146,7 @@ static int dump_one(const char *path, bool json, bool stacks)
     bool complete = shp_trace_complete(&t, &cur);
     const struct shp_file_header *h = t.hdr;
     if (!json) {
-        fprintf(stdout, "   %" PRIu64 " events; %s", index,
-                complete ? "complete" : "INCOMPLETE");
+        fprintf(stdout, "   %" PRIu64 " events; %s", index, complete ? "complete" : "INCOMPLETE");
         if (!complete)
             fprintf(stdout, " (%s)", shp_trace_incomplete_why(&t, &cur));
         if (cur.torn)
@@ -160,8 +160,7 @@ static int dump_one(const char *path, bool json, bool stacks)
     }
     if (!complete)
         fprintf(stderr, "shapetrace: %s: incomplete trace: %s%s\n", path,
-                shp_trace_incomplete_why(&t, &cur),
-                h->dropped ? "; records were dropped" : "");
+                shp_trace_incomplete_why(&t, &cur), h->dropped ? "; records were dropped" : "");
     shp_stacks_free(st);
     shp_trace_close(&t);
     return 0;

@@ -91,9 +91,8 @@ struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
             char *path = strndup((const char *)(m + 1), plen);
             if (path)
                 shp_symbolizer_add_module(st->sym, path, m->base, m->lo, m->hi, m->build_id,
-                                          m->build_id_len <= sizeof(m->build_id)
-                                              ? m->build_id_len
-                                              : 0);
+                                          m->build_id_len <= sizeof(m->build_id) ? m->build_id_len
+                                                                                 : 0);
             free(path);
         } else if (type == SHP_REC_STACK) {
             const struct shp_rec_stack *s = (const void *)r;
