@@ -378,5 +378,15 @@ def test_fifo_named_like_a_trace():
         assert "not a regular file" in p.stderr or cmd[0] == "status", (cmd, p.stderr)
 
 
+# ---- the command line ----
+
+def test_bare_command_and_unknown_command_are_one_line():
+    for args, what in (([], "no command given"), (["frob"], "unknown command 'frob'"),
+                       (["help", "frob"], "unknown command 'frob'")):
+        p = run([TOOL, *args])
+        assert p.returncode == 2 and p.stdout == "", (args, p.returncode, p.stdout)
+        assert p.stderr == f"shapetrace: {what}; see shapetrace --help\n", (args, p.stderr)
+
+
 if __name__ == "__main__":
     sys.exit(run_all(globals(), "hostile", ONLY, TMP))

@@ -52,14 +52,14 @@ static int (*lookup(const char *name))(int, char **)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        shp_err("no command given; see shapetrace --help");
         return SHP_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "help") && argc > 2) {
         int (*fn)(int, char **) = lookup(argv[2]);
         if (!fn) {
-            shp_err("unknown command '%s' (shapetrace --help lists them)", argv[2]);
+            shp_err("unknown command '%s'; see shapetrace --help", argv[2]);
             return SHP_EXIT_USAGE;
         }
         char *args[] = {argv[2], "--help", NULL};
@@ -77,6 +77,6 @@ int main(int argc, char **argv)
     int (*fn)(int, char **) = lookup(cmd);
     if (fn)
         return fn(argc - 1, argv + 1);
-    shp_err("unknown command '%s' (shapetrace --help lists them)", cmd);
+    shp_err("unknown command '%s'; see shapetrace --help", cmd);
     return SHP_EXIT_USAGE;
 }
