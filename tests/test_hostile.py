@@ -143,6 +143,33 @@ def test_debug_and_max_mb_values_are_validated():
     assert "SHAPETRACE_DEBUG=LOUD is not one of" in p.stderr, p.stderr
 
 
+def test_files_that_are_not_traces_are_not_counted_and_the_rest_is_analysed():
+    d = fresh("notraces")
+    open(os.path.join(d, "a-1.shptrace"), "wb").close()
+    open(os.path.join(d, "b-2.shptrace"), "wb").write(bytes(4096))
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "3"])
+    assert p.returncode == 0 and f"shapetrace: 1 trace in {d}\n" in p.stderr, p.stderr
+    named = [ln for ln in p.stderr.splitlines() if "not counted as a trace" in ln]
+    assert len(named) == 2 and "a-1.shptrace" in named[0] and "b-2" in named[1], p.stderr
+    a = run([TOOL, "analyze", d])
+    assert a.returncode == 0, (a.returncode, a.stderr)
+    skipped = a.stderr.strip().splitlines()
+    assert len(skipped) == 2 and all("skipped" in ln for ln in skipped), a.stderr
+    assert "INCOMPLETE" in a.stdout.splitlines()[1] and "a-1.shptrace" in a.stdout, a.stdout
+    r = json.loads(run([TOOL, "analyze", "--json", d]).stdout)
+    assert len(r["processes"]) == 1, r["processes"]
+    assert [os.path.basename(u["file"]) for u in r["unreadable"]] == ["a-1.shptrace",
+                                                                     "b-2.shptrace"], r
+    assert "0 bytes" in r["unreadable"][0]["error"], r["unreadable"]
+    # named on the command line, an unreadable file is refused; a directory of nothing else too
+    p = run([TOOL, "analyze", os.path.join(d, "a-1.shptrace")])
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    e = fresh("notraces-only")
+    shutil.copy(os.path.join(d, "b-2.shptrace"), e)
+    p = run([TOOL, "analyze", e])
+    assert p.returncode == 2 and "no readable trace" in p.stderr, p.stderr
+
+
 # ---- the readers, on crafted traces ----
 # Records are appended to a real trace (the scenario's basic run); shp_craft then gives every
 # record of the chain its check, with common/'s function.

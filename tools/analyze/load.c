@@ -74,6 +74,41 @@ static void read_ahead(struct an_proc *p, uint32_t idx)
     }
 }
 
+/* True if file was given as it is on the command line, not found in a directory. */
+static bool named(char **paths, int npaths, const char *file)
+{
+    for (int i = 0; i < npaths; i++)
+        if (!strcmp(paths[i], file))
+            return true;
+    return false;
+}
+
+/* A file of a run directory that is no readable trace (a process killed before its header was
+ * written, another format version): named once on stderr, kept for the report. */
+static int skip_unreadable(struct an_ctx *ctx, const char *file, const char *why)
+{
+    struct an_unreadable *u =
+        realloc(ctx->unreadable, (ctx->nunreadable + 1) * sizeof(*ctx->unreadable));
+    if (!u)
+        return -ENOMEM;
+    ctx->unreadable = u;
+    u += ctx->nunreadable;
+    if (!(u->file = strdup(file)) || !(u->why = strdup(why))) {
+        free(u->file);
+        return -ENOMEM;
+    }
+    ctx->nunreadable++;
+    shp_err("%s: %s; skipped: the analysis covers the other traces only", file, why);
+    return 0;
+}
+
+static void free_files(char **files, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(files[i]);
+    free(files);
+}
+
 int an_load(struct an_ctx *ctx, char **paths, int npaths)
 {
     char **files = NULL;
@@ -99,27 +134,34 @@ int an_load(struct an_ctx *ctx, char **paths, int npaths)
                       : step < (64ull << 10) ? (64ull << 10)
                                              : step & ~((64ull << 10) - 1);
     for (size_t i = 0; i < n; i++) {
-        struct an_proc *p = &ctx->procs[i];
+        size_t np = ctx->nprocs;
+        struct an_proc *p = &ctx->procs[np];
         char err[256];
         if (shp_trace_open(&p->t, files[i], err, sizeof(err)) < 0) {
-            shp_err("%s: %s", files[i], err);
-            ctx->nprocs = i;
-            goto fail;
+            if (named(paths, npaths, files[i]) || skip_unreadable(ctx, files[i], err) < 0) {
+                shp_err("%s: %s", files[i], err);
+                goto fail;
+            }
+            continue;
         }
-        ctx->nprocs = i + 1;
+        ctx->nprocs = np + 1;
         p->rank = shp_trace_rank(&p->t);
         ctx->bytes_total += p->t.end;
-        read_ahead(p, (uint32_t)i);
+        read_ahead(p, (uint32_t)np);
         if (p->has_next) {
-            L->heap[L->heap_n++] = (uint32_t)i;
+            L->heap[L->heap_n++] = (uint32_t)np;
             heap_up(ctx, L->heap_n - 1);
         } else {
             p->ended = true;
         }
     }
+    if (n && !ctx->nprocs) {
+        shp_err("no readable trace in %s", npaths == 1 ? paths[0] : "the paths given");
+        goto fail;
+    }
     /* The same trace given twice (a file and its directory) would look like two ranks. */
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = i + 1; k < n; k++)
+    for (size_t i = 0; i < ctx->nprocs; i++)
+        for (size_t k = i + 1; k < ctx->nprocs; k++)
             if (ctx->procs[i].t.hdr->pid == ctx->procs[k].t.hdr->pid &&
                 !strcmp(ctx->procs[i].t.hdr->host, ctx->procs[k].t.hdr->host) &&
                 ctx->procs[i].t.hdr->realtime_ns == ctx->procs[k].t.hdr->realtime_ns) {
@@ -127,14 +169,10 @@ int an_load(struct an_ctx *ctx, char **paths, int npaths)
                         ctx->procs[k].t.path);
                 goto fail;
             }
-    for (size_t i = 0; i < n; i++)
-        free(files[i]);
-    free(files);
+    free_files(files, n);
     return 0;
 fail:
-    for (size_t i = 0; i < n; i++)
-        free(files[i]);
-    free(files);
+    free_files(files, n);
     return -1;
 }
 
@@ -187,6 +225,13 @@ void an_unload(struct an_ctx *ctx)
         shp_stacks_free(ctx->procs[i].stacks);
         shp_trace_close(&ctx->procs[i].t);
     }
+    for (size_t i = 0; i < ctx->nunreadable; i++) {
+        free(ctx->unreadable[i].file);
+        free(ctx->unreadable[i].why);
+    }
+    free(ctx->unreadable);
+    ctx->unreadable = NULL;
+    ctx->nunreadable = 0;
     free(ctx->procs);
     ctx->procs = NULL;
     ctx->nprocs = 0;

@@ -55,6 +55,12 @@ struct an_ctx {
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
     uint64_t bytes_total, bytes_done;
+    /* Files found in a directory that are not readable traces: skipped, and the analysis says
+     * it is partial (an input named on the command line is refused instead). */
+    struct an_unreadable {
+        char *file, *why;
+    } *unreadable;
+    size_t nunreadable;
 };
 
 /* One event as the passes see it. */

@@ -80,7 +80,11 @@ void an_report_text(struct an_ctx *ctx, bool color)
            " collectives aligned, %" PRIu64 " events\n",
            ctx->nprocs, ctx->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s",
            ctx->collectives, ctx->events);
-    /* Dropped calls first: a finding-free report over a trace with holes would read as clean. */
+    /* Holes first: a finding-free report over missing traces or dropped calls would read as
+     * clean. */
+    for (size_t i = 0; i < ctx->nunreadable; i++)
+        printf("  %sINCOMPLETE%s: %s could not be read: %s; that process is not checked\n",
+               bold, off, ctx->unreadable[i].file, ctx->unreadable[i].why);
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
         if (p->t.hdr->dropped)
@@ -238,6 +242,14 @@ void an_report_json(struct an_ctx *ctx)
         else
             printf("null");
         printf(",\"consequences\":%" PRIu64 "}", f->consequences);
+    }
+    printf("],\"unreadable\":[");
+    for (size_t i = 0; i < ctx->nunreadable; i++) {
+        printf("%s{\"file\":", i ? "," : "");
+        shp_json_str(stdout, ctx->unreadable[i].file);
+        printf(",\"error\":");
+        shp_json_str(stdout, ctx->unreadable[i].why);
+        fputc('}', stdout);
     }
     printf("],\"first\":");
     /* Findings are printed in causal order, so the first is at index 0. */

@@ -40,6 +40,24 @@ static void report_symbols(const char *dir)
                 s.frames, s.seconds, s.path);
 }
 
+/* The files that are traces. A process killed between creating its file and writing the header
+ * leaves an empty or headerless file: named, one line each, and not counted. */
+static size_t count_traces(char **files, size_t n)
+{
+    size_t ntraces = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct shp_trace t;
+        char err[256];
+        if (shp_trace_open(&t, files[i], err, sizeof(err)) == 0) {
+            shp_trace_close(&t);
+            ntraces++;
+        } else {
+            shp_err("%s: not counted as a trace: %s", files[i], err);
+        }
+    }
+    return ntraces;
+}
+
 static void run_usage(FILE *f)
 {
     fputs("usage: shapetrace run [OPTIONS] -- CMD ARGS...\n"
@@ -314,8 +332,9 @@ int shp_cmd_run(int argc, char **argv)
     char **files = NULL;
     size_t nfiles = 0;
     shp_trace_collect(absdir, &files, &nfiles);
-    fprintf(stderr, "shapetrace: %zu trace%s in %s\n", nfiles, nfiles == 1 ? "" : "s", absdir);
-    if (nfiles)
+    size_t ntraces = count_traces(files, nfiles);
+    fprintf(stderr, "shapetrace: %zu trace%s in %s\n", ntraces, ntraces == 1 ? "" : "s", absdir);
+    if (ntraces)
         report_symbols(absdir);
     for (size_t i = 0; i < nfiles; i++)
         free(files[i]);
