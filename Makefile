@@ -303,7 +303,7 @@ FUZZ_S ?= 600
 FUZZ_CHECK_S ?= 45
 FUZZ_FLAGS := -std=gnu11 -O1 -g -fno-strict-aliasing -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_SRC := $(wildcard tools/lib/*.c) $(COMMON_SRC)
+FUZZ_SRC := $(wildcard tools/lib/*.c tools/analyze/*.c) $(COMMON_SRC)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/fuzz/obj/%.o)
 FUZZ_BIN := $(B)/fuzz/fuzz_reader
 $(B)/fuzz/obj/%.o: %.c
@@ -325,7 +325,8 @@ open(sys.argv[2],"wb").write(d[:struct.unpack_from("<Q",d,72)[0]])' \
 	$(Q)touch $@
 fuzz: $(FUZZ_BIN) $(B)/fuzz/seeds.stamp
 	$(Q)mkdir -p $(B)/fuzz/corpus
-	$(Q)$(FUZZ_BIN) -max_total_time=$(FUZZ_S) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+	$(Q)SHP_FUZZ_PEER=$$(ls $(B)/fuzz/runs/gen/*.shptrace | tail -n 1) \
+		$(FUZZ_BIN) -max_total_time=$(FUZZ_S) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
 		-print_final_stats=1 $(B)/fuzz/corpus $(B)/fuzz/seeds
 
 demo: all $(EXAMPLE_PROGS) $(B)/tests/shp_launch

@@ -1,6 +1,8 @@
-/* shapetrace tests: a libFuzzer harness over the trace reader and the `dump --json` path (stacks
- * loaded, every record decoded and printed). Its mutator keeps the record checks valid, so that
- * mutated records reach the decoders instead of being stopped as torn. Built by `make fuzz`. */
+/* shapetrace tests: a libFuzzer harness over the trace reader, the `dump --json` path (stacks
+ * loaded, every record decoded and printed) and `analyze`, text and --json, with the mutated trace
+ * next to a valid peer (SHP_FUZZ_PEER) so that alignment, p2p and lineage have a rank to compare
+ * with. Its mutator keeps the record checks valid, so that mutated records reach the decoders
+ * instead of being stopped as torn. Built by `make fuzz`. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/rec.h"
+#include "tools/analyze/analyze.h"
 #include "tools/lib/event.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/stacks.h"
@@ -18,11 +21,49 @@ size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed);
 
 static FILE *sink;
+static char expect_path[64];
+
+/* An expectation file that selects copies and collectives, so that the expectation pass runs. */
+static void make_expect(void)
+{
+    static const char text[] =
+        "{\"dims\": {\"hidden\": 64, \"tp\": 2},\n"
+        " \"expect\": [{\"name\": \"rows\", \"match\": {\"op\": \"cudaMemcpy*\"},\n"
+        "             \"shape\": [\"*\", \"hidden/tp\"]},\n"
+        "            {\"name\": \"gathers\", \"match\": {\"op\": \"nccl*\"},\n"
+        "             \"shape\": [\"*\", \"hidden\"], \"dtype\": \"fp32\"}]}\n";
+    int fd = memfd_create("fuzz.expect.json", 0);
+    if (fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)(sizeof(text) - 1))
+        snprintf(expect_path, sizeof(expect_path), "/proc/self/fd/%d", fd);
+}
+
+/* analyze PATH [PEER], as the command runs it, its report and its errors into the sink. */
+static void analyze(const char *path, bool json, bool expect)
+{
+    const char *peer = getenv("SHP_FUZZ_PEER");
+    char *paths[] = {(char *)path, (char *)peer};
+    struct an_options o = {.paths = paths, .npaths = peer && *peer ? 2 : 1, .json = json};
+    o.dims.n = 2;
+    snprintf(o.dims.v[0].name, sizeof(o.dims.v[0].name), "hidden");
+    o.dims.v[0].value = 64;
+    snprintf(o.dims.v[1].name, sizeof(o.dims.v[1].name), "tp");
+    o.dims.v[1].value = 2;
+    if (expect && expect_path[0])
+        o.expect = expect_path;
+    FILE *out = stdout, *err = stderr;
+    stdout = stderr = sink;
+    an_analyze(&o);
+    fflush(sink);
+    stdout = out;
+    stderr = err;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!sink)
+    if (!sink) {
         sink = fopen("/dev/null", "w");
+        make_expect();
+    }
     /* The reader maps a file: give it one, in memory. */
     int fd = memfd_create("fuzz.shptrace", MFD_CLOEXEC);
     if (fd < 0 || write(fd, data, size) != (ssize_t)size) {
@@ -51,21 +92,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         shp_trace_incomplete_why(&t, &cur);
         shp_stacks_free(st);
         shp_trace_close(&t);
+        analyze(path, true, size & 8);
+        analyze(path, false, !(size & 8));
     }
     close(fd);
     return 0;
 }
 
-/* Mutates the bytes, then publishes again every record of the chain that still has a record
- * word, so that its check matches what it now holds. */
-size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed)
+/* Publishes again every record of the chain that still has a record word, so that its check
+ * matches what it now holds. The one place that knows how checks are made. */
+static void refresh_checks(uint8_t *data, size_t size)
 {
-    size = LLVMFuzzerMutate(data, size, max_size);
-    if (size < SHP_HEADER_SIZE)
-        return size;
-    struct shp_file_header *h = (struct shp_file_header *)data;
-    if (seed & 1)
-        h->tail = size; /* most of the time, the records reach the end */
     for (size_t off = SHP_HEADER_SIZE; off + 8 <= size;) {
         uint32_t w;
         memcpy(&w, data + off, 4);
@@ -76,5 +113,17 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         shp_rec_publish(rec, SHP_REC_WORD_TYPE(w), rs);
         off += rs;
     }
+}
+
+/* Mutates the bytes, then makes the records' checks match again. */
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed)
+{
+    size = LLVMFuzzerMutate(data, size, max_size);
+    if (size < SHP_HEADER_SIZE)
+        return size;
+    struct shp_file_header *h = (struct shp_file_header *)data;
+    if (seed & 1)
+        h->tail = size; /* most of the time, the records reach the end */
+    refresh_checks(data, size);
     return size;
 }
