@@ -33,6 +33,14 @@ void shp_init(void)
         sched_yield();
 }
 
+void shp_call_lost(const void *caller)
+{
+    struct shp_file_header *h = shp_writer_header();
+    if (!h || (caller && shp_called_from_library(caller)))
+        return;
+    __atomic_fetch_add(&h->calls_lost, 1, __ATOMIC_RELAXED);
+}
+
 __attribute__((constructor)) static void shp_constructor(void)
 {
     shp_init();

@@ -283,14 +283,24 @@ void shp_record_atfork_child(void);
  * of other libraries. */
 void shp_init(void);
 
+/* A call of the application's passed through because tracing switched itself off: counted in
+ * the trace's header (calls_lost) while it is mapped. caller: the wrapper's return address where
+ * the call may be a library's own (SHP_FOREIGN_*), which is not counted; NULL otherwise. */
+__attribute__((cold)) void shp_call_lost(const void *caller);
+
 /* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
- * real function of another intercepted call is running on this thread. */
-static inline bool shp_active(void)
+ * real function of another intercepted call is running on this thread. caller: as for
+ * shp_call_lost, read only when tracing is off. */
+static inline bool shp_active(const void *caller)
 {
     if (__builtin_expect(shp_guard, 0))
         return false;
     int st = atomic_load_explicit(&shp_state, memory_order_acquire);
     if (__builtin_expect(st != SHP_STATE_ON, 0)) {
+        if (st == SHP_STATE_OFF) {
+            shp_call_lost(caller);
+            return false;
+        }
         if (st != SHP_STATE_UNINIT)
             return false;
         shp_init();

@@ -25,6 +25,10 @@
 #define SHP_FOREIGN_NCCL(pc) 0
 #define SHP_FOREIGN_CUDART(pc) 0
 #define SHP_FOREIGN_CUDA(pc) shp_called_from_library(pc)
+/* The address SHP_FOREIGN_* tests, for the count of calls lost while tracing is off. */
+#define SHP_CALLER_NCCL NULL
+#define SHP_CALLER_CUDART NULL
+#define SHP_CALLER_CUDA __builtin_return_address(0)
 
 /* The real function, called with the guard held: what it calls of ours passes straight through,
  * so that only the outermost intercepted call of a thread is recorded (DESIGN fact 13: NCCL's
@@ -67,7 +71,7 @@
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
         if (__builtin_expect(!real, 0))                                                            \
             return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
-        if (!shp_active())                                                                         \
+        if (!shp_active(SHP_CALLER_##lib))                                                         \
             return real args;                                                                      \
         if (SHP_FOREIGN_##lib(__builtin_return_address(0))) {                                      \
             SHP_RET_##lib r;                                                                       \

@@ -264,6 +264,25 @@ static void dropped(struct shp_file_header *h, size_t size)
     __atomic_fetch_add(&h->dropped_bytes, size, __ATOMIC_RELAXED);
 }
 
+/* Marks the trace disabled, with the first reason and when: the calls lost from then on are
+ * counted by the wrappers (shp_call_lost). The clock is read here, not shp_now_ns, so that the
+ * time is CLOCK_MONOTONIC whatever clock the records use. */
+static void switched_off(struct shp_file_header *h, int rc)
+{
+    uint32_t reason = rc == -ENOSPC || rc == -EDQUOT ? SHP_OFF_NO_SPACE
+                      : rc == -EBADF                 ? SHP_OFF_FD_CLOSED
+                                                     : SHP_OFF_GROW;
+    uint32_t none = 0;
+    if (__atomic_compare_exchange_n(&h->off_reason, &none, reason, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        __atomic_store_n(&h->off_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         __ATOMIC_RELAXED);
+    }
+    __atomic_or_fetch(&h->flags, SHP_FILE_DISABLED, __ATOMIC_RELEASE);
+}
+
 void *shp_writer_reserve(unsigned type, size_t size, const char **why)
 {
     if (__builtin_expect(atomic_load_explicit(&w.state, memory_order_acquire) != W_OPEN, 0))
@@ -283,7 +302,12 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
         int rc = grow(end);
         if (rc < 0) {
             dropped(h, size);
-            __atomic_or_fetch(&h->flags, SHP_FILE_DISABLED, __ATOMIC_RELEASE);
+            /* Give the space back unless another thread reserved after it: a reader would
+             * otherwise find a record never written, past the end of the file. */
+            uint64_t reserved_end = end;
+            __atomic_compare_exchange_n(&h->tail, &reserved_end, off, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
+            switched_off(h, rc);
             *why = rc == -ENOSPC  ? "no space left for the trace"
                    : rc == -EBADF ? "the application closed the trace's file descriptor"
                                   : "the trace cannot grow";

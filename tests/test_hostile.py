@@ -143,6 +143,84 @@ def test_debug_and_max_mb_values_are_validated():
     assert "SHAPETRACE_DEBUG=LOUD is not one of" in p.stderr, p.stderr
 
 
+def procs_of(d):
+    return json.loads(run([TOOL, "analyze", "--json", d]).stdout)["processes"]
+
+
+def test_closed_descriptor_says_when_tracing_switched_off_and_counts_the_lost_calls():
+    d = fresh("closeall-lost")
+    p = run([TOOL, "run", "--dir", os.path.join(d, "run"), "--stacks", "none", "--",
+             f"{T}/hostile", "closeall", os.path.join(d, "mine"), "40000"])
+    assert p.returncode == 0, p.stderr
+    [q] = procs_of(os.path.join(d, "run"))
+    off = q["switched_off"]
+    assert off and off["reason"] == "fd_closed" and off["at_s"] > 0, q
+    # every call is recorded, dropped or lost: cudaMalloc and 1 copy, cudaMalloc and 40000
+    assert q["events"] + q["dropped"] + off["calls_lost"] == 40003, q
+    assert q["ended"] == "exited", q
+    text = run([TOOL, "analyze", os.path.join(d, "run")]).stdout
+    assert "the application closed the trace's file descriptor" in text, text
+    assert f"{off['calls_lost']} calls after it not recorded" in text, text
+    assert "the process exited normally" in text and "cap" not in text, text
+
+
+def test_full_disk_says_so_and_that_the_process_exited():
+    need_root()
+    d = fresh("fulldisk")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", d],
+                      capture_output=True).returncode != 0:
+        raise NotRun("cannot mount a small tmpfs here")
+    try:
+        p = run([TOOL, "run", "--dir", os.path.join(d, "run"), "--stacks", "none", "--",
+                 f"{T}/hostile", "calls", "100000"])
+        assert p.returncode == 0, p.stderr
+        [q] = procs_of(os.path.join(d, "run"))
+        off = q["switched_off"]
+        assert off and off["reason"] == "no_space" and off["calls_lost"] > 50000, q
+        assert q["events"] + q["dropped"] + off["calls_lost"] == 100001, q
+        out = run([TOOL, "dump", os.path.join(d, "run")]).stdout.splitlines()[-1]
+        assert "no space left" in out and "the process exited normally" in out, out
+        assert "did not exit normally" not in out and "at the cap" not in out, out
+    finally:
+        subprocess.run(["umount", d])
+
+
+def test_exec_live_and_killed_processes_are_told_apart():
+    d = fresh("fates")
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "exec", "3"])
+    assert p.returncode == 0, p.stderr
+    ended = sorted(q["ended"] for q in procs_of(d))
+    assert ended == ["exec", "exited"], ended
+    text = run([TOOL, "analyze", d]).stdout
+    assert "the process exec'd (the new image's trace: " in text, text
+    st = json.loads(run([TOOL, "status", "--json", d]).stdout)["processes"]
+    assert sorted(x["alive"] for x in st) == [False, False], st
+
+    d = fresh("live")
+    r = subprocess.Popen([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "linger", "3"],
+                         stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    try:
+        for _ in range(200):
+            if any(f.endswith(".shptrace") for f in os.listdir(d)) and \
+                    procs_of(d)[0]["events"] >= 4:
+                break
+            time.sleep(0.05)
+        [q] = procs_of(d)
+        assert q["ended"] == "running" and q["complete"] is False, q
+        assert "the process is still running" in run([TOOL, "analyze", d]).stdout
+        assert json.loads(run([TOOL, "status", "--json", d]).stdout)["processes"][0]["alive"]
+        os.kill(q["pid"], 9)
+        r.wait(timeout=30)
+        [q] = procs_of(d)
+        assert q["ended"] == "killed", q
+        text = run([TOOL, "analyze", d]).stdout
+        assert "did not exit normally (killed or crashed)" in text, text
+    finally:
+        if r.poll() is None:
+            r.kill()
+            r.wait()
+
+
 def test_files_that_are_not_traces_are_not_counted_and_the_rest_is_analysed():
     d = fresh("notraces")
     open(os.path.join(d, "a-1.shptrace"), "wb").close()

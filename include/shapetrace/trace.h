@@ -57,9 +57,15 @@ struct shp_file_header {
     char host[64];           /* NUL-terminated */
     char exe[256];           /* /proc/self/exe at creation, NUL-terminated, may be cut */
     uint32_t stacks_mode;    /* SHP_STACKS_* */
-    uint32_t reserved0;
+    uint32_t off_reason;     /* SHP_OFF_*: why tracing switched itself off; 0 while it is on */
+    uint64_t off_ns;         /* CLOCK_MONOTONIC when it switched off (as monotonic_ns), 0 */
+    uint64_t calls_lost;     /* the application's calls passed through untraced since then */
 };
-_Static_assert(sizeof(struct shp_file_header) == 640, "header layout");
+_Static_assert(sizeof(struct shp_file_header) == 656, "header layout");
+/* off_reason (with SHP_FILE_DISABLED); 0 in a trace of a writer that did not say why. */
+#define SHP_OFF_NO_SPACE 1u  /* the file system is full (or the quota) */
+#define SHP_OFF_FD_CLOSED 2u /* the application closed the trace's file descriptor */
+#define SHP_OFF_GROW 3u      /* the file could not grow for another reason */
 _Static_assert(sizeof(struct shp_file_header) <= SHP_HEADER_SIZE, "header fits its page");
 
 #define SHP_STACKS_NONE 0u

@@ -1,7 +1,8 @@
 /* shapetrace tests: an application that is hard on the preload. Usage: hostile closeall FILE N
  * (after its first CUDA call, closes every descriptor above 2, as daemons do, opens FILE, writes
  * 17 bytes, puts FILE on every descriptor up to 1023, then makes N copies; exits 0 only if FILE
- * still holds its 17 bytes) | calls N (N copies, nothing else). */
+ * still holds its 17 bytes) | calls N (N copies, nothing else) | exec N (N copies, then exec of
+ * itself to make N more) | linger N (N copies, then waits until its stdin is closed). */
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -49,6 +50,20 @@ int main(int argc, char **argv)
         return close_all(argv[2], atoi(argv[3]));
     if (argc > 2 && !strcmp(argv[1], "calls"))
         return copies(atoi(argv[2]));
-    fprintf(stderr, "usage: hostile closeall FILE N | calls N\n");
+    if (argc > 2 && !strcmp(argv[1], "exec")) {
+        int rc = copies(atoi(argv[2]));
+        if (rc)
+            return rc;
+        execl("/proc/self/exe", argv[0], "calls", argv[2], (char *)NULL);
+        return 4;
+    }
+    if (argc > 2 && !strcmp(argv[1], "linger")) {
+        int rc = copies(atoi(argv[2]));
+        char c;
+        while (rc == 0 && read(0, &c, 1) > 0)
+            ;
+        return rc;
+    }
+    fprintf(stderr, "usage: hostile closeall FILE N | calls N | exec N | linger N\n");
     return 2;
 }

@@ -180,6 +180,33 @@ static void json_ref(struct an_ctx *ctx, const struct an_ref *r)
     shp_event_json(stdout, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
 }
 
+/* What became of the process, and when and why tracing switched itself off. */
+static void json_fate(const struct shp_trace *t)
+{
+    static const char *const fates[] = {[SHP_FATE_EXITED] = "exited",
+                                        [SHP_FATE_RUNNING] = "running",
+                                        [SHP_FATE_EXECD] = "exec",
+                                        [SHP_FATE_KILLED] = "killed"};
+    static const char *const reasons[] = {[SHP_OFF_NO_SPACE] = "no_space",
+                                          [SHP_OFF_FD_CLOSED] = "fd_closed",
+                                          [SHP_OFF_GROW] = "cannot_grow"};
+    const struct shp_file_header *h = t->hdr;
+    printf(",\"ended\":\"%s\",\"switched_off\":", fates[shp_trace_fate(t, NULL, 0)]);
+    if (!shp_trace_off_why(t)) {
+        printf("null");
+        return;
+    }
+    printf("{\"reason\":\"%s\",\"at_s\":",
+           h->off_reason < sizeof(reasons) / sizeof(reasons[0]) && reasons[h->off_reason]
+               ? reasons[h->off_reason]
+               : "unknown");
+    if (h->off_ns && h->off_ns >= h->monotonic_ns)
+        printf("%.6f", (double)(h->off_ns - h->monotonic_ns) / 1e9);
+    else
+        printf("null");
+    printf(",\"calls_lost\":%" PRIu64 "}", h->calls_lost);
+}
+
 void an_report_json(struct an_ctx *ctx)
 {
     printf("{\"version\":1,\"processes\":[");
@@ -194,8 +221,10 @@ void an_report_json(struct an_ctx *ctx)
             printf("%d", p->rank);
         else
             printf("null");
-        printf(",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64 "}", p->index,
+        printf(",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->index,
                shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
+        json_fate(&p->t);
+        fputc('}', stdout);
     }
     printf("],\"comms\":[");
     for (size_t i = 0; i < ctx->ncomms; i++) {

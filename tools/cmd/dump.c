@@ -153,9 +153,8 @@ static int dump_one(const char *path, bool json, bool stacks)
             fprintf(stdout, "; %" PRIu64 " torn record%s skipped", cur.torn,
                     cur.torn == 1 ? "" : "s");
         if (h->dropped)
-            fprintf(stdout, "; %" PRIu64 " records DROPPED at the cap", h->dropped);
-        if (h->flags & SHP_FILE_DISABLED)
-            fputs("; tracing switched itself off (see the process's stderr)", stdout);
+            fprintf(stdout, "; %" PRIu64 " records DROPPED%s", h->dropped,
+                    h->flags & SHP_FILE_DISABLED ? "" : " at the cap");
         fputc('\n', stdout);
     }
     if (!complete)

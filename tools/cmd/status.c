@@ -37,7 +37,7 @@ struct proc {
     uint64_t start_mono, start_real;
     unsigned last_op;
     bool last_in_flight;
-    bool complete, alive_known, alive, behind;
+    bool complete, alive_known, alive, execd, behind;
     const char *mark;
     char last_mark[128];
     struct comm_pos *comms;
@@ -101,7 +101,11 @@ static int refresh(struct proc *p)
     p->start_real = h->realtime_ns;
     p->complete = h->flags & SHP_FILE_COMPLETE;
     p->alive_known = same_host(h->host);
-    p->alive = !p->complete && (!p->alive_known || kill((pid_t)p->pid, 0) == 0 || errno == EPERM);
+    /* A pid alive is this process only if it started before the trace; after an exec, the pid
+     * is the new image's, which has a trace of its own. */
+    enum shp_fate fate = p->complete ? SHP_FATE_EXITED : shp_trace_fate(&t, NULL, 0);
+    p->execd = fate == SHP_FATE_EXECD;
+    p->alive = !p->complete && !p->execd && (!p->alive_known || fate == SHP_FATE_RUNNING);
     /* A process still writing may have records half-stored at the end: stop before them. */
     struct shp_cursor cur = {.off = p->off, .live = p->alive};
     unsigned type;
@@ -184,7 +188,8 @@ static void print_json(struct proc *ps, size_t n)
         else
             fputs("null", stdout);
         fprintf(stdout, ",\"alive\":%s,\"idle_s\":%.3f,\"comms\":[",
-                p->alive_known || p->complete ? (p->alive ? "true" : "false") : "null", idle_s(p));
+                p->alive_known || p->complete || p->execd ? (p->alive ? "true" : "false") : "null",
+                idle_s(p));
         for (size_t k = 0; k < p->ncomms; k++) {
             const struct comm_pos *c = &p->comms[k];
             fprintf(stdout, "%s{\"id\":\"%016" PRIx64 "\",\"seq\":", k ? "," : "", c->id);
@@ -232,6 +237,7 @@ static void print_table(const char *dir, struct proc *ps, size_t n, bool color)
             snprintf(rank, sizeof(rank), "?");
         printf("%s%5s  %-24s %-5s %8.1f  %-34s", p->behind ? red : "", rank, who,
                p->complete       ? "exit"
+               : p->execd        ? "exec"
                : !p->alive_known ? "?"
                : p->alive        ? "yes"
                                  : "DEAD",

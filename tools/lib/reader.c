@@ -6,11 +6,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errlen)
@@ -68,7 +72,10 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
     }
     uint64_t tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
     t->end = tail < t->size ? tail : t->size;
-    t->truncated = tail > t->size && (h->flags & SHP_FILE_COMPLETE);
+    /* A writer that switched itself off because the file could not grow may have reserved
+     * space it never had: not a cut file. */
+    t->truncated = tail > t->size && (h->flags & SHP_FILE_COMPLETE) &&
+                   !(h->flags & SHP_FILE_DISABLED);
     if (t->end < SHP_HEADER_SIZE)
         t->end = SHP_HEADER_SIZE;
     t->path = strdup(path);
@@ -161,21 +168,165 @@ bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c)
     return (t->hdr->flags & SHP_FILE_COMPLETE) && !c->torn && !t->truncated && !t->hdr->dropped;
 }
 
-const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c)
+const char *shp_trace_off_why(const struct shp_trace *t)
+{
+    if (!(t->hdr->flags & SHP_FILE_DISABLED))
+        return NULL;
+    switch (t->hdr->off_reason) {
+    case SHP_OFF_NO_SPACE:
+        return "no space left for the trace";
+    case SHP_OFF_FD_CLOSED:
+        return "the application closed the trace's file descriptor";
+    case SHP_OFF_GROW:
+        return "the trace could not grow";
+    default:
+        return "an error of its own";
+    }
+}
+
+/* True when h's process runs on this host now: its pid is alive, not a zombie, and started no
+ * later than the trace was created (a pid reused by a later process started after it). */
+static bool running_here(const struct shp_file_header *h)
+{
+    char me[sizeof(h->host)] = "";
+    if (gethostname(me, sizeof(me) - 1) != 0 || strncmp(me, h->host, sizeof(me)) ||
+        h->pid == 0 || h->pid > INT32_MAX)
+        return false;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%" PRIu64 "/stat", h->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    /* Fields after the command name, which is in parentheses and may hold anything: state is
+     * the 3rd field, starttime (clock ticks since boot) the 22nd. */
+    const char *p = strrchr(buf, ')');
+    char state = 0;
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                            "%*s %*s %llu",
+                     &state, &start) != 2 || state == 'Z' || state == 'X')
+        return false;
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot, mono;
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) || clock_gettime(CLOCK_MONOTONIC, &mono))
+        return false;
+    /* The trace's creation on the boot clock: the boot clock runs ahead of the monotonic one
+     * by the time the host was suspended. */
+    int64_t ahead = ((int64_t)boot.tv_sec - mono.tv_sec) * 1000000000ll +
+                    (boot.tv_nsec - mono.tv_nsec);
+    double created_s = ((double)h->monotonic_ns + (double)ahead) / 1e9;
+    return (double)start / (double)hz <= created_s + 2.0 / (double)hz;
+}
+
+/* The new image's trace, if t's process exec'd: the writer names a process's traces
+ * HOST-PID.shptrace, then HOST-PID.N.shptrace, so only those names are opened. */
+static bool execd(const struct shp_trace *t, char *next, size_t len)
 {
     const struct shp_file_header *h = t->hdr;
-    if (h->flags & SHP_FILE_DISABLED)
-        return "tracing switched itself off after an error of its own (disk full, or its file "
-               "descriptor closed by the application): the calls after it are not recorded";
-    if (h->dropped)
-        return "calls were dropped at the trace's cap (SHAPETRACE_MAX_MB)";
-    if (!(h->flags & SHP_FILE_COMPLETE))
-        return "the process did not exit normally (killed, still running, or exec'd)";
+    char dir[PATH_MAX], prefix[sizeof(h->host) + 32];
+    const char *slash = strrchr(t->path, '/');
+    const char *self = slash ? slash + 1 : t->path;
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == t->path)
+        snprintf(dir, sizeof(dir), "/");
+    else
+        snprintf(dir, sizeof(dir), "%.*s", (int)(slash - t->path), t->path);
+    int plen = snprintf(prefix, sizeof(prefix), "%s-%" PRIu64 ".", h->host, h->pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    uint64_t best = 0;
+    struct dirent *de;
+    size_t slen = strlen(SHP_TRACE_SUFFIX);
+    while ((de = readdir(d))) {
+        size_t nlen = strlen(de->d_name);
+        if (strncmp(de->d_name, prefix, (size_t)plen) || !strcmp(de->d_name, self) ||
+            nlen <= slen || strcmp(de->d_name + nlen - slen, SHP_TRACE_SUFFIX))
+            continue;
+        char full[PATH_MAX], err[256];
+        struct shp_trace o;
+        if (snprintf(full, sizeof(full), "%s/%s", dir, de->d_name) >= (int)sizeof(full) ||
+            shp_trace_open(&o, full, err, sizeof(err)) != 0)
+            continue;
+        const struct shp_file_header *oh = o.hdr;
+        if (oh->pid == h->pid && oh->ppid == h->ppid && !strcmp(oh->host, h->host) &&
+            oh->realtime_ns > h->realtime_ns && (!best || oh->realtime_ns < best)) {
+            best = oh->realtime_ns;
+            if (next)
+                snprintf(next, len, "%s", full);
+        }
+        shp_trace_close(&o);
+    }
+    closedir(d);
+    return best != 0;
+}
+
+enum shp_fate shp_trace_fate(const struct shp_trace *t, char *next, size_t len)
+{
+    if (t->hdr->flags & SHP_FILE_COMPLETE)
+        return SHP_FATE_EXITED;
+    if (execd(t, next, len))
+        return SHP_FATE_EXECD;
+    return running_here(t->hdr) ? SHP_FATE_RUNNING : SHP_FATE_KILLED;
+}
+
+/* Appends to the phrase being built, cutting it at the end of the buffer. */
+struct phrase {
+    char *buf;
+    size_t cap, n;
+};
+static void __attribute__((format(printf, 2, 3))) add(struct phrase *p, const char *fmt, ...)
+{
+    if (p->n + 1 >= p->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(p->buf + p->n, p->cap - p->n, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        p->n = p->n + (size_t)k < p->cap ? p->n + (size_t)k : p->cap - 1;
+}
+
+const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c)
+{
+    static __thread char why[PATH_MAX + 512];
+    const struct shp_file_header *h = t->hdr;
+    if (shp_trace_complete(t, c))
+        return NULL;
+    why[0] = 0;
+    struct phrase p = {why, sizeof(why), 0};
+    const char *off = shp_trace_off_why(t);
+    if (off) {
+        add(&p, "tracing switched itself off");
+        if (h->off_ns >= h->monotonic_ns && h->off_ns)
+            add(&p, " %.3f s into the trace", (double)(h->off_ns - h->monotonic_ns) / 1e9);
+        add(&p, " (%s); %" PRIu64 " call%s after it not recorded", off, h->calls_lost,
+            h->calls_lost == 1 ? "" : "s");
+    } else if (h->dropped) {
+        add(&p, "calls were dropped at the trace's cap (SHAPETRACE_MAX_MB)");
+    }
+    char next[PATH_MAX] = "";
+    enum shp_fate fate = shp_trace_fate(t, next, sizeof(next));
+    const char *sep = p.n ? "; " : "";
+    if (fate == SHP_FATE_EXITED && p.n)
+        add(&p, "; the process exited normally");
+    else if (fate == SHP_FATE_RUNNING)
+        add(&p, "%sthe process is still running", sep);
+    else if (fate == SHP_FATE_EXECD)
+        add(&p, "%sthe process exec'd (the new image's trace: %s)", sep, next);
+    else if (fate == SHP_FATE_KILLED)
+        add(&p, "%sthe process did not exit normally (killed or crashed)", sep);
     if (c->torn)
-        return "records were torn";
+        add(&p, "%srecords were torn (%" PRIu64 " skipped)", p.n ? "; " : "", c->torn);
     if (t->truncated)
-        return "the file is shorter than its header says";
-    return NULL;
+        add(&p, "%sthe file is shorter than its header says", p.n ? "; " : "");
+    return why;
 }
 
 int shp_trace_rank(const struct shp_trace *t)

@@ -42,10 +42,27 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
  * to the end) or cut. */
 bool shp_trace_complete(const struct shp_trace *t, const struct shp_cursor *c);
 
-/* Why the trace is incomplete, as one phrase for a report (the first cause of: tracing switched
- * off after an error, calls dropped at the cap, no normal exit, torn records, a cut file); NULL
- * when it is complete. */
+/* Why the trace is incomplete, as one phrase for a report: when and why tracing switched itself
+ * off and how many calls were lost after it, or calls dropped at the cap; what became of the
+ * process (shp_trace_fate); torn records; a cut file. NULL when it is complete. The text is the
+ * calling thread's, valid until its next call. */
 const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp_cursor *c);
+
+/* What became of the traced process, as far as its trace and this host can tell. */
+enum shp_fate {
+    SHP_FATE_EXITED,  /* it closed the trace at a normal exit */
+    SHP_FATE_RUNNING, /* still running: on this host, its pid is alive and started before the
+                         trace was created (another host's processes are never taken as live) */
+    SHP_FATE_EXECD,   /* it exec'd: beside its trace is a later one of the same host, pid and
+                         parent, the new image's */
+    SHP_FATE_KILLED,  /* none of these: killed or crashed */
+};
+/* The fate of t's process; for SHP_FATE_EXECD, the new image's trace file is written into next
+ * (when next is not NULL). Looks into t's directory and, on the trace's host, into /proc. */
+enum shp_fate shp_trace_fate(const struct shp_trace *t, char *next, size_t len);
+
+/* Why tracing switched itself off (SHP_OFF_*) as a phrase; NULL when it did not. */
+const char *shp_trace_off_why(const struct shp_trace *t);
 
 /* The process's global rank: the environment's, else its rank in the first communicator. */
 int shp_trace_rank(const struct shp_trace *t);
