@@ -483,6 +483,26 @@ def test_fifo_named_like_a_trace():
         assert "not a regular file" in p.stderr or cmd[0] == "status", (cmd, p.stderr)
 
 
+# ---- options ----
+
+def test_json_shows_both_sides_of_a_count_finding_in_one_factoring():
+    """--dim hidden=1024 --dim tp=4: one token fewer is [511, hidden/tp] next to [512,
+    hidden/tp] in the JSON as in the text, not next to [32, hidden*tp]."""
+    d = fresh("factoring")
+    e = env()
+    e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+    subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--",
+                    os.path.join(BUILD, "examples", "desync")], capture_output=True, timeout=120,
+                   env=e)
+    dims = ["--dim", "hidden=1024", "--dim", "tp=4"]
+    f = json.loads(run([TOOL, "analyze", "--json", *dims, d]).stdout)["findings"][0]
+    assert f["kind"] == "count_mismatch", f["summary"]
+    assert f["events"][0]["shape"] == "[511, hidden/tp]", f["events"][0]["shape"]
+    assert f["expected"]["shape"] == "[512, hidden/tp]", f["expected"]["shape"]
+    f = json.loads(run([TOOL, "analyze", "--json", d]).stdout)["findings"][0]
+    assert f["events"][0]["shape"] is None and f["expected"]["shape"] is None, f
+
+
 # ---- the command line ----
 
 def test_bare_command_and_unknown_command_are_one_line():

@@ -170,14 +170,39 @@ void an_report_text(struct an_ctx *ctx, bool color)
     printf("\n");
 }
 
-static void json_ref(struct an_ctx *ctx, const struct an_ref *r)
+/* The call at r as dump --json prints it, plus "shape": its count as the text report shows it,
+ * in the factoring it shares with other (the count it is compared with, 0: none), null when
+ * the dims do not factor it. */
+static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other)
 {
     struct shp_event e;
     if (!an_decode(ctx, r, &e)) {
         fputs("null", stdout);
         return;
     }
-    shp_event_json(stdout, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem) {
+        shp_event_json(stdout, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+        return;
+    }
+    shp_event_json(mem, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+    fclose(mem);
+    char shape[96] = "";
+    if (e.count != SHP_NONE)
+        an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
+    if (len && buf[len - 1] == '}') {
+        printf("%.*s,\"shape\":", (int)(len - 1), buf);
+        if (shape[0])
+            shp_json_str(stdout, shape);
+        else
+            fputs("null", stdout);
+        fputc('}', stdout);
+    } else {
+        fwrite(buf, 1, len, stdout);
+    }
+    free(buf);
 }
 
 /* What became of the process, and when and why tracing switched itself off. */
@@ -257,17 +282,17 @@ void an_report_json(struct an_ctx *ctx)
         for (int i = 0; i < f->nevents; i++) {
             if (i)
                 fputc(',', stdout);
-            json_ref(ctx, &f->events[i]);
+            json_ref(ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0);
         }
         printf("],\"lineage\":[");
         for (int i = 0; i < f->nlineage; i++) {
             if (i)
                 fputc(',', stdout);
-            json_ref(ctx, &f->lineage[i]);
+            json_ref(ctx, &f->lineage[i], 0);
         }
         printf("],\"expected\":");
         if (f->has_expected)
-            json_ref(ctx, &f->expected);
+            json_ref(ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0);
         else
             printf("null");
         printf(",\"consequences\":%" PRIu64 "}", f->consequences);
