@@ -200,9 +200,9 @@ def test_exec_live_and_killed_processes_are_told_apart():
     r = subprocess.Popen([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "linger", "3"],
                          stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     try:
-        for _ in range(200):
-            if any(f.endswith(".shptrace") for f in os.listdir(d)) and \
-                    procs_of(d)[0]["events"] >= 4:
+        for _ in range(400):
+            a = run([TOOL, "analyze", "--json", d])
+            if a.returncode == 0 and json.loads(a.stdout)["processes"][0]["events"] >= 4:
                 break
             time.sleep(0.05)
         [q] = procs_of(d)

@@ -276,11 +276,13 @@ enum shp_fate shp_trace_fate(const struct shp_trace *t, char *next, size_t len)
     return running_here(t->hdr) ? SHP_FATE_RUNNING : SHP_FATE_KILLED;
 }
 
-/* Appends to the phrase being built, cutting it at the end of the buffer. */
+/* A phrase being built in a fixed buffer. */
 struct phrase {
     char *buf;
     size_t cap, n;
 };
+
+/* Appends to it, cutting it at the end of the buffer. */
 static void __attribute__((format(printf, 2, 3))) add(struct phrase *p, const char *fmt, ...)
 {
     if (p->n + 1 >= p->cap)
