@@ -162,13 +162,13 @@ static struct shp_ev ev_at(const struct proc *pr, uint64_t at, uint64_t dur, uns
                            uint32_t stack, int device)
 {
     return (struct shp_ev){
-        .t_ns = t_ns(pr, at),
+        .t = t_ns(pr, at),
         .tid = pr->tid,
         .op = (uint16_t)op,
         .stack = stack,
         .result = 0,
         .device = device,
-        .dur_ns = dur,
+        .dur = dur,
         .aux = {-1, -1},
     };
 }

@@ -37,14 +37,14 @@ void shp_rec_publish(void *rec, unsigned type, size_t size)
 }
 
 void shp_rec_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0, int aux1,
-                      uint64_t dur_ns)
+                      uint64_t dur)
 {
     ev->result = result;
     ev->device = device;
     ev->out = out;
     ev->aux[0] = aux0;
     ev->aux[1] = aux1;
-    if (dur_ns == SHP_DUR_PENDING)
-        dur_ns--;
-    __atomic_store_n(&ev->dur_ns, dur_ns, __ATOMIC_RELEASE);
+    if (dur == SHP_DUR_PENDING)
+        dur--;
+    __atomic_store_n(&ev->dur, dur, __ATOMIC_RELEASE);
 }

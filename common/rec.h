@@ -27,9 +27,16 @@ void shp_rec_mark_reserved(void *rec, size_t size);
  * so that a reader that sees the word sees the record. */
 void shp_rec_publish(void *rec, unsigned type, size_t size);
 
-/* Completes a published call record when the call returns: the result fields first, dur_ns last
- * with release order (a dur_ns of SHP_DUR_PENDING is stored one lower: it means "not returned"). */
+/* Completes a published full call record when the call returns: the result fields first, dur
+ * last with release order (a dur of SHP_DUR_PENDING is stored one lower: it means "not
+ * returned"). */
 void shp_rec_complete(struct shp_ev *ev, int result, int device, uint64_t out, int aux0, int aux1,
-                      uint64_t dur_ns);
+                      uint64_t dur);
+
+/* Completes a published compact record: its whole completion in one 8-byte store, release. */
+static inline void shp_rec_done(struct shp_head *hd, int result, uint64_t dur)
+{
+    __atomic_store_n(&hd->done, shp_done(result, dur), __ATOMIC_RELEASE);
+}
 
 #endif

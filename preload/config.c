@@ -25,11 +25,72 @@ volatile uint64_t *shp_ctl = ctl_local;
 SHP_TLS int shp_guard;
 static SHP_TLS uint32_t tls_tid;
 
+unsigned shp_clock_kind = SHP_CLOCK_MONOTONIC;
+
 uint64_t shp_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void shp_clock_pair_now(uint64_t *tsc, uint64_t *ns)
+{
+#if defined(__x86_64__)
+    /* The reading nearest the middle of the shortest of a few tries: a preemption between the
+     * two reads would otherwise skew the conversion of a whole trace. */
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 4; i++) {
+        uint64_t a = __builtin_ia32_rdtsc();
+        uint64_t n = shp_now_ns();
+        uint64_t b = __builtin_ia32_rdtsc();
+        if (b - a < best) {
+            best = b - a;
+            *tsc = a + (b - a) / 2;
+            *ns = n;
+        }
+    }
+#else
+    *tsc = 0;
+    *ns = shp_now_ns();
+#endif
+}
+
+/* Whether the TSC can stand in for CLOCK_MONOTONIC: invariant (CPUID 0x80000007 EDX bit 8, so it
+ * ticks at one rate in every power state, on every core) and what the kernel itself keeps time
+ * with (it checked the cores agree; on a VM whose TSC it distrusts it picks another source). */
+static bool tsc_usable(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+    if (a < 0x80000007u)
+        return false;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+    if (!(d & (1u << 8)))
+        return false;
+    char buf[32] = {0};
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+    if (!f)
+        return false;
+    bool ok = fgets(buf, sizeof(buf), f) && !strncmp(buf, "tsc", 3) && (buf[3] == '\n' || !buf[3]);
+    fclose(f);
+    return ok;
+#else
+    return false;
+#endif
+}
+
+static void clock_choose(void)
+{
+    const char *v = getenv(SHP_ENV_CLOCK);
+    bool want_tsc = true;
+    if (v && !strcmp(v, "monotonic"))
+        want_tsc = false;
+    else if (v && *v && strcmp(v, "tsc"))
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
+                SHP_ENV_CLOCK "=%s is not one of tsc, monotonic; using tsc where usable", v);
+    shp_clock_kind = want_tsc && tsc_usable() ? SHP_CLOCK_TSC : SHP_CLOCK_MONOTONIC;
 }
 
 uint32_t shp_tid(void)
@@ -187,13 +248,25 @@ void shp_config_load(void)
     shp_cfg.dormant = dormant && *dormant && strcmp(dormant, "0");
     if (shp_cfg.dormant)
         ctl_local[SHP_CTL_ARMED] = 0;
+    clock_choose();
+    const char *gr = getenv(SHP_ENV_FILE_GROWTH);
+    shp_cfg.growth = SHP_GROWTH_CHUNK;
+    if (gr && !strcmp(gr, "populate"))
+        shp_cfg.growth = SHP_GROWTH_POPULATE;
+    else if (gr && !strcmp(gr, "full"))
+        shp_cfg.growth = SHP_GROWTH_FULL;
+    else if (gr && *gr && strcmp(gr, "chunk"))
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
+                SHP_ENV_FILE_GROWTH "=%s is not one of chunk, populate, full; using chunk", gr);
     const char *uw = getenv(SHP_ENV_LIBUNWIND);
     if (uw)
         snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);
     self_dir();
 
-    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT, "tracing into %s, stacks %s, cap %llu MiB%s",
-            shp_cfg.dir, stacks_names[shp_cfg.stacks], (unsigned long long)(shp_cfg.cap >> 20),
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT,
+            "tracing into %s, stacks %s, cap %llu MiB, clock %s%s", shp_cfg.dir,
+            stacks_names[shp_cfg.stacks], (unsigned long long)(shp_cfg.cap >> 20),
+            shp_clock_kind == SHP_CLOCK_TSC ? "tsc" : "monotonic",
             shp_cfg.dormant ? ", dormant" : "");
 }
 

@@ -45,10 +45,11 @@ struct shp_call {
     int nuid, nranks, rank, color, key;
     const int *devlist;
     /* filled by shp_enter */
-    struct shp_ev *ev;
-    void *cstate; /* the communicator's state (struct comm_state), or NULL */
-    uint64_t t0;
-    uint64_t id; /* communicator id being created */
+    struct shp_ev *ev;     /* the full record, or NULL */
+    struct shp_head *head; /* the compact record, or NULL */
+    void *cstate;          /* the communicator's state (struct comm_state), or NULL */
+    uint64_t t0;           /* shp_clock_now() at entry */
+    uint64_t id;           /* communicator id being created */
     uint32_t index;
 };
 
@@ -65,7 +66,13 @@ struct shp_config {
     char libunwind[PATH_MAX]; /* SHAPETRACE_LIBUNWIND, may be empty */
     char self_dir[PATH_MAX];  /* directory holding libshapetrace.so */
     bool dormant;             /* SHAPETRACE_DORMANT: start with recording off */
+    unsigned growth;          /* SHP_GROWTH_*: how the trace file gets its pages */
 };
+
+/* How the writer makes the file's pages exist (SHAPETRACE_FILE_GROWTH; bench/RESULTS.md). */
+#define SHP_GROWTH_CHUNK 0    /* fallocate chunks as the tail reaches them */
+#define SHP_GROWTH_POPULATE 1 /* the same, and fault the next chunk in ahead of the tail */
+#define SHP_GROWTH_FULL 2     /* fallocate the whole cap at creation */
 
 extern struct shp_config shp_cfg;
 extern struct shp_log shp_log;
@@ -97,8 +104,24 @@ void shp_config_load(void);
 /* Switch tracing off for good after an error of ours; logs `why` once. */
 void shp_disable(const char *why);
 
+/* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t shp_now_ns(void);
 uint32_t shp_tid(void);
+
+/* The trace's clock (SHP_CLOCK_*, chosen at start-up: the TSC where it is invariant and the
+ * kernel's own clocksource, unless SHAPETRACE_CLOCK=monotonic) and a reading of it: what records
+ * store as times and durations. */
+extern unsigned shp_clock_kind;
+static inline uint64_t shp_clock_now(void)
+{
+#if defined(__x86_64__)
+    if (__builtin_expect(shp_clock_kind == SHP_CLOCK_TSC, 1))
+        return __builtin_ia32_rdtsc();
+#endif
+    return shp_now_ns();
+}
+/* A (TSC, CLOCK_MONOTONIC) pair read as close together as this thread can (see trace.h). */
+void shp_clock_pair_now(uint64_t *tsc, uint64_t *ns);
 
 /* Update the log prefix: the environment's rank, else `comm_rank` (-1: none known); the pid
  * changes at fork. */
@@ -127,6 +150,12 @@ int shp_writer_open(void);
 void *shp_writer_reserve(unsigned type, size_t size, const char **why);
 /* The mapped header, NULL until the trace is open. */
 struct shp_file_header *shp_writer_header(void);
+/* Give the published communicator record `rec` (in the open trace) the next index of the
+ * header's table, for compact records to name it by. Returns the index, or -1 when the table is
+ * full or rec is not in the trace (that communicator's calls then get full records). */
+int shp_writer_comm_index(const void *rec);
+/* Which trace file indexes belong to: changes when a forked child starts its own. */
+uint32_t shp_writer_gen(void);
 void shp_writer_close(void);
 void shp_writer_atfork_child(void);
 

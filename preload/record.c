@@ -95,6 +95,10 @@ bool shp_armed_slow(void)
 struct comm_state {
     uint64_t id;
     int rank, nranks, dev;
+    /* Index of the communicator's record in the header's table (compact records name it), -1
+     * if none; valid only in the trace file of generation `gen` (a forked child's is new). */
+    _Atomic int cidx;
+    uint32_t gen;
     _Atomic uint64_t seq;
     _Atomic uint32_t nsplits;
     _Atomic uint64_t *p2p; /* [2 * nranks]: sends to peer i, then receives from peer i */
@@ -160,6 +164,7 @@ static struct comm_state *comm_new(uint64_t id, int rank, int nranks, int dev)
     st->rank = rank;
     st->nranks = nranks;
     st->dev = dev;
+    st->cidx = -1;
     if (nranks > 0)
         st->p2p = calloc(2 * (size_t)nranks, sizeof(*st->p2p));
     return st;
@@ -179,6 +184,23 @@ static void note_first_rank(int rank)
 
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
 static SHP_TLS uint32_t tls_group;
+
+/* The communicator's record `rec` is published and completed: from now on its calls may name it
+ * by index. */
+static void comm_indexed(struct comm_state *st, const void *rec)
+{
+    if (!st || !rec)
+        return;
+    st->gen = shp_writer_gen();
+    atomic_store_explicit(&st->cidx, shp_writer_comm_index(rec), memory_order_release);
+}
+
+/* st's index in the current trace file, -1 if it has none there. */
+static int comm_index(const struct comm_state *st)
+{
+    int i = st ? atomic_load_explicit(&st->cidx, memory_order_acquire) : -1;
+    return i >= 0 && st->gen == shp_writer_gen() ? i : -1;
+}
 
 /* A communicator used before we saw it created (made through a path we do not wrap): give it a
  * process-local identity and say so. */
@@ -204,6 +226,7 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
         r->kind = SHP_COMM_INIT;
         shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
         shp_rec_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
+        comm_indexed(st, r);
     }
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_COMM, "communicator %p was created unseen", comm);
     note_first_rank(rank);
@@ -334,7 +357,7 @@ static int current_device(const struct shp_call *c)
 
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
 {
-    ev->t_ns = c->t0;
+    ev->t = c->t0;
     ev->tid = shp_tid();
     ev->op = (uint16_t)c->op;
     ev->flags = flags;
@@ -344,9 +367,52 @@ static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
     ev->group = tls_group;
     ev->result = 0;
     ev->device = -1;
-    ev->dur_ns = SHP_DUR_PENDING;
+    ev->dur = SHP_DUR_PENDING;
     ev->out = 0;
     ev->aux[0] = ev->aux[1] = -1;
+}
+
+/* What a call's record says before the record type is chosen: compact or full depends on it. */
+struct pre {
+    uint32_t stack;
+    uint16_t flags;
+    uint64_t graph;        /* capture id of the stream, 0 if none */
+    struct comm_state *st; /* collectives, p2p */
+    uint64_t seq;          /* collectives, p2p */
+    int kind, device;      /* copies */
+};
+
+static void pre_common(struct pre *p, const struct shp_call *c)
+{
+    p->stack = shp_stack_here();
+    p->flags = shp_cfg.stacks != SHP_STACKS_NONE && !p->stack ? SHP_EV_DROPPED_STACK : 0;
+    p->graph = capture_of(c->stream);
+    if (p->graph)
+        p->flags |= SHP_EV_CAPTURED;
+}
+
+static void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
+{
+    hd->t = c->t0;
+    hd->tid = shp_tid();
+    hd->op = (uint8_t)c->op;
+    hd->flags = (uint8_t)p->flags;
+    hd->group = (uint16_t)tls_group;
+    hd->done = SHP_DONE_PENDING;
+}
+
+/* True if every one of n values fits the 48 bits of a compact record's word. */
+static bool fit48(const uint64_t *v, int n)
+{
+    uint64_t any = 0;
+    for (int i = 0; i < n; i++)
+        any |= v[i];
+    return any < SHP_P48_LIMIT;
+}
+
+static bool fit16(int v)
+{
+    return v >= INT16_MIN && v <= INT16_MAX;
 }
 
 static uint64_t comm_id_of_uids(const void *uid, int nuid)
@@ -392,37 +458,77 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
-static void fill_coll(struct shp_rec_coll *r, struct shp_call *c)
+static void pre_coll(struct pre *p, struct shp_call *c)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
+    p->st = st;
+    /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
+    if (!st) {
+        p->seq = UINT64_MAX;
+    } else if (c->cls == SHP_CLS_COLL) {
+        p->seq = atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
+    } else if (st->p2p && c->peer >= 0 && c->peer < st->nranks) {
+        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
+        p->seq = atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
+    } else {
+        p->seq = UINT64_MAX;
+    }
+}
+
+static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const struct pre *p)
+{
+    struct comm_state *st = p->st;
     r->comm = st ? st->id : 0;
+    r->seq = p->seq;
     r->count = c->count;
     r->sendbuf = (uint64_t)(uintptr_t)c->a;
     r->recvbuf = (uint64_t)(uintptr_t)c->b;
     r->stream = (uint64_t)(uintptr_t)c->stream;
-    r->graph = capture_of(c->stream);
-    if (r->graph)
-        r->ev.flags |= SHP_EV_CAPTURED;
+    r->graph = p->graph;
     r->root = uses_root[c->op] ? c->root : -1;
     r->peer = c->cls == SHP_CLS_P2P ? c->peer : -1;
     r->comm_rank = st ? st->rank : -1;
     r->nranks = st ? st->nranks : -1;
     r->dtype = (uint8_t)c->dtype;
     r->redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
-    if (!st) {
-        r->seq = UINT64_MAX;
-    } else if (c->cls == SHP_CLS_COLL) {
-        r->seq = atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
-    } else if (st->p2p && c->peer >= 0 && c->peer < st->nranks) {
-        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
-        r->seq = atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
-    } else {
-        r->seq = UINT64_MAX;
+}
+
+/* The compact record of a collective or p2p call, if it can take one; false: write the full. */
+static bool coll_compact(struct shp_call *c, const struct pre *p)
+{
+    int idx = comm_index(p->st);
+    int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
+    uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
+                    (uint64_t)(uintptr_t)c->stream, p->seq};
+    if (idx < 0 || p->graph || tls_group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
+        return false;
+    unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
+    struct shp_rec_coll_c *r = shp_reserve(type, sizeof(*r));
+    if (r) {
+        unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
+        head_fill(&r->h, c, p);
+        r->count_dt = v[0] | (uint64_t)(uint8_t)c->dtype << 48 | (uint64_t)redop << 56;
+        r->send_comm = SHP_P48(v[1], idx);
+        r->recv_rp = SHP_P48(v[2], rp);
+        r->stream_slo = SHP_P48(v[3], p->stack);
+        r->seq_shi = SHP_P48(v[4], p->stack >> 16);
+        shp_rec_publish(r, type, sizeof(*r));
+        c->head = &r->h;
+    }
+    return true;
+}
+
+static void pre_copy(struct pre *p, const struct shp_call *c)
+{
+    p->kind = c->kind;
+    if (p->kind == cudaMemcpyDefault) {
+        p->kind = resolve_kind(c, c->b, c->a);
+        p->flags |= SHP_EV_KIND_DEFAULT;
     }
 }
 
-static void fill_copy(struct shp_rec_copy *r, struct shp_call *c)
+static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const struct pre *p)
 {
     r->dst = (uint64_t)(uintptr_t)c->b;
     r->src = (uint64_t)(uintptr_t)c->a;
@@ -431,45 +537,110 @@ static void fill_copy(struct shp_rec_copy *r, struct shp_call *c)
     r->spitch = c->spitch;
     r->dpitch = c->dpitch;
     r->stream = (uint64_t)(uintptr_t)c->stream;
-    r->graph = capture_of(c->stream);
-    if (r->graph)
-        r->ev.flags |= SHP_EV_CAPTURED;
+    r->graph = p->graph;
     r->src_dev = is_peer_copy[c->op] ? c->src_dev : -1;
     r->dst_dev = is_peer_copy[c->op] ? c->dst_dev : -1;
-    int kind = c->kind;
-    if (kind == cudaMemcpyDefault) {
-        kind = resolve_kind(c, c->b, c->a);
-        r->ev.flags |= SHP_EV_KIND_DEFAULT;
-    }
-    r->kind = (uint8_t)kind;
+    r->kind = (uint8_t)p->kind;
 }
+
+static bool copy_compact(struct shp_call *c, const struct pre *p)
+{
+    uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
+                    (uint64_t)(uintptr_t)c->stream, c->width};
+    if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
+        p->graph || tls_group > UINT16_MAX || !fit48(v, 4))
+        return false;
+    /* The device at entry: a copy does not change it, and so the completion stays one store. */
+    int dev = current_device(c);
+    if (!fit16(dev))
+        return false;
+    struct shp_rec_copy_c *r = shp_reserve(SHP_REC_COPY_C, sizeof(*r));
+    if (r) {
+        head_fill(&r->h, c, p);
+        r->dst_dev = SHP_P48(v[0], dev);
+        r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
+        r->stream_slo = SHP_P48(v[2], p->stack);
+        r->bytes_shi = SHP_P48(v[3], p->stack >> 16);
+        shp_rec_publish(r, SHP_REC_COPY_C, sizeof(*r));
+        c->head = &r->h;
+    }
+    return true;
+}
+
+static bool launch_compact(struct shp_call *c, const struct pre *p)
+{
+    uint64_t v[] = {(uint64_t)(uintptr_t)c->stream, (uint64_t)(uintptr_t)c->exec};
+    if (c->graph || c->flags || tls_group > UINT16_MAX || !fit48(v, 2))
+        return false;
+    struct shp_rec_launch_c *r = shp_reserve(SHP_REC_LAUNCH_C, sizeof(*r));
+    if (r) {
+        head_fill(&r->h, c, p);
+        r->stream_slo = SHP_P48(v[0], p->stack);
+        r->exec_shi = SHP_P48(v[1], p->stack >> 16);
+        shp_rec_publish(r, SHP_REC_LAUNCH_C, sizeof(*r));
+        c->head = &r->h;
+    }
+    return true;
+}
+
+_Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 
 void shp_enter(struct shp_call *c)
 {
     int saved = shp_own_enter();
-    c->t0 = shp_now_ns();
+    c->t0 = shp_clock_now();
     c->ev = NULL;
+    c->head = NULL;
     c->cstate = NULL;
     /* ncclCommInitAll makes several communicators: its records are written when it returns. */
     if (c->op == SHP_OP_ncclCommInitAll || !trace_open())
         goto out;
     unsigned type = rec_type_of_class[c->cls];
+    struct pre p = {0};
+    bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
+                c->cls == SHP_CLS_LAUNCH;
+    if (call) {
+        pre_common(&p, c);
+        if (type == SHP_REC_COPY) {
+            pre_copy(&p, c);
+            if (copy_compact(c, &p))
+                goto out;
+        } else if (type != SHP_REC_GRAPH) {
+            pre_coll(&p, c);
+            if (coll_compact(c, &p))
+                goto out;
+        } else if (launch_compact(c, &p)) {
+            goto out;
+        }
+    }
     size_t size = shp_rec_min_size(type);
     struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
         goto out;
     memset((char *)ev + sizeof(ev->h), 0, size - sizeof(ev->h));
-    fill_ev(ev, c, 0);
+    if (call) {
+        ev->t = c->t0;
+        ev->tid = shp_tid();
+        ev->op = (uint16_t)c->op;
+        ev->flags = p.flags;
+        ev->stack = p.stack;
+        ev->group = tls_group;
+        ev->device = -1;
+        ev->dur = SHP_DUR_PENDING;
+        ev->aux[0] = ev->aux[1] = -1;
+    } else {
+        fill_ev(ev, c, 0);
+    }
     switch (type) {
     case SHP_REC_COMM:
         fill_comm((struct shp_rec_comm *)ev, c);
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        fill_coll((struct shp_rec_coll *)ev, c);
+        fill_coll((struct shp_rec_coll *)ev, c, &p);
         break;
     case SHP_REC_COPY:
-        fill_copy((struct shp_rec_copy *)ev, c);
+        fill_copy((struct shp_rec_copy *)ev, c, &p);
         break;
     case SHP_REC_ALLOC: {
         struct shp_rec_alloc *r = (struct shp_rec_alloc *)ev;
@@ -525,7 +696,8 @@ static void init_all_done(struct shp_call *c, int result)
         r->kind = SHP_COMM_INIT;
         shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
         shp_rec_complete(&r->ev, result, dev, (uint64_t)(uintptr_t)comm, i, c->nranks,
-                         shp_now_ns() - c->t0);
+                         shp_clock_now() - c->t0);
+        comm_indexed(st, r);
     }
     note_first_rank(0);
 }
@@ -533,7 +705,12 @@ static void init_all_done(struct shp_call *c, int result)
 void shp_leave(struct shp_call *c, int result)
 {
     int saved = shp_own_enter();
-    uint64_t dur = shp_now_ns() - c->t0;
+    uint64_t dur = shp_clock_now() - c->t0;
+    if (c->head) {
+        /* Compact: the device was taken at entry, the communicator's is its record's. */
+        shp_rec_done(c->head, result, dur);
+        goto out;
+    }
     int device = -1;
     uint64_t out = 0;
     int aux0 = -1, aux1 = -1;
@@ -552,7 +729,8 @@ void shp_leave(struct shp_call *c, int result)
             device = ((struct comm_state *)c->cstate)->dev;
         break;
     case SHP_CLS_COPY:
-        device = current_device(c);
+        if (c->ev)
+            device = current_device(c);
         break;
     case SHP_CLS_ALLOC:
         if (ok && c->out)
@@ -578,6 +756,7 @@ void shp_leave(struct shp_call *c, int result)
         struct comm_state *st = comm_new(c->id, rank, nranks, device);
         if (st)
             comm_insert(comm, st);
+        c->cstate = st;
         if (c->cls == SHP_CLS_COMM_INIT)
             note_first_rank(rank);
         break;
@@ -602,6 +781,9 @@ void shp_leave(struct shp_call *c, int result)
     }
     if (c->ev)
         shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
+    if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
+        comm_indexed(c->cstate, c->ev);
+out:
     shp_own_leave(saved);
 }
 

@@ -29,7 +29,9 @@ static struct {
     struct shp_file_header *hdr;
     unsigned char *base;
     size_t map_len;
-    uint64_t cap; /* end offset for call records (the header's cap) */
+    uint64_t cap;    /* end offset for call records (the header's cap) */
+    uint32_t gen;    /* bumped at fork: communicator indexes name this file's records only */
+    uint32_t npairs; /* clock pairs stored so far (clock_pairs[npairs % SHP_CLOCK_PAIRS] next) */
     char path[PATH_MAX + 256];
 } w = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
@@ -69,6 +71,37 @@ static bool fd_is_ours(void)
     return w.fd >= 0 && fstat(w.fd, &st) == 0 && st.st_dev == w.dev && st.st_ino == w.ino;
 }
 
+/* Store a fresh clock pair in the next slot: check zeroed first, stored last, so that a reader
+ * (or a kill) in between sees that slot as invalid and takes another. Under w.mu, or before the
+ * header is visible. */
+static void clock_pair_store(struct shp_file_header *h)
+{
+    if (h->clock != SHP_CLOCK_TSC)
+        return;
+    struct shp_clock_pair *p = &h->clock_pairs[w.npairs++ % SHP_CLOCK_PAIRS];
+    uint64_t tsc, ns;
+    shp_clock_pair_now(&tsc, &ns);
+    __atomic_store_n(&p->check, 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&p->tsc, tsc, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->ns, ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->check, shp_clock_pair_check(tsc, ns), __ATOMIC_RELEASE);
+}
+
+/* Fault the pages of [from, to) in ahead of the tail (SHP_GROWTH_POPULATE), so that the records
+ * stored there take no page fault. MADV_POPULATE_WRITE needs Linux 5.14; older kernels refuse it
+ * and the records fault as with plain chunks. */
+static void populate(uint64_t from, uint64_t to)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    uint64_t pg = 4096;
+    from &= ~(pg - 1);
+    if (to > from)
+        madvise(w.base + from, (size_t)(to - from), MADV_POPULATE_WRITE);
+}
+
 static int grow(uint64_t need)
 {
     int rc = 0;
@@ -84,10 +117,15 @@ static int grow(uint64_t need)
         /* fallocate, not ftruncate: a full disk then fails here, with an error we can handle,
          * instead of as SIGBUS on the first store into a hole. */
         int e = posix_fallocate(w.fd, (off_t)have, (off_t)(want - have));
-        if (e != 0)
+        if (e != 0) {
             rc = -e;
-        else
+        } else {
             __atomic_store_n(&w.hdr->allocated, want, __ATOMIC_RELEASE);
+            if (shp_cfg.growth == SHP_GROWTH_POPULATE)
+                populate(have, want);
+            /* Once a chunk: a trace killed at any point converts with a pair this recent. */
+            clock_pair_store(w.hdr);
+        }
     }
     pthread_mutex_unlock(&w.mu);
     return rc;
@@ -143,6 +181,17 @@ static void write_header(struct shp_file_header *h)
     struct timespec rt, mono;
     clock_gettime(CLOCK_REALTIME, &rt);
     clock_gettime(CLOCK_MONOTONIC, &mono);
+    h->clock = shp_clock_kind;
+    if (h->clock == SHP_CLOCK_TSC) {
+        uint64_t tsc, ns;
+        shp_clock_pair_now(&tsc, &ns);
+        h->clock_first = (struct shp_clock_pair){tsc, ns, shp_clock_pair_check(tsc, ns)};
+        /* A first rate before any record: 200 us apart gives it to about 1e-4, which the
+         * pairs of the growing file then refine. */
+        while (shp_now_ns() - ns < 200000)
+            ;
+        clock_pair_store(h);
+    }
     h->version = SHP_TRACE_VERSION;
     h->byte_order = SHP_BYTE_ORDER_MARK;
     h->header_size = SHP_HEADER_SIZE;
@@ -209,7 +258,8 @@ static int open_file(void)
     w.ino = st.st_ino;
     w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
     w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
-    int e = posix_fallocate(fd, 0, (off_t)CHUNK_MIN);
+    uint64_t first = shp_cfg.growth == SHP_GROWTH_FULL ? w.map_len : CHUNK_MIN;
+    int e = posix_fallocate(fd, 0, (off_t)first);
     if (e != 0) {
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
         close(fd);
@@ -228,8 +278,11 @@ static int open_file(void)
     w.fd = fd;
     w.base = m;
     w.hdr = m;
-    w.hdr->allocated = CHUNK_MIN;
+    w.hdr->allocated = first;
+    w.npairs = 0;
     write_header(w.hdr);
+    if (shp_cfg.growth == SHP_GROWTH_POPULATE)
+        populate(SHP_HEADER_SIZE, first);
     /* From now on the header's control words are the ones a tool can flip. */
     shp_ctl_use(w.hdr->ctl);
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
@@ -320,12 +373,35 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
     return r;
 }
 
+int shp_writer_comm_index(const void *rec)
+{
+    struct shp_file_header *h = shp_writer_header();
+    if (!h || (const unsigned char *)rec < w.base + SHP_HEADER_SIZE ||
+        (const unsigned char *)rec >= w.base + w.map_len)
+        return -1;
+    uint32_t i = __atomic_fetch_add(&h->ncomms, 1, __ATOMIC_RELAXED);
+    if (i >= SHP_COMM_INDEX_MAX)
+        return -1;
+    __atomic_store_n(&h->comm_off[i], (uint64_t)((const unsigned char *)rec - w.base),
+                     __ATOMIC_RELEASE);
+    return (int)i;
+}
+
+uint32_t shp_writer_gen(void)
+{
+    return w.gen;
+}
+
 void shp_writer_close(void)
 {
     /* The mapping stays: destructors that run after ours (NCCL's, torch's) may still be traced,
      * and their records land after the flag, which readers accept. */
-    if (atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN)
+    if (atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN) {
+        pthread_mutex_lock(&w.mu);
+        clock_pair_store(w.hdr);
+        pthread_mutex_unlock(&w.mu);
         __atomic_or_fetch(&w.hdr->flags, SHP_FILE_COMPLETE, __ATOMIC_RELEASE);
+    }
 }
 
 void shp_writer_atfork_child(void)
@@ -340,6 +416,7 @@ void shp_writer_atfork_child(void)
     w.fd = -1;
     w.base = NULL;
     w.hdr = NULL;
+    w.gen++;
     pthread_mutex_init(&w.mu, NULL);
     atomic_store(&w.state, W_CLOSED);
 }

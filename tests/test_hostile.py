@@ -385,16 +385,43 @@ def test_huge_stack_and_code_ids_do_not_size_tables():
     assert mb < 150, f"dump of a {len(data) // 1024} KB trace used {mb} MB"
 
 
+def full_coll(comm, comm_rank, nranks, op=1):
+    """A full collective record (struct shp_rec_coll, 144 bytes): an all-reduce of 64 fp32."""
+    ev = struct.pack("<IIQIHHIIiiQQii", 0, 0, 1000, 1, op, 0, 0, 0, 0, -1, 5, 0, -1, -1)
+    body = struct.pack("<QQQQQQQiiiiBB6x", comm, 0, 64, 0x1000, 0x1000, 0, 0, -1, -1,
+                       comm_rank, nranks, 7, 0)
+    return word(2, 144) + ev[8:] + body
+
+
 def test_collective_claiming_200_million_ranks():
     data = base_trace()
-    c = first_of(data, 2)
-    struct.pack_into("<Q", c, 64, 0x5EED)  # a communicator never created
-    struct.pack_into("<i", c, 132, 200_000_000)
-    struct.pack_into("<i", c, 128, 3)
+    c = full_coll(0x5EED, 3, 200_000_000)  # a communicator never created
     path = craft("nranks", data, c)
     readers_survive(path)
     mb = rss_of([TOOL, "analyze", "--json", path])
     assert mb < 300, f"analyze used {mb} MB"
+
+
+COMM_OFF = 816  # offsetof(struct shp_file_header, comm_off)
+
+
+def test_compact_collectives_naming_no_communicator():
+    data = base_trace()
+    c = first_of(data, 15)  # a compact collective
+    far = bytearray(c)
+    struct.pack_into("<H", far, 46, 383)  # an index no communicator took
+    huge = bytearray(c)
+    struct.pack_into("<H", huge, 46, 0xFFFF)  # beyond the table
+    # The header's first entry pointing into the middle of a record, then past the end.
+    struct.pack_into("<Q", data, COMM_OFF, 4096 + 8)
+    path = craft("cidx", data, far, huge)
+    ev = readers_survive(path)
+    colls = [e for e in ev if e["op"] == "ncclAllReduce"]
+    # the first names index 0, now pointing nowhere; the last two name no entry
+    assert len(colls) > 3 and colls[-1]["comm"] is None and colls[-2]["comm"] is None, colls[-2:]
+    assert colls[0]["comm"] is None and colls[0]["nranks"] is None, colls[0]
+    struct.pack_into("<Q", data, COMM_OFF, 1 << 60)
+    readers_survive(craft("cidx-far", data))
 
 
 def test_2d_copy_with_a_pitch_that_wraps():

@@ -11,7 +11,9 @@ import socket
 import stat
 import subprocess
 import sys
+import struct
 import tempfile
+import time
 
 from harness import NotRun, run_all  # the script's own folder, tests/, is on sys.path
 
@@ -225,6 +227,40 @@ def test_sigkill_loses_no_complete_record():
     assert "INCOMPLETE" in table
 
 
+def tsc_is_the_clocksource():
+    try:
+        src = open("/sys/devices/system/clocksource/clocksource0/current_clocksource").read()
+    except OSError:
+        return False
+    return src.strip() == "tsc" and "nonstop_tsc" in open("/proc/cpuinfo").read()
+
+
+def test_clocks():
+    """Times are the same nanoseconds whichever clock the trace keeps: the TSC where it is the
+    kernel's clocksource, else (or with SHAPETRACE_CLOCK=monotonic) CLOCK_MONOTONIC."""
+    e = base_env()
+    e["SHAPETRACE_CLOCK"] = "monotonic"
+    runs = {"default": traced("clock-default", [f"{T}/scenario", "basic"])[0],
+            "monotonic": traced("clock-mono", [f"{T}/scenario", "basic"], env=e)[0]}
+    now = time.time_ns()
+    for how, d in runs.items():
+        path = glob.glob(os.path.join(d, "*.shptrace"))[0]
+        clock = struct.unpack_from("<I", open(path, "rb").read(640), 636)[0]
+        want = 1 if how == "default" and tsc_is_the_clocksource() else 0
+        assert clock == want, (how, clock)
+        ev, _ = dump(d)
+        ts = [x["t_ns"] for x in ev]
+        assert ts == sorted(ts), how  # one thread: entries in order
+        assert all(abs(t - now) < 60 * 10**9 for t in ts), (how, ts[0], now)
+        durs = [x["dur_ns"] for x in ev if x["dur_ns"] is not None]
+        assert durs and all(0 <= x < 10 * 10**9 for x in durs), (how, durs)
+        # the calls are nested in the run: each ends before the next begins
+        assert all(a["t_ns"] + a["dur_ns"] <= b["t_ns"] + 1000 for a, b in zip(ev, ev[1:])
+                   if a["dur_ns"] is not None), how
+    if not tsc_is_the_clocksource():
+        print("     (the TSC is not the clocksource here: the TSC half NOT RUN)")
+
+
 def test_torn_record_is_skipped():
     d, _ = traced("torn", [f"{T}/scenario", "kill", "100"], expect_rc=-signal.SIGKILL)
     path = glob.glob(os.path.join(d, "*.shptrace"))[0]
@@ -239,7 +275,7 @@ def test_torn_record_is_skipped():
         size = (word & 0xffff) * 8
         if word >> 24 != 0xA7 or size == 0:
             break
-        if (word >> 16) & 0xff == 5:
+        if (word >> 16) & 0xff in (5, 14):  # a copy, full or compact
             seen += 1
             if seen == 50:
                 data[off:off + 8] = bytes(8)

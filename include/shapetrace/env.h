@@ -19,6 +19,9 @@
 #define SHP_ENV_DEBUG_SUBSYS "SHAPETRACE_DEBUG_SUBSYS" /* INIT,RESOLVE,...; ^X for all but X */
 #define SHP_ENV_DEBUG_FILE "SHAPETRACE_DEBUG_FILE"     /* log file instead of stderr; %h %p %r */
 #define SHP_ENV_LIBUNWIND "SHAPETRACE_LIBUNWIND"       /* the libunwind to load for native stacks */
+#define SHP_ENV_CLOCK "SHAPETRACE_CLOCK" /* tsc (where usable, the default) or monotonic */
+#define SHP_ENV_FILE_GROWTH                                                                        \
+    "SHAPETRACE_FILE_GROWTH" /* chunk, populate or full (bench/RESULTS.md) */
 
 #define SHP_DEFAULT_DIR "shapetrace-trace"
 #define SHP_DEFAULT_STACKS "python"

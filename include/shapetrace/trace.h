@@ -8,9 +8,15 @@
  * Crash safety: the writer maps the file MAP_SHARED and reserves space by advancing `tail` in
  * the mapped header, so the header always says how far records may go even after SIGKILL. A record
  * is filled, then published by storing its first word (magic, type, size) last, with release
- * order; `check` is a hash of the rest of the record. A reader that finds a word of zero or a bad
+ * order; `check` is a sum over the rest of the record. A reader that finds a word of zero or a bad
  * check where a record should be has found a record whose writer died mid-way: it skips it (by
  * its reserved size, or by scanning to the next valid record) and reports the trace incomplete.
+ *
+ * Version 2 (version 1 is refused): times are in the header's clock (`clock`: CLOCK_MONOTONIC
+ * nanoseconds, or TSC ticks with calibration pairs in the header, see shp_clock_pair); the
+ * frequent calls (1-D copies, collectives, p2p, graph launches) have compact records of 48 to
+ * 72 bytes that pack pointers into 48 bits and name their communicator by an index into the
+ * header's table (SHP_REC_COPY_C and after); the check is an additive sum (shp_rec_check).
  */
 #ifndef SHAPETRACE_TRACE_H
 #define SHAPETRACE_TRACE_H
@@ -19,7 +25,7 @@
 #include <stdint.h>
 
 #define SHP_TRACE_MAGIC "SHPTRACE"
-#define SHP_TRACE_VERSION 1u
+#define SHP_TRACE_VERSION 2u
 #define SHP_BYTE_ORDER_MARK 0x01020304u
 #define SHP_HEADER_SIZE 4096u
 #define SHP_TRACE_SUFFIX ".shptrace"
@@ -32,6 +38,33 @@
 #define SHP_CTL_ARMED 0    /* 1: record calls; 0: dormant (communicators and allocations only) */
 #define SHP_CTL_MARK_SEQ 1 /* bumped by a tool after writing mark_text; the writer emits a mark */
 
+/* Clocks of a trace's times (header `clock`). */
+#define SHP_CLOCK_MONOTONIC 0u /* CLOCK_MONOTONIC nanoseconds */
+#define SHP_CLOCK_TSC 1u       /* the invariant TSC's ticks; clock pairs convert them */
+
+/* A (TSC, CLOCK_MONOTONIC) pair read together. The writer stores one when the trace is created
+ * (clock_first), then rewrites clock_pairs[] in turn as the file grows and at exit: `check` is
+ * zeroed first and stored last (shp_clock_pair_check), so that a reader of a live or killed
+ * trace takes the latest pair whose check holds and converts a time t as
+ *   ns = first.ns + (t - first.tsc) * (latest.ns - first.ns) / (latest.tsc - first.tsc).
+ * With the monotonic clock the pairs are unused (zero). */
+struct shp_clock_pair {
+    uint64_t tsc;
+    uint64_t ns;
+    uint64_t check;
+};
+_Static_assert(sizeof(struct shp_clock_pair) == 24, "clock pair layout");
+#define SHP_CLOCK_PAIRS 4
+
+static inline uint64_t shp_clock_pair_check(uint64_t tsc, uint64_t ns)
+{
+    uint64_t c = (tsc ^ (ns * 0x9e3779b97f4a7c15ull)) + 0x5348505452414345ull;
+    return c ? c : 1;
+}
+
+/* Communicators a trace can index for compact records; later ones get full records. */
+#define SHP_COMM_INDEX_MAX 384
+
 struct shp_file_header {
     char magic[8];        /* SHP_TRACE_MAGIC, no terminating NUL */
     uint32_t version;     /* SHP_TRACE_VERSION */
@@ -41,7 +74,7 @@ struct shp_file_header {
     uint64_t pid;
     uint64_t ppid;
     uint64_t realtime_ns;    /* CLOCK_REALTIME when the trace was created */
-    uint64_t monotonic_ns;   /* CLOCK_MONOTONIC at the same moment: records' t_ns base */
+    uint64_t monotonic_ns;   /* CLOCK_MONOTONIC at the same moment */
     int32_t env_rank;        /* RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; -1 */
     int32_t first_comm_rank; /* rank in the first communicator joined; -1 */
     int32_t local_rank;      /* LOCAL_RANK; -1 */
@@ -57,11 +90,20 @@ struct shp_file_header {
     char host[64];           /* NUL-terminated */
     char exe[256];           /* /proc/self/exe at creation, NUL-terminated, may be cut */
     uint32_t stacks_mode;    /* SHP_STACKS_* */
-    uint32_t off_reason;     /* SHP_OFF_*: why tracing switched itself off; 0 while it is on */
-    uint64_t off_ns;         /* CLOCK_MONOTONIC when it switched off (as monotonic_ns), 0 */
-    uint64_t calls_lost;     /* the application's calls passed through untraced since then */
+    uint32_t clock;          /* SHP_CLOCK_*: the unit of every record's time and duration */
+    /* From here on, version 2. */
+    struct shp_clock_pair clock_first;                  /* taken when the trace was created */
+    struct shp_clock_pair clock_pairs[SHP_CLOCK_PAIRS]; /* later ones, rewritten in turn */
+    uint32_t ncomms;     /* entries of comm_off claimed (some may still be 0: not stored yet) */
+    uint32_t off_reason; /* SHP_OFF_*: why tracing switched itself off; 0 while it is on */
+    uint64_t off_ns;     /* when it switched off, in nanoseconds of the monotonic clock, or 0 */
+    uint64_t calls_lost; /* the application's calls passed through untraced since then */
+    uint64_t reserved2[4];
+    /* File offset of the communicator record that compact records name by index; 0 if none. */
+    uint64_t comm_off[SHP_COMM_INDEX_MAX];
 };
-_Static_assert(sizeof(struct shp_file_header) == 656, "header layout");
+_Static_assert(offsetof(struct shp_file_header, clock_first) == 640, "header layout");
+_Static_assert(sizeof(struct shp_file_header) == 816 + 8 * SHP_COMM_INDEX_MAX, "header layout");
 /* off_reason (with SHP_FILE_DISABLED); 0 in a trace of a writer that did not say why. */
 #define SHP_OFF_NO_SPACE 1u  /* the file system is full (or the quota) */
 #define SHP_OFF_FD_CLOSED 2u /* the application closed the trace's file descriptor */
@@ -94,28 +136,98 @@ _Static_assert(sizeof(struct shp_rec) == 8, "record header");
 #define SHP_EV_COMM_UNKNOWN 0x4u  /* communicator was never seen being created */
 #define SHP_EV_DROPPED_STACK 0x8u /* a stack was asked for but not stored */
 
-/* What every call record starts with. A call is published when it is entered, so that a trace
- * shows the calls a process was inside when it hung or died; the fields from `result` on are
- * completed when the real function returns, `dur_ns` last, and are not covered by `check`. */
-#define SHP_DUR_PENDING UINT64_MAX /* dur_ns of a call that had not returned */
-#define SHP_EV_CHECK_SKIP_LO 32    /* bytes [32, 64) of a call record are completed later */
+/* What every full call record starts with. A call is published when it is entered, so that a
+ * trace shows the calls a process was inside when it hung or died; the fields from `result` on
+ * are completed when the real function returns, `dur` last, and are not covered by `check`. */
+#define SHP_DUR_PENDING UINT64_MAX /* dur of a call that had not returned */
+#define SHP_EV_CHECK_SKIP_LO 32    /* bytes [32, 64) of a full call record are completed later */
 #define SHP_EV_CHECK_SKIP_HI 64
 struct shp_ev {
     struct shp_rec h;
-    uint64_t t_ns; /* CLOCK_MONOTONIC at entry */
+    uint64_t t; /* at entry, in the header's clock */
     uint32_t tid;
     uint16_t op;    /* enum shp_op */
     uint16_t flags; /* SHP_EV_* */
     uint32_t stack; /* stack id (SHP_REC_STACK), 0 if none */
     uint32_t group; /* NCCL group depth of the calling thread at entry */
     /* completed after the call */
-    int32_t result;  /* the real function's return value */
-    int32_t device;  /* current CUDA device (communicator's device for NCCL), -1 if unknown */
-    uint64_t dur_ns; /* time inside the real function; SHP_DUR_PENDING until it returns */
-    uint64_t out;    /* what the call produced: pointer, communicator handle, graph, exec */
-    int32_t aux[2];  /* communicator records: rank and nranks as the library reports them */
+    int32_t result; /* the real function's return value */
+    int32_t device; /* current CUDA device (communicator's device for NCCL), -1 if unknown */
+    uint64_t dur;   /* time inside the real function, header's clock; SHP_DUR_PENDING until then */
+    uint64_t out;   /* what the call produced: pointer, communicator handle, graph, exec */
+    int32_t aux[2]; /* communicator records: rank and nranks as the library reports them */
 };
 _Static_assert(sizeof(struct shp_ev) == 64, "event layout");
+
+/* Compact call records (SHP_ROLE_COMPACT): the frequent calls, in 48 to 72 bytes, each readable
+ * on its own (no field depends on another record but the communicator it indexes). They start
+ * with struct shp_head, whose `done` word holds the whole completion, stored by the writer in
+ * one 8-byte store when the call returns and left out of `check`. Pointers, streams, counts and
+ * sizes are stored in 48 bits (x86-64 and CUDA's unified addresses use 47) with a 16-bit field
+ * in the top bits (SHP_P48); a call with a value that does not fit, a stack id of more than 32
+ * bits split over two of these tops, a group depth over 65535, or a capture, gets its full
+ * record instead, so every compact record decodes to exactly what the full one would. */
+#define SHP_DONE_PENDING 0                  /* done of a call that had not returned */
+#define SHP_DONE_MAX_DUR ((1ull << 48) - 2) /* longer durations are stored as this */
+/* done: (dur + 1) << 16 | result as a 16-bit two's complement number (a result outside int16,
+ * which no NCCL or CUDA error code is, is stored as INT16_MIN). Never 0 once completed. */
+static inline uint64_t shp_done(int result, uint64_t dur)
+{
+    int16_t r = result < INT16_MIN || result > INT16_MAX ? INT16_MIN : (int16_t)result;
+    if (dur > SHP_DONE_MAX_DUR)
+        dur = SHP_DONE_MAX_DUR;
+    return (dur + 1) << 16 | (uint16_t)r;
+}
+#define SHP_DONE_RESULT(d) ((int)(int16_t)(uint16_t)((d)&0xffffu))
+#define SHP_DONE_DUR(d) (((d) >> 16) - 1)
+#define SHP_CHECK_SKIP_DONE 24 /* bytes [24, 32) of a compact record: `done` */
+
+struct shp_head {
+    struct shp_rec h;
+    uint64_t t; /* at entry, in the header's clock */
+    uint32_t tid;
+    uint8_t op;     /* enum shp_op (SHP_OP_COUNT <= 256) */
+    uint8_t flags;  /* SHP_EV_* */
+    uint16_t group; /* NCCL group depth of the calling thread at entry */
+    uint64_t done;  /* shp_done(result, dur), SHP_DONE_PENDING until the call returns */
+};
+_Static_assert(sizeof(struct shp_head) == 32, "compact head layout");
+
+/* A 48-bit value v and a 16-bit field x in one word. */
+#define SHP_P48_LIMIT (1ull << 48)
+#define SHP_P48(v, x) ((uint64_t)(v) | (uint64_t)(uint16_t)(x) << 48)
+#define SHP_P48_VAL(w) ((w) & (SHP_P48_LIMIT - 1))
+#define SHP_P48_TOP(w) ((uint16_t)((w) >> 48))
+
+/* SHP_REC_COPY_C: a 1-D copy, not captured (height 1, pitches equal to the size, no peers). */
+struct shp_rec_copy_c {
+    struct shp_head h;
+    uint64_t dst_dev;    /* dst | device (int16, -1 unknown) << 48: the device at entry */
+    uint64_t src_kind;   /* src | kind (SHP_KIND_*, resolved) << 48 */
+    uint64_t stream_slo; /* stream | stack id's low 16 bits << 48 */
+    uint64_t bytes_shi;  /* bytes | stack id's high 16 bits << 48 */
+};
+_Static_assert(sizeof(struct shp_rec_copy_c) == 64, "compact copy layout");
+
+/* SHP_REC_COLL_C and SHP_REC_P2P_C: a collective or p2p call on a communicator whose record the
+ * header's comm_off[] indexes; its rank, size and device are that record's. Not captured. */
+struct shp_rec_coll_c {
+    struct shp_head h;
+    uint64_t count_dt;   /* count | dtype << 48 | redop (SHP_REDOP_NONE if none) << 56 */
+    uint64_t send_comm;  /* sendbuf | communicator index << 48 */
+    uint64_t recv_rp;    /* recvbuf | root (collectives) or peer (p2p), int16, -1 none, << 48 */
+    uint64_t stream_slo; /* stream | stack id's low 16 bits << 48 */
+    uint64_t seq_shi;    /* seq | stack id's high 16 bits << 48 */
+};
+_Static_assert(sizeof(struct shp_rec_coll_c) == 72, "compact collective layout");
+
+/* SHP_REC_LAUNCH_C: a graph launch (device -1, no out). */
+struct shp_rec_launch_c {
+    struct shp_head h;
+    uint64_t stream_slo; /* stream | stack id's low 16 bits << 48 */
+    uint64_t exec_shi;   /* exec | stack id's high 16 bits << 48 */
+};
+_Static_assert(sizeof(struct shp_rec_launch_c) == 48, "compact launch layout");
 
 /* Communicator kinds. */
 #define SHP_COMM_INIT 1
@@ -251,7 +363,7 @@ _Static_assert(sizeof(struct shp_rec_module) == 72, "module layout");
 /* SHP_REC_MARK: a text a user attached to the timeline (shapetrace attach --mark). */
 struct shp_rec_mark {
     struct shp_rec h;
-    uint64_t t_ns;
+    uint64_t t_ns; /* CLOCK_MONOTONIC nanoseconds, whatever the header's clock (a tool writes it) */
     char text[128]; /* NUL-terminated */
 };
 _Static_assert(sizeof(struct shp_rec_mark) == 144, "mark layout");
@@ -324,61 +436,69 @@ _Static_assert(sizeof(struct shp_rec_pystack) == 24, "pystack layout");
 /* Flags: more frames than SHP_PYSTACK_MAX_FRAMES; the outermost ones are not stored. */
 #define SHP_PYSTACK_TRUNCATED 0x1u
 
-/* Every record type, once: X(name, number, min_size, role).
+/* Every record type, once: X(name, number, min_size, role, as).
  *   number    stored in each record's first word: never renumber one
  *   min_size  the record's size when it has no variable part; else the size of its fixed part
  *   role      SHP_ROLE_CALL: starts with struct shp_ev, completed after the call (see `check`);
  *             SHP_ROLE_META: bookkeeping that later records cannot be read without, allowed in
- *             the reserve beyond the cap (header `cap`); SHP_ROLE_VAR: a variable part follows */
+ *             the reserve beyond the cap (header `cap`); SHP_ROLE_VAR: a variable part follows;
+ *             SHP_ROLE_COMPACT: starts with struct shp_head, completed by its `done` word
+ *   as        the type a reader reports it as: a compact record's full type, else its own */
 #define SHP_ROLE_CALL 0x1u
 #define SHP_ROLE_META 0x2u
 #define SHP_ROLE_VAR 0x4u
+#define SHP_ROLE_COMPACT 0x8u
 /* clang-format off */
 #define SHP_REC_TYPES(X) \
-    X(RESERVED, 0, 8, 0) /* space reserved by a writer that had not published it yet */ \
-    X(COMM, 1, sizeof(struct shp_rec_comm), SHP_ROLE_CALL | SHP_ROLE_META) \
-    X(COLL, 2, sizeof(struct shp_rec_coll), SHP_ROLE_CALL) \
-    X(P2P, 3, sizeof(struct shp_rec_coll), SHP_ROLE_CALL) \
-    X(GROUP, 4, sizeof(struct shp_ev), SHP_ROLE_CALL) \
-    X(COPY, 5, sizeof(struct shp_rec_copy), SHP_ROLE_CALL) \
-    X(ALLOC, 6, sizeof(struct shp_rec_alloc), SHP_ROLE_CALL) \
-    X(GRAPH, 7, sizeof(struct shp_rec_graph), SHP_ROLE_CALL) \
-    X(STACK, 8, sizeof(struct shp_rec_stack), SHP_ROLE_META | SHP_ROLE_VAR) \
-    X(MODULE, 9, sizeof(struct shp_rec_module), SHP_ROLE_META | SHP_ROLE_VAR) \
-    X(MARK, 10, sizeof(struct shp_rec_mark), SHP_ROLE_META) \
-    X(PYINFO, 11, sizeof(struct shp_rec_pyinfo), SHP_ROLE_META) \
-    X(PYCODE, 12, sizeof(struct shp_rec_pycode), SHP_ROLE_META | SHP_ROLE_VAR) \
-    X(PYSTACK, 13, sizeof(struct shp_rec_pystack), SHP_ROLE_META | SHP_ROLE_VAR)
+    X(RESERVED, 0, 8, 0, 0) /* space reserved by a writer that had not published it yet */ \
+    X(COMM, 1, sizeof(struct shp_rec_comm), SHP_ROLE_CALL | SHP_ROLE_META, 1) \
+    X(COLL, 2, sizeof(struct shp_rec_coll), SHP_ROLE_CALL, 2) \
+    X(P2P, 3, sizeof(struct shp_rec_coll), SHP_ROLE_CALL, 3) \
+    X(GROUP, 4, sizeof(struct shp_ev), SHP_ROLE_CALL, 4) \
+    X(COPY, 5, sizeof(struct shp_rec_copy), SHP_ROLE_CALL, 5) \
+    X(ALLOC, 6, sizeof(struct shp_rec_alloc), SHP_ROLE_CALL, 6) \
+    X(GRAPH, 7, sizeof(struct shp_rec_graph), SHP_ROLE_CALL, 7) \
+    X(STACK, 8, sizeof(struct shp_rec_stack), SHP_ROLE_META | SHP_ROLE_VAR, 8) \
+    X(MODULE, 9, sizeof(struct shp_rec_module), SHP_ROLE_META | SHP_ROLE_VAR, 9) \
+    X(MARK, 10, sizeof(struct shp_rec_mark), SHP_ROLE_META, 10) \
+    X(PYINFO, 11, sizeof(struct shp_rec_pyinfo), SHP_ROLE_META, 11) \
+    X(PYCODE, 12, sizeof(struct shp_rec_pycode), SHP_ROLE_META | SHP_ROLE_VAR, 12) \
+    X(PYSTACK, 13, sizeof(struct shp_rec_pystack), SHP_ROLE_META | SHP_ROLE_VAR, 13) \
+    X(COPY_C, 14, sizeof(struct shp_rec_copy_c), SHP_ROLE_COMPACT, 5) \
+    X(COLL_C, 15, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 2) \
+    X(P2P_C, 16, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 3) \
+    X(LAUNCH_C, 17, sizeof(struct shp_rec_launch_c), SHP_ROLE_COMPACT, 7)
 /* clang-format on */
 
 enum shp_rec_type {
-#define SHP_X_REC_ENUM(name, num, min, role) SHP_REC_##name = num,
+#define SHP_X_REC_ENUM(name, num, min, role, as) SHP_REC_##name = num,
     SHP_REC_TYPES(SHP_X_REC_ENUM)
 #undef SHP_X_REC_ENUM
         SHP_REC_TYPE_COUNT
 };
-#define SHP_X_REC_DENSE(name, num, min, role) +1
+#define SHP_X_REC_DENSE(name, num, min, role, as) +1
 _Static_assert(SHP_REC_TYPE_COUNT == 0 SHP_REC_TYPES(SHP_X_REC_DENSE),
                "record types numbered densely");
 #undef SHP_X_REC_DENSE
 
-/* What the list says of a record type: its minimum size (its exact size unless SHP_ROLE_VAR) and
- * its role bits (SHP_ROLE_*); both 0 for an unknown type. */
+/* What the list says of a record type: its minimum size (its exact size unless SHP_ROLE_VAR), its
+ * role bits (SHP_ROLE_*) and the type it is read as; all 0 for an unknown type. */
 struct shp_rec_info {
     size_t min_size;
     unsigned role;
+    unsigned as;
 };
 
 static inline struct shp_rec_info shp_rec_info(unsigned type)
 {
     switch (type) {
-#define SHP_X_REC_INFO(name, num, min, role)                                                       \
+#define SHP_X_REC_INFO(name, num, min, role, as)                                                   \
     case num:                                                                                      \
-        return (struct shp_rec_info){min, role};
+        return (struct shp_rec_info){min, role, as};
         SHP_REC_TYPES(SHP_X_REC_INFO)
 #undef SHP_X_REC_INFO
     }
-    return (struct shp_rec_info){0, 0};
+    return (struct shp_rec_info){0, 0, 0};
 }
 
 static inline unsigned shp_rec_role(unsigned type)
@@ -389,6 +509,12 @@ static inline unsigned shp_rec_role(unsigned type)
 static inline size_t shp_rec_min_size(unsigned type)
 {
     return shp_rec_info(type).min_size;
+}
+
+/* The type a reader reports a record of `type` as (a compact record's full type); 0 if unknown. */
+static inline unsigned shp_rec_as(unsigned type)
+{
+    return shp_rec_info(type).as;
 }
 
 /* True for record types that start with struct shp_ev. */
@@ -409,23 +535,31 @@ static inline uint64_t shp_mix64(uint64_t h)
     return h;
 }
 
-/* The hash stored in shp_rec.check: over the record's bytes after the first 8, in 8-byte words,
- * leaving out the part of a call record that is completed after the call. Inline so that writer
- * and reader compute exactly the same thing. */
+/* The check stored in shp_rec.check: a Fletcher-style pair of additive sums over the record's
+ * 8-byte words after the first, leaving out what a call record completes after the call (bytes
+ * [32, 64) of a full one, `done` of a compact one). Additive (two adds a word, no multiply chain
+ * to wait on) and still position-dependent: a torn record (words left zero, or from an older
+ * record) or a damaged word changes it. Inline so that writer and reader compute exactly the same
+ * thing. */
 static inline uint32_t shp_rec_check(const void *rec, unsigned type, size_t size)
 {
-    const unsigned char *p = (const unsigned char *)rec + 8;
-    int call = shp_rec_is_call(type);
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ size ^ ((uint64_t)type << 40);
-    for (size_t i = 8; i < size; i += 8, p += 8) {
+    const unsigned char *p = (const unsigned char *)rec;
+    unsigned role = shp_rec_role(type);
+    size_t lo = role & SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_LO
+                : role & SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE
+                                          : size;
+    size_t hi = role & SHP_ROLE_CALL ? SHP_EV_CHECK_SKIP_HI : lo + 8;
+    uint64_t a = 0x9e3779b97f4a7c15ull ^ size ^ ((uint64_t)type << 40), b = a;
+    for (size_t i = 8; i < size; i += 8) {
         uint64_t w;
-        if (call && i >= SHP_EV_CHECK_SKIP_LO && i < SHP_EV_CHECK_SKIP_HI)
+        if (i >= lo && i < hi)
             continue;
-        __builtin_memcpy(&w, p, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
+        __builtin_memcpy(&w, p + i, 8);
+        a += w;
+        b += a;
     }
-    return (uint32_t)(h ^ (h >> 29)) | 1u; /* never 0: a zero check marks an unwritten record */
+    uint64_t h = (a ^ (b << 17 | b >> 47)) * 0xff51afd7ed558ccdull;
+    return (uint32_t)(h ^ (h >> 32)) | 1u; /* never 0: a zero check marks an unwritten record */
 }
 
 #endif

@@ -43,12 +43,12 @@ static void start(struct buf *b)
 
 static struct shp_ev ev(unsigned op, uint64_t t, uint32_t stack)
 {
-    return (struct shp_ev){.t_ns = t,
+    return (struct shp_ev){.t = t,
                            .tid = 7,
                            .op = (uint16_t)op,
                            .stack = stack,
                            .device = 0,
-                           .dur_ns = 5,
+                           .dur = 5,
                            .aux = {-1, -1}};
 }
 
@@ -344,8 +344,46 @@ static void test_out(void)
     free(out);
 }
 
+static struct shp_clock_pair pair(uint64_t tsc, uint64_t ns)
+{
+    return (struct shp_clock_pair){tsc, ns, shp_clock_pair_check(tsc, ns)};
+}
+
+static void test_clock(void)
+{
+    test_group("clock");
+    static struct shp_file_header h;
+    struct shp_trace t = {.hdr = &h};
+    h.clock = SHP_CLOCK_MONOTONIC;
+    shp_trace_clock_setup(&t, &h);
+    test_cond("a monotonic trace's times are nanoseconds already",
+              shp_trace_mono_ns(&t, 123456789) == 123456789 && shp_trace_dur_ns(&t, 77) == 77);
+    h.clock = SHP_CLOCK_TSC;
+    h.clock_first = pair(1000000, 5000000);
+    h.clock_pairs[0] = pair(3000000, 6000000); /* 0.5 ns a tick */
+    h.clock_pairs[1] = pair(9000000, 7000000);
+    h.clock_pairs[1].check ^= 2; /* torn: its writer died between the stores */
+    shp_trace_clock_setup(&t, &h);
+    test_cond("the rate of the latest pair that holds",
+              !t.clock_guessed && shp_trace_mono_ns(&t, 2000000) == 5500000 &&
+                  shp_trace_dur_ns(&t, 1000) == 500);
+    test_cond("a time before the first pair converts backwards",
+              shp_trace_mono_ns(&t, 0) == 4500000);
+    h.clock_pairs[2] = pair(5000000, 8000000); /* 0.75 ns a tick, later than pairs[0] */
+    shp_trace_clock_setup(&t, &h);
+    test_cond("a later pair wins", shp_trace_mono_ns(&t, 3000000) == 6500000);
+    memset(h.clock_pairs, 0, sizeof(h.clock_pairs));
+    shp_trace_clock_setup(&t, &h);
+    test_cond("without a pair that holds: one tick taken as one ns, and said so",
+              t.clock_guessed && shp_trace_dur_ns(&t, 42) == 42);
+    h.clock_pairs[0] = pair(500, 6000000); /* before the first pair: damage */
+    shp_trace_clock_setup(&t, &h);
+    test_cond("a pair older than the first is not trusted", t.clock_guessed);
+}
+
 int main(void)
 {
+    test_clock();
     test_reader();
     test_events();
     test_stacks();

@@ -146,6 +146,10 @@ static const struct {
     {"PYINFO", 11, 48, SHP_ROLE_META},
     {"PYCODE", 12, 32, SHP_ROLE_META | SHP_ROLE_VAR},
     {"PYSTACK", 13, 24, SHP_ROLE_META | SHP_ROLE_VAR},
+    {"COPY_C", 14, 64, SHP_ROLE_COMPACT},
+    {"COLL_C", 15, 72, SHP_ROLE_COMPACT},
+    {"P2P_C", 16, 72, SHP_ROLE_COMPACT},
+    {"LAUNCH_C", 17, 48, SHP_ROLE_COMPACT},
 };
 
 int main(void)

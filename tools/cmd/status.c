@@ -120,7 +120,7 @@ static int refresh(struct proc *p)
             snprintf(p->last_mark, sizeof(p->last_mark), "%s", e.mark);
             continue;
         }
-        p->last_t_ns = ((const struct shp_ev *)r)->t_ns;
+        p->last_t_ns = e.t_ns - p->start_real + p->start_mono; /* back from wall to monotonic */
         p->last_op = e.op;
         p->last_in_flight = e.dur_ns == SHP_NONE;
         if (type == SHP_REC_COLL) {

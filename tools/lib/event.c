@@ -23,9 +23,9 @@ static void decode_ev(const struct shp_trace *t, const struct shp_ev *ev, struct
     e->op = ev->op;
     e->cls = shp_op_class(ev->op);
     e->tid = ev->tid;
-    e->t_ns = shp_trace_wall_ns(t, ev->t_ns);
-    uint64_t dur = __atomic_load_n(&ev->dur_ns, __ATOMIC_ACQUIRE);
-    e->dur_ns = dur == SHP_DUR_PENDING ? SHP_NONE : dur;
+    e->t_ns = shp_trace_wall_ns(t, shp_trace_mono_ns(t, ev->t));
+    uint64_t dur = __atomic_load_n(&ev->dur, __ATOMIC_ACQUIRE);
+    e->dur_ns = dur == SHP_DUR_PENDING ? SHP_NONE : shp_trace_dur_ns(t, dur);
     e->flags = ev->flags;
     e->stack = ev->stack;
     e->result = ev->result;
@@ -38,11 +38,107 @@ static int bounded_nranks(int n)
     return n > SHP_MAX_NRANKS || n < -1 ? -1 : n;
 }
 
+/* What a collective or p2p record says beyond its head, full or compact alike. */
+static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count,
+                        unsigned dtype, int root, int comm_rank, int nranks, uint64_t sendbuf,
+                        uint64_t recvbuf)
+{
+    e->count = count;
+    e->comm_rank = comm_rank;
+    e->nranks = bounded_nranks(nranks);
+    e->dtype = (int)dtype;
+    e->root = root;
+    unsigned es = shp_dtype_size(dtype);
+    uint64_t send, recv;
+    shp_op_elems(op, count, nranks, &send, &recv);
+    e->bytes = count * es;
+    e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
+    e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
+    /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
+     * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
+     * touch 0 bytes there (the address passed is still shown). */
+    if (root >= 0 && comm_rank >= 0 && comm_rank != root) {
+        if (op == SHP_OP_ncclReduce || op == SHP_OP_ncclGather)
+            e->recv_bytes = 0;
+        else if (op == SHP_OP_ncclBroadcast || op == SHP_OP_ncclBcast || op == SHP_OP_ncclScatter)
+            e->send_bytes = 0;
+    }
+    /* A send has no receive buffer and a receive no send buffer. */
+    e->src = e->send_bytes == SHP_NONE ? SHP_NONE : sendbuf;
+    e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : recvbuf;
+}
+
+static void decode_head(const struct shp_trace *t, const struct shp_head *h, struct shp_event *e)
+{
+    e->op = h->op;
+    e->cls = shp_op_class(h->op);
+    e->tid = h->tid;
+    e->t_ns = shp_trace_wall_ns(t, shp_trace_mono_ns(t, h->t));
+    uint64_t done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE);
+    e->dur_ns = done == SHP_DONE_PENDING ? SHP_NONE : shp_trace_dur_ns(t, SHP_DONE_DUR(done));
+    e->result = done == SHP_DONE_PENDING ? 0 : SHP_DONE_RESULT(done);
+    e->flags = h->flags;
+    e->group = h->group;
+}
+
+/* A compact record, decoded to what its full record would say (trace.h). */
+static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, unsigned phys,
+                           struct shp_event *e)
+{
+    const struct shp_head *h = (const void *)r;
+    decode_head(t, h, e);
+    switch (phys) {
+    case SHP_REC_COPY_C: {
+        const struct shp_rec_copy_c *c = (const void *)r;
+        e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->bytes_shi) << 16;
+        e->device = (int16_t)SHP_P48_TOP(c->dst_dev);
+        e->dst = SHP_P48_VAL(c->dst_dev);
+        e->src = SHP_P48_VAL(c->src_kind);
+        e->kind = (uint8_t)SHP_P48_TOP(c->src_kind);
+        e->stream = SHP_P48_VAL(c->stream_slo);
+        e->width = e->spitch = e->dpitch = e->bytes = SHP_P48_VAL(c->bytes_shi);
+        e->height = 1;
+        return true;
+    }
+    case SHP_REC_COLL_C:
+    case SHP_REC_P2P_C: {
+        const struct shp_rec_coll_c *c = (const void *)r;
+        struct shp_trace_comm cm = shp_trace_comm_at(t, SHP_P48_TOP(c->send_comm));
+        unsigned type = shp_rec_as(phys);
+        int rp = (int16_t)SHP_P48_TOP(c->recv_rp);
+        unsigned redop = (unsigned)(c->count_dt >> 56);
+        e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->seq_shi) << 16;
+        e->device = cm.device;
+        e->comm = cm.ok ? cm.id : 0;
+        e->seq = SHP_P48_VAL(c->seq_shi);
+        e->redop = redop == SHP_REDOP_NONE ? -1 : (int)redop;
+        e->peer = type == SHP_REC_P2P ? rp : -1;
+        e->stream = SHP_P48_VAL(c->stream_slo);
+        coll_fields(e, type, h->op, SHP_P48_VAL(c->count_dt), (uint8_t)(c->count_dt >> 48),
+                    type == SHP_REC_P2P ? -1 : rp, cm.rank, cm.nranks, SHP_P48_VAL(c->send_comm),
+                    SHP_P48_VAL(c->recv_rp));
+        return true;
+    }
+    case SHP_REC_LAUNCH_C: {
+        const struct shp_rec_launch_c *c = (const void *)r;
+        e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->exec_shi) << 16;
+        e->stream = SHP_P48_VAL(c->stream_slo);
+        e->exec = SHP_P48_VAL(c->exec_shi) ? SHP_P48_VAL(c->exec_shi) : SHP_NONE;
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
                       struct shp_event *e)
 {
     clear(e);
     e->type = type;
+    unsigned phys = SHP_REC_WORD_TYPE(r->word);
+    if (phys != type && shp_rec_as(phys) == type && (shp_rec_role(phys) & SHP_ROLE_COMPACT))
+        return decode_compact(t, r, phys, e);
     switch (type) {
     case SHP_REC_COLL:
     case SHP_REC_P2P: {
@@ -50,35 +146,12 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         decode_ev(t, &c->ev, e);
         e->comm = c->comm;
         e->seq = c->seq;
-        e->count = c->count;
-        e->comm_rank = c->comm_rank;
-        e->nranks = bounded_nranks(c->nranks);
-        e->dtype = c->dtype;
         e->redop = c->redop == SHP_REDOP_NONE ? -1 : c->redop;
-        e->root = c->root;
         e->peer = c->peer;
         e->stream = c->stream;
         e->graph = c->graph ? c->graph : SHP_NONE;
-        unsigned es = shp_dtype_size(c->dtype);
-        uint64_t send, recv;
-        shp_op_elems(c->ev.op, c->count, c->nranks, &send, &recv);
-        e->bytes = c->count * es;
-        e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
-        e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
-        /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
-         * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
-         * touch 0 bytes there (the address passed is still shown). */
-        if (c->root >= 0 && c->comm_rank >= 0 && c->comm_rank != c->root) {
-            unsigned op = c->ev.op;
-            if (op == SHP_OP_ncclReduce || op == SHP_OP_ncclGather)
-                e->recv_bytes = 0;
-            else if (op == SHP_OP_ncclBroadcast || op == SHP_OP_ncclBcast ||
-                     op == SHP_OP_ncclScatter)
-                e->send_bytes = 0;
-        }
-        /* A send has no receive buffer and a receive no send buffer. */
-        e->src = e->send_bytes == SHP_NONE ? SHP_NONE : c->sendbuf;
-        e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : c->recvbuf;
+        coll_fields(e, type, c->ev.op, c->count, c->dtype, c->root, c->comm_rank, c->nranks,
+                    c->sendbuf, c->recvbuf);
         return true;
     }
     case SHP_REC_COPY: {
@@ -119,7 +192,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         const struct shp_rec_alloc *c = (const void *)r;
         decode_ev(t, &c->ev, e);
         bool is_free = e->cls == SHP_CLS_FREE;
-        e->ptr = is_free ? c->ptr : (c->ev.dur_ns == SHP_DUR_PENDING ? SHP_NONE : c->ev.out);
+        e->ptr = is_free ? c->ptr : (c->ev.dur == SHP_DUR_PENDING ? SHP_NONE : c->ev.out);
         e->size = is_free ? SHP_NONE : c->size;
         e->bytes = e->size;
         e->stream = c->stream ? c->stream : SHP_NONE;
@@ -139,7 +212,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     }
     case SHP_REC_MARK: {
         const struct shp_rec_mark *m = (const void *)r;
-        e->t_ns = shp_trace_wall_ns(t, m->t_ns);
+        e->t_ns = shp_trace_wall_ns(t, m->t_ns); /* a mark's time is monotonic whatever the clock */
         /* A copy: the record's text may lack its NUL, and the file may end right after it. */
         memcpy(e->mark_text, m->text, sizeof(m->text));
         e->mark_text[sizeof(m->text)] = 0;

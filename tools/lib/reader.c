@@ -78,6 +78,16 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
                    !(h->flags & SHP_FILE_DISABLED);
     if (t->end < SHP_HEADER_SIZE)
         t->end = SHP_HEADER_SIZE;
+    shp_trace_clock_setup(t, h);
+    uint32_t n = __atomic_load_n(&h->ncomms, __ATOMIC_ACQUIRE);
+    n = n < SHP_COMM_INDEX_MAX ? n : SHP_COMM_INDEX_MAX;
+    t->comms = n ? calloc(n, sizeof(*t->comms)) : NULL;
+    t->ncomms = 0;
+    for (uint32_t i = 0; t->comms && i < n; i++) {
+        struct shp_trace_comm c = shp_trace_comm_at(t, i);
+        t->comms[i] = c;
+        t->ncomms = i + 1;
+    }
     t->path = strdup(path);
     return 0;
 }
@@ -87,6 +97,7 @@ void shp_trace_close(struct shp_trace *t)
     if (t->map)
         munmap((void *)t->map, t->size);
     free(t->path);
+    free(t->comms);
     memset(t, 0, sizeof(*t));
 }
 
@@ -114,12 +125,44 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
     return true;
 }
 
+/* valid_at, with the type as readers see it. */
+static bool valid_as(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
+{
+    if (!valid_at(t, off, type, size))
+        return false;
+    *type = shp_rec_as(*type);
+    return true;
+}
+
+struct shp_trace_comm shp_trace_comm_at(const struct shp_trace *t, unsigned idx)
+{
+    struct shp_trace_comm c = {.ok = false, .rank = -1, .nranks = -1, .device = -1};
+    if (idx < t->ncomms)
+        return t->comms[idx];
+    if (idx >= SHP_COMM_INDEX_MAX)
+        return c;
+    uint64_t off = __atomic_load_n(&t->hdr->comm_off[idx], __ATOMIC_ACQUIRE);
+    unsigned ty;
+    size_t sz;
+    if (off < SHP_HEADER_SIZE || off % 8 || off > t->end || !valid_at(t, off, &ty, &sz) ||
+        ty != SHP_REC_COMM)
+        return c;
+    const struct shp_rec_comm *r = (const void *)(t->map + off);
+    /* What the library reported after creation wins over the arguments, as for the record. */
+    c.id = r->id;
+    c.rank = r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank;
+    c.nranks = r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
+    c.device = r->ev.device;
+    c.ok = true;
+    return c;
+}
+
 const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_cursor *c,
                                      unsigned *type, size_t *size)
 {
     uint64_t o = c->off < SHP_HEADER_SIZE ? SHP_HEADER_SIZE : c->off;
     while (o + 8 <= t->end) {
-        if (valid_at(t, o, type, size)) {
+        if (valid_as(t, o, type, size)) {
             c->off = o + *size;
             return (const struct shp_rec *)(t->map + o);
         }
@@ -154,7 +197,7 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
             if ((ci.role & SHP_ROLE_VAR) && hashed > RESYNC_HASH_PER_BYTE * (s - o) + (1u << 20))
                 continue;
             hashed += csz;
-            if (valid_at(t, s, type, size))
+            if (valid_as(t, s, type, size))
                 break;
         }
         o = s;
@@ -336,9 +379,58 @@ int shp_trace_rank(const struct shp_trace *t)
     return t->hdr->env_rank >= 0 ? t->hdr->env_rank : t->hdr->first_comm_rank;
 }
 
-uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t t_ns)
+#define CLOCK_FRAC 40
+
+void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h)
 {
-    return t->hdr->realtime_ns + (t_ns - t->hdr->monotonic_ns);
+    t->base_t = t->base_ns = 0;
+    t->mult = 1ull << CLOCK_FRAC;
+    t->clock_guessed = false;
+    if (h->clock != SHP_CLOCK_TSC)
+        return;
+    const struct shp_clock_pair *f = &h->clock_first;
+    const struct shp_clock_pair *best = NULL;
+    struct shp_clock_pair p[SHP_CLOCK_PAIRS];
+    bool first_ok = f->check == shp_clock_pair_check(f->tsc, f->ns);
+    for (int i = 0; first_ok && i < SHP_CLOCK_PAIRS; i++) {
+        /* The check last, as the writer stores it first (zero) and last. */
+        p[i].check = __atomic_load_n(&h->clock_pairs[i].check, __ATOMIC_ACQUIRE);
+        p[i].tsc = __atomic_load_n(&h->clock_pairs[i].tsc, __ATOMIC_ACQUIRE);
+        p[i].ns = __atomic_load_n(&h->clock_pairs[i].ns, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&h->clock_pairs[i].check, __ATOMIC_RELAXED) != p[i].check ||
+            p[i].check != shp_clock_pair_check(p[i].tsc, p[i].ns) || p[i].tsc <= f->tsc ||
+            p[i].ns <= f->ns)
+            continue;
+        if (!best || p[i].tsc > best->tsc)
+            best = &p[i];
+    }
+    if (!best) {
+        t->clock_guessed = true;
+        return;
+    }
+    t->base_t = f->tsc;
+    t->base_ns = f->ns;
+    unsigned __int128 m =
+        ((unsigned __int128)(best->ns - f->ns) << CLOCK_FRAC) / (best->tsc - f->tsc);
+    /* A rate no clock has (over 2^24 ns a tick) is damage: keep 1 ns a tick. */
+    t->mult = m >> 64 || !m ? 1ull << CLOCK_FRAC : (uint64_t)m;
+}
+
+uint64_t shp_trace_mono_ns(const struct shp_trace *t, uint64_t clock_t)
+{
+    /* Signed: a call's entry is read before the trace (and its first pair) exists. */
+    __int128 d = (__int128)(int64_t)(clock_t - t->base_t) * t->mult;
+    return t->base_ns + (uint64_t)(int64_t)(d >> CLOCK_FRAC);
+}
+
+uint64_t shp_trace_dur_ns(const struct shp_trace *t, uint64_t clock_dur)
+{
+    return (uint64_t)(((unsigned __int128)clock_dur * t->mult) >> CLOCK_FRAC);
+}
+
+uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t mono_ns)
+{
+    return t->hdr->realtime_ns + (mono_ns - t->hdr->monotonic_ns);
 }
 
 static int push(char ***files, size_t *n, const char *path)

@@ -8,6 +8,13 @@
 
 #include "include/shapetrace/trace.h"
 
+/* A communicator that compact records name by index, as its record says (see trace.h). */
+struct shp_trace_comm {
+    uint64_t id;
+    int32_t rank, nranks, device; /* what the library reported, else the arguments; -1 unknown */
+    bool ok;                      /* false: the index names no valid communicator record */
+};
+
 /* One mapped trace. Immutable once open, so any number of threads may read it at once, each
  * with its own cursor. */
 struct shp_trace {
@@ -17,6 +24,11 @@ struct shp_trace {
     const struct shp_file_header *hdr; /* points into map */
     uint64_t end;                      /* end of records: min(tail, file size) */
     bool truncated;                    /* the file is shorter than its header says */
+    /* The clock conversion (shp_trace_mono_ns): ns = base_ns + (t - base_t) * mult / 2^40. */
+    uint64_t base_t, base_ns, mult;
+    bool clock_guessed;           /* TSC trace without a pair to trust: 1 tick taken as 1 ns */
+    struct shp_trace_comm *comms; /* the header's communicator table at open */
+    uint32_t ncomms;
 };
 
 /* One walk over a trace's records: start from {0}. */
@@ -32,7 +44,8 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
 void shp_trace_close(struct shp_trace *t);
 
 /* The next whole record at or after c->off, stepping over records whose writer died before
- * publishing them (counted in c->torn). Returns NULL at the end. Sets *type and *size; advances
+ * publishing them (counted in c->torn). Returns NULL at the end. Sets *type (as the reader
+ * reports it: a compact record's full type, shp_rec_as) and *size; advances
  * c->off past the record. With c->live set, an unpublished record is one still being written:
  * the walk stops before it (NULL, c->off left there) so a later call can resume. */
 const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_cursor *c,
@@ -67,8 +80,21 @@ const char *shp_trace_off_why(const struct shp_trace *t);
 /* The process's global rank: the environment's, else its rank in the first communicator. */
 int shp_trace_rank(const struct shp_trace *t);
 
-/* Wall-clock nanoseconds for a record's monotonic t_ns. */
-uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t t_ns);
+/* CLOCK_MONOTONIC nanoseconds for a time in the trace's clock (a record's `t`). */
+uint64_t shp_trace_mono_ns(const struct shp_trace *t, uint64_t clock_t);
+/* Nanoseconds for a duration in the trace's clock. */
+uint64_t shp_trace_dur_ns(const struct shp_trace *t, uint64_t clock_dur);
+/* Wall-clock nanoseconds for a CLOCK_MONOTONIC time of the trace's process. */
+uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t mono_ns);
+
+/* The conversion that clock pairs give (see trace.h): fills t's base_t, base_ns, mult and
+ * clock_guessed from the header's clock and the latest pair whose check holds. */
+void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h);
+
+/* The communicator that a compact record names by index `idx`: looked up in the table read at
+ * open, else (a live trace's newer communicator) in the header now. Returns a struct with ok
+ * false when the index names no valid communicator record. */
+struct shp_trace_comm shp_trace_comm_at(const struct shp_trace *t, unsigned idx);
 
 /* Collect the trace files in `path` (a file, or a directory searched one level deep for
  * *.shptrace) into a growing array. Returns 0 or a negative errno. */
