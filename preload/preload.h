@@ -105,6 +105,7 @@ struct shp_config {
 #define SHP_GROWTH_CHUNK 0    /* fallocate chunks as the tail reaches them */
 #define SHP_GROWTH_POPULATE 1 /* the same, and fault the next chunk in ahead of the tail */
 #define SHP_GROWTH_FULL 2     /* fallocate the whole cap at creation */
+#define SHP_GROWTH_LARGE 3    /* chunks of 64 MiB from the first one on */
 
 extern struct shp_config shp_cfg;
 extern struct shp_log shp_log;
