@@ -16,7 +16,8 @@
  *   - then a step of 8 calls, repeated: TP all-reduce (bf16 sum, 4096 x tokens), D2D copy, TP
  *     all-reduce, TP all-gather (bf16, 4008 x tokens), D2H copy, TP all-reduce, D2D copy, and a
  *     last call that is a world all-reduce (fp32 sum, 1024) every 16th step and a D2D copy
- *     otherwise. `tokens` (1..64) changes from step to step, the same on every rank.
+ *     otherwise. `tokens` (1..64) changes from step to step, the same on every rank. The calls
+ *     of a step take compact records (format 2), as the preload writes them.
  * NEVENTS counts every call record (the 6 above included), which is what `shapetrace dump`
  * lists. The k-th call of every rank starts 25 us apart from the (k-1)-th, plus up to 4 us of
  * per-rank jitter; clocks differ by host and start times by rank, as real ones do. The same
@@ -74,7 +75,10 @@
 #define MODULE_BASE 0x555555554000ull
 #define MODULE_SIZE 0x400000ull
 #define EXE_PATH "/opt/gen/serve"
-#define MAX_REC_SIZE 144 /* the largest call record: coll and copy */
+#define MAX_REC_SIZE 144 /* the largest record a call may take (a full coll or copy) */
+/* The communicator table's entries (the header's comm_off), as the preload numbers them. */
+#define COMM_WORLD 0
+#define COMM_TP 1
 
 /* Times on the common wall clock, in ns after WALL0. */
 #define WALL0_NS 1735689600000000000ull /* 2025-01-01T00:00:00Z */
@@ -112,6 +116,7 @@ struct proc {
     uint64_t tp_id;
     uint64_t start;      /* process start, on the common clock */
     uint64_t mono0;      /* CLOCK_MONOTONIC at start */
+    unsigned char *base; /* the file's first byte */
     unsigned char *p;    /* where the next record goes */
     uint64_t world_seq;  /* this rank's collectives on the world communicator */
     uint64_t tp_seq;     /* ... on its TP communicator, as it numbers them */
@@ -156,6 +161,21 @@ static void emit(struct proc *pr, const void *rec, unsigned type, size_t size)
     memcpy(pr->p, rec, size);
     shp_rec_publish(pr->p, type, size);
     pr->p += size;
+}
+
+/* The head of a compact record, as preload/record.c writes it for a call that returned 0. */
+static struct shp_head head_at(const struct proc *pr, uint64_t at, uint64_t dur, unsigned op)
+{
+    return (struct shp_head){
+        .t = t_ns(pr, at), .tid = pr->tid, .op = (uint8_t)op, .done = shp_done(0, dur)};
+}
+
+/* Index the communicator record about to be emitted, as the preload does for compact records. */
+static void index_comm(struct proc *pr, unsigned idx)
+{
+    struct shp_file_header *hd = (struct shp_file_header *)pr->base;
+    hd->comm_off[idx] = (uint64_t)(pr->p - pr->base);
+    hd->ncomms = idx + 1;
 }
 
 static struct shp_ev ev_at(const struct proc *pr, uint64_t at, uint64_t dur, unsigned op,
@@ -228,6 +248,7 @@ static void emit_comms(struct proc *pr, const struct gen *g)
     w.ev.out = world_handle;
     w.ev.aux[0] = pr->rank;
     w.ev.aux[1] = g->nranks;
+    index_comm(pr, COMM_WORLD);
     emit(pr, &w, SHP_REC_COMM, sizeof(w));
 
     /* As preload/record.c writes a split: the call takes no rank, so rank and nranks are -1 and
@@ -248,6 +269,7 @@ static void emit_comms(struct proc *pr, const struct gen *g)
     s.ev.out = tp_handle;
     s.ev.aux[0] = pr->tp_rank;
     s.ev.aux[1] = pr->tp_size;
+    index_comm(pr, COMM_TP);
     emit(pr, &s, SHP_REC_COMM, sizeof(s));
 }
 
@@ -291,6 +313,27 @@ static unsigned diverge_at(struct gen *g, int rank, uint64_t nominal)
  *   alloc 3: pinned host buffer for the D2H token ids, 4 KiB x 64 */
 #define A(k) (ALLOC_BASE + (k)*GIB)
 
+/* One collective of a step, as emit_coll writes it. */
+struct coll {
+    unsigned op, comm, dtype, redop;
+    uint32_t stack;
+    uint64_t seq, count, sendbuf, recvbuf;
+};
+
+static void emit_coll(struct proc *pr, uint64_t at, uint64_t dur, uint64_t stream,
+                      const struct coll *c)
+{
+    struct shp_rec_coll_c r = {
+        .h = head_at(pr, at, dur, c->op),
+        .count_dt = c->count | (uint64_t)c->dtype << 48 | (uint64_t)c->redop << 56,
+        .send_comm = SHP_P48(c->sendbuf, c->comm),
+        .recv_rp = SHP_P48(c->recvbuf, -1),
+        .stream_slo = SHP_P48(stream, c->stack),
+        .seq_shi = SHP_P48(c->seq, c->stack >> 16),
+    };
+    emit(pr, &r, SHP_REC_COLL_C, sizeof(r));
+}
+
 /* Returns false when the rank stops here (--diverge stop). */
 static bool emit_call(struct proc *pr, struct gen *g, uint64_t i)
 {
@@ -307,40 +350,28 @@ static bool emit_call(struct proc *pr, struct gen *g, uint64_t i)
         uint64_t bytes = d2h ? tokens * 4 : tokens * HIDDEN * 2;
         uint64_t src = d2h ? A(0) + 1000 * MIB + (step % 64) * 4096 : A(0) + (step % 64) * 8 * MIB;
         uint64_t dst = d2h ? A(3) + (step % 64) * 4096 : A(1) + (step % 16) * 32 * MIB;
-        struct shp_rec_copy r = {
-            .ev = ev_at(pr, at, 1500 + h % 2000, SHP_OP_cudaMemcpyAsync, d2h ? ST_D2H : ST_D2D,
-                        pr->device),
-            .dst = dst,
-            .src = src,
-            .width = bytes,
-            .height = 1,
-            .spitch = bytes,
-            .dpitch = bytes,
-            .stream = stream,
-            .src_dev = -1,
-            .dst_dev = -1,
-            .kind = d2h ? SHP_KIND_D2H : SHP_KIND_D2D,
+        uint32_t stack = d2h ? ST_D2H : ST_D2D;
+        struct shp_rec_copy_c r = {
+            .h = head_at(pr, at, 1500 + h % 2000, SHP_OP_cudaMemcpyAsync),
+            .dst_dev = SHP_P48(dst, pr->device),
+            .src_kind = SHP_P48(src, d2h ? SHP_KIND_D2H : SHP_KIND_D2D),
+            .stream_slo = SHP_P48(stream, stack),
+            .bytes_shi = SHP_P48(bytes, stack >> 16),
         };
-        emit(pr, &r, SHP_REC_COPY, sizeof(r));
+        emit(pr, &r, SHP_REC_COPY_C, sizeof(r));
         return true;
     }
 
-    struct shp_rec_coll r = {
-        .ev = ev_at(pr, at, 6000 + h % 8000, SHP_OP_ncclAllReduce, ST_WORLD, pr->device),
-        .stream = stream,
-        .root = -1,
-        .peer = -1,
-        .redop = REDOP_SUM,
-    };
+    /* Collectives: compact records (the communicator by its index), as the preload writes them;
+     * the device, rank and size are the communicator record's. */
+    struct coll r = {.op = SHP_OP_ncclAllReduce, .redop = REDOP_SUM, .stack = ST_WORLD};
     if (world) {
-        r.comm = g->world_id;
+        r.comm = COMM_WORLD;
         r.seq = pr->world_seq++;
-        r.comm_rank = pr->rank;
-        r.nranks = g->nranks;
         r.count = WORLD_COUNT;
         r.dtype = DTYPE_FP32;
         r.sendbuf = r.recvbuf = A(0) + 1023 * MIB;
-        emit(pr, &r, SHP_REC_COLL, sizeof(r));
+        emit_coll(pr, at, 6000 + h % 8000, stream, &r);
         return true;
     }
 
@@ -349,20 +380,18 @@ static bool emit_call(struct proc *pr, struct gen *g, uint64_t i)
         return false;
     if (dv & (1u << DV_SKIP))
         return true;
-    r.comm = pr->tp_id;
+    r.comm = COMM_TP;
     r.seq = pr->tp_seq++;
-    r.comm_rank = pr->tp_rank;
-    r.nranks = pr->tp_size;
     r.dtype = DTYPE_BF16;
     if (slot == 3) {
-        r.ev.op = SHP_OP_ncclAllGather;
-        r.ev.stack = ST_AG;
+        r.op = SHP_OP_ncclAllGather;
+        r.stack = ST_AG;
         r.redop = SHP_REDOP_NONE;
         r.count = tokens * VOCAB_SHARD;
         r.sendbuf = A(1) + (step % 16) * 32 * MIB;
         r.recvbuf = A(2) + (step % 16) * 64 * MIB;
     } else {
-        r.ev.stack = slot == 0 ? ST_AR_ATTN : ST_AR_MLP;
+        r.stack = slot == 0 ? ST_AR_ATTN : ST_AR_MLP;
         r.count = tokens * HIDDEN;
         r.sendbuf = r.recvbuf = A(0) + (step % 64) * 8 * MIB;
     }
@@ -370,7 +399,7 @@ static bool emit_call(struct proc *pr, struct gen *g, uint64_t i)
         r.count = r.count > 256 ? r.count - 256 : r.count + 256;
     if (dv & (1u << DV_DTYPE))
         r.dtype = r.dtype == DTYPE_BF16 ? DTYPE_FP32 : DTYPE_BF16;
-    emit(pr, &r, SHP_REC_COLL, sizeof(r));
+    emit_coll(pr, at, 6000 + h % 8000, stream, &r);
     return true;
 }
 
@@ -391,6 +420,7 @@ static size_t gen_rank(struct gen *g, int rank, unsigned char *buf)
         .start = rnd(g->seed, (uint64_t)rank, 1u << 26) % (SEC / 2),
         .mono0 = (uint64_t)(1 + host % 5) * 86400 * SEC +
                  rnd(g->seed, (uint64_t)host, 1u << 27) % (3600 * SEC),
+        .base = buf,
         .p = buf + SHP_HEADER_SIZE,
     };
     pr.mono0 += pr.start;

@@ -255,9 +255,12 @@ void shp_config_load(void)
         shp_cfg.growth = SHP_GROWTH_POPULATE;
     else if (gr && !strcmp(gr, "full"))
         shp_cfg.growth = SHP_GROWTH_FULL;
+    else if (gr && !strcmp(gr, "large"))
+        shp_cfg.growth = SHP_GROWTH_LARGE;
     else if (gr && *gr && strcmp(gr, "chunk"))
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
-                SHP_ENV_FILE_GROWTH "=%s is not one of chunk, populate, full; using chunk", gr);
+                SHP_ENV_FILE_GROWTH "=%s is not one of chunk, populate, full, large; using chunk",
+                gr);
     const char *uw = getenv(SHP_ENV_LIBUNWIND);
     if (uw)
         snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);

@@ -185,6 +185,21 @@ static void note_first_rank(int rank)
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
 static SHP_TLS uint32_t tls_group;
 
+/* A communicator creation record's body, every field written (no block clear on this path). */
+static void comm_body(struct shp_rec_comm *r, uint64_t id, int rank, int nranks)
+{
+    r->id = id;
+    r->parent = 0;
+    r->handle = 0;
+    r->rank = rank;
+    r->nranks = nranks;
+    r->color = 0;
+    r->key = 0;
+    r->index = 0;
+    r->kind = SHP_COMM_INIT;
+    r->pad[0] = r->pad[1] = r->pad[2] = 0;
+}
+
 /* The communicator's record `rec` is published and completed: from now on its calls may name it
  * by index. */
 static void comm_indexed(struct comm_state *st, const void *rec)
@@ -217,13 +232,9 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
     comm_insert(comm, st);
     struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
     if (r) {
-        memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
         fill_ev(&r->ev, c, SHP_EV_COMM_UNKNOWN);
         r->ev.op = SHP_OP_NONE;
-        r->id = id;
-        r->rank = rank;
-        r->nranks = nranks;
-        r->kind = SHP_COMM_INIT;
+        comm_body(r, id, rank, nranks);
         shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
         shp_rec_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
         comm_indexed(st, r);
@@ -304,7 +315,7 @@ static bool is_device_ptr(int slot, const void *p)
     error_fn peek = (error_fn)shp_real_aux(slot, SHP_AUX_PEEK_ERROR);
     cudaError_t before = peek ? peek() : cudaSuccess;
     struct cudaPointerAttributes a;
-    memset(&a, 0, sizeof(a));
+    a.type = cudaMemoryTypeUnregistered; /* the one field read; a success fills it */
     cudaError_t e = attrs(&a, p);
     if (e != cudaSuccess) {
         /* Leave CUDA's last error as the application had it. */
@@ -617,7 +628,8 @@ void shp_enter(struct shp_call *c)
     struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
         goto out;
-    memset((char *)ev + sizeof(ev->h), 0, size - sizeof(ev->h));
+    /* The head is filled below; the body's fields are too, but not its padding. */
+    memset(ev + 1, 0, size - sizeof(*ev));
     if (call) {
         ev->t = c->t0;
         ev->tid = shp_tid();
@@ -625,8 +637,10 @@ void shp_enter(struct shp_call *c)
         ev->flags = p.flags;
         ev->stack = p.stack;
         ev->group = tls_group;
+        ev->result = 0;
         ev->device = -1;
         ev->dur = SHP_DUR_PENDING;
+        ev->out = 0;
         ev->aux[0] = ev->aux[1] = -1;
     } else {
         fill_ev(ev, c, 0);
@@ -688,12 +702,8 @@ static void init_all_done(struct shp_call *c, int result)
         struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
         if (!r)
             continue;
-        memset((char *)r + sizeof(r->ev.h), 0, sizeof(*r) - sizeof(r->ev.h));
         fill_ev(&r->ev, c, 0);
-        r->id = id;
-        r->rank = i;
-        r->nranks = c->nranks;
-        r->kind = SHP_COMM_INIT;
+        comm_body(r, id, i, c->nranks);
         shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
         shp_rec_complete(&r->ev, result, dev, (uint64_t)(uintptr_t)comm, i, c->nranks,
                          shp_clock_now() - c->t0);
@@ -704,13 +714,14 @@ static void init_all_done(struct shp_call *c, int result)
 
 void shp_leave(struct shp_call *c, int result)
 {
+    if (c->head) {
+        /* Compact: the device was taken at entry, the communicator's is its record's. A clock
+         * read and a store call nothing and set no errno: no guard, nothing to restore. */
+        shp_rec_done(c->head, result, shp_clock_now() - c->t0);
+        return;
+    }
     int saved = shp_own_enter();
     uint64_t dur = shp_clock_now() - c->t0;
-    if (c->head) {
-        /* Compact: the device was taken at entry, the communicator's is its record's. */
-        shp_rec_done(c->head, result, dur);
-        goto out;
-    }
     int device = -1;
     uint64_t out = 0;
     int aux0 = -1, aux1 = -1;
@@ -783,7 +794,6 @@ void shp_leave(struct shp_call *c, int result)
         shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
     if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
         comm_indexed(c->cstate, c->ev);
-out:
     shp_own_leave(saved);
 }
 

@@ -47,7 +47,9 @@
     static __attribute__((noinline)) SHP_RET_##lib name##_rec##slot_ params                        \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
-        struct shp_call c = {.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};   \
+        struct shp_call c; /* the description whole, the recorder's part left to shp_enter */      \
+        c.d =                                                                                      \
+            (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
         if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
             if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \

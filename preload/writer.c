@@ -111,6 +111,8 @@ static int grow(uint64_t need)
         rc = -EBADF;
     } else if (need > have) {
         uint64_t chunk = have < CHUNK_MIN ? CHUNK_MIN : have > CHUNK_MAX ? CHUNK_MAX : have;
+        if (shp_cfg.growth == SHP_GROWTH_LARGE)
+            chunk = CHUNK_MAX;
         uint64_t want = need + chunk;
         if (want > w.map_len)
             want = w.map_len;
@@ -258,7 +260,11 @@ static int open_file(void)
     w.ino = st.st_ino;
     w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
     w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
-    uint64_t first = shp_cfg.growth == SHP_GROWTH_FULL ? w.map_len : CHUNK_MIN;
+    uint64_t first = shp_cfg.growth == SHP_GROWTH_FULL    ? w.map_len
+                     : shp_cfg.growth == SHP_GROWTH_LARGE ? CHUNK_MAX
+                                                          : CHUNK_MIN;
+    if (first > w.map_len)
+        first = w.map_len;
     int e = posix_fallocate(fd, 0, (off_t)first);
     if (e != 0) {
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
