@@ -71,6 +71,28 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
         printf("%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
 }
 
+/* Every culprit's rank in the finding's communicator, where its calls say it. */
+static void fill_comm_ranks(struct an_ctx *ctx)
+{
+    for (size_t i = 0; i < ctx->findings.n; i++)
+        an_finding_comm_ranks(ctx, &ctx->findings.v[i]);
+}
+
+/* "rank 5 is rank 1 of communicator 1234abcd, ..." for the culprits whose two ranks differ;
+ * nothing when none does. */
+static void print_comm_ranks(const struct an_finding *f)
+{
+    bool any = false;
+    for (int i = 0; i < f->nranks; i++) {
+        if (f->comm_ranks[i] < 0 || f->comm_ranks[i] == f->ranks[i])
+            continue;
+        printf("%s%d is rank %d", any ? ", " : "  (global rank ", f->ranks[i], f->comm_ranks[i]);
+        any = true;
+    }
+    if (any)
+        printf(" of communicator %.8" PRIx64 ")\n", f->comm >> 32);
+}
+
 void an_report_text(struct an_ctx *ctx, bool color)
 {
     const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "",
@@ -101,6 +123,7 @@ void an_report_text(struct an_ctx *ctx, bool color)
                 printf(" none\n");
         }
     }
+    fill_comm_ranks(ctx);
     const struct an_finding *first = an_findings_nth(&ctx->findings, 0);
     if (!first) {
         printf("\nno findings: the ranks agree on every collective and send/receive, and every "
@@ -109,6 +132,7 @@ void an_report_text(struct an_ctx *ctx, bool color)
     }
     printf("\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red, an_kind_names[first->kind],
            off, first->error ? "error" : "warning", first->summary);
+    print_comm_ranks(first);
     if (first->nevents) {
         printf("  diverging call%s:\n", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++) {
@@ -176,8 +200,40 @@ static void json_ref(struct an_ctx *ctx, const struct an_ref *r)
     shp_event_json(stdout, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
 }
 
+/* A finding's event: dump's keys, then "label", what the event is to the finding (null for a
+ * plain diverging call). The event's object is closed here, after the label. */
+static void json_event(struct an_ctx *ctx, const struct an_ref *r, const char *label)
+{
+    struct shp_event e;
+    if (!an_decode(ctx, r, &e)) {
+        fputs("null", stdout);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (mem) {
+        shp_event_json(mem, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+        fclose(mem);
+    }
+    if (!mem || !buf || len < 2 || buf[len - 1] != '}') {
+        free(buf);
+        json_ref(ctx, r);
+        return;
+    }
+    fwrite(buf, 1, len - 1, stdout);
+    free(buf);
+    fputs(",\"label\":", stdout);
+    if (label)
+        shp_json_str(stdout, label);
+    else
+        fputs("null", stdout);
+    fputc('}', stdout);
+}
+
 void an_report_json(struct an_ctx *ctx)
 {
+    fill_comm_ranks(ctx);
     printf("{\"version\":1,\"processes\":[");
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
@@ -224,7 +280,7 @@ void an_report_json(struct an_ctx *ctx)
         for (int i = 0; i < f->nevents; i++) {
             if (i)
                 fputc(',', stdout);
-            json_ref(ctx, &f->events[i]);
+            json_event(ctx, &f->events[i], f->labels[i]);
         }
         printf("],\"lineage\":[");
         for (int i = 0; i < f->nlineage; i++) {
@@ -237,7 +293,13 @@ void an_report_json(struct an_ctx *ctx)
             json_ref(ctx, &f->expected);
         else
             printf("null");
-        printf(",\"consequences\":%" PRIu64 "}", f->consequences);
+        printf(",\"consequences\":%" PRIu64 ",\"comm_ranks\":[", f->consequences);
+        for (int i = 0; i < f->nranks; i++)
+            if (f->comm_ranks[i] >= 0)
+                printf("%s%d", i ? "," : "", f->comm_ranks[i]);
+            else
+                printf("%snull", i ? "," : "");
+        printf("]}");
     }
     printf("],\"first\":");
     /* Findings are printed in causal order, so the first is at index 0. */
