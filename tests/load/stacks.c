@@ -39,11 +39,13 @@ NOINLINE static void decode_step(cudaGraphExec_t exec, cudaStream_t s)
 }
 
 /* Capture one graph per bucket with `capture`, then replay one a step; the culprit rank of a
- * planted run replays bucket 1 at step 3. */
+ * planted run replays bucket 1 at step 3. With `stamp`, rank 0 writes the step's number into
+ * buf before each launch and, on a clean run, every other rank checks that the replays carried
+ * it to its buf: on the doubles too, a launch moves what its graph captured. */
 static void replay_buckets(ncclComm_t comm, void *buf,
                            void (*capture)(ncclComm_t, cudaStream_t, void *, size_t,
                                            cudaGraphExec_t *),
-                           int culprit)
+                           int culprit, bool stamp)
 {
     cudaStream_t s;
     cudaGraphExec_t exec[4];
@@ -54,13 +56,25 @@ static void replay_buckets(ncclComm_t comm, void *buf,
         int b = step % 4;
         if (planted && step == 2 && rank == culprit)
             b = 1; /* this rank's batch fell into another bucket */
+        int mark = step + 1, got = 0;
+        if (stamp && rank == 0)
+            EX_CHECK(cudaMemcpy(buf, &mark, sizeof(mark), cudaMemcpyHostToDevice));
         decode_step(exec[b], s);
+        if (stamp && rank > 0 && !planted) {
+            EX_CHECK(cudaMemcpy(&got, buf, sizeof(got), cudaMemcpyDeviceToHost));
+            if (got != mark) {
+                fprintf(stderr, "rank %d: step %d received %d, not %d\n", rank, mark, got, mark);
+                exit(1);
+            }
+        }
     }
+    if (stamp && rank > 0 && !planted)
+        printf("rank %d: the replays carried every step's data\n", rank);
 }
 
 static void graph_buckets(ncclComm_t comm, void *buf)
 {
-    replay_buckets(comm, buf, capture_bucket, 2);
+    replay_buckets(comm, buf, capture_bucket, 2, false);
 }
 
 /* vLLM data parallel: the ranks agree on the padded token count, then run the graph of its
@@ -106,7 +120,7 @@ NOINLINE static void capture_stage(ncclComm_t comm, cudaStream_t s, void *buf, s
 
 static void pp_graph(ncclComm_t comm, void *buf)
 {
-    replay_buckets(comm, buf, capture_stage, world - 1);
+    replay_buckets(comm, buf, capture_stage, world - 1, true);
 }
 
 /* vLLM decode graphs write the batch's hidden states into a static output buffer, as many
