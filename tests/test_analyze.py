@@ -425,8 +425,10 @@ STACKS_CASES = {
     "pp_graph": ("p2p_size_mismatch", [2, 3], 2, "capture_stage"),    # vLLM PP in decode graphs
     "replay_output": ("stale_read", [1], None, "take_rows"),          # graph output, stale rows
     "replay_shapes": ("expectation_violation", [2], None, "capture_output"),  # in a replay
+    "graph_gathered": ("shape_mismatch", [0], None, "cut_rows"),     # gathered in a graph
 }
-STACKS_DIMS = {"gathered": ["hidden=512"], "replay_output": ["hidden=256"]}
+STACKS_DIMS = {"gathered": ["hidden=512"], "replay_output": ["hidden=256"],
+               "graph_gathered": ["hidden=512"]}
 STACKS_EXPECT = {"replay_shapes": {
     "dims": {"hidden": 256},
     "expect": [{"name": "the decode graph writes whole hidden rows",
@@ -440,6 +442,8 @@ STACKS_REPLAY = {
                       "left by replay 2 of the graph"],
     "replay_shapes": ["in replay 3 of the graph launched at decode_step (",
                       "(1 of 24 matching calls violate it)"],  # checked at each replay
+    "graph_gathered": ["written in replay 1 of the graph launched at decode_step (",
+                       "(captured at capture_gather ("],
 }
 
 

@@ -446,6 +446,31 @@ static void gathered(ncclComm_t comm, void *buf)
         cut_rows(out, host, 4 * world);
 }
 
+/* The same in graph mode: the decode graph all-gathers the hidden states; after each of its two
+ * replays rank 0 cuts them per row (the planted consumer, half rows: found in replay 1). */
+NOINLINE static void capture_gather(cudaStream_t s, ncclComm_t comm, void *buf, char *out,
+                                    cudaGraphExec_t *exec)
+{
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(ncclAllGather(buf, out, 4 * 512, ncclBfloat16, comm, s));
+    instantiate_capture(s, exec);
+}
+
+static void graph_gathered(ncclComm_t comm, void *buf)
+{
+    static char host[16 * 1024];
+    char *out = (char *)buf + 8192;
+    cudaStream_t s;
+    cudaGraphExec_t exec;
+    EX_CHECK(cudaStreamCreate(&s));
+    capture_gather(s, comm, buf, out, &exec);
+    for (int step = 0; step < 2; step++) {
+        decode_step(exec, s);
+        if (rank == 0)
+            cut_rows(out, host, 4 * world);
+    }
+}
+
 struct pattern {
     const char *name;
     void (*run)(ncclComm_t comm, void *buf);
@@ -470,6 +495,7 @@ static const struct pattern patterns[] = {
     {"pp_graph", pp_graph},
     {"replay_output", replay_output},
     {"replay_shapes", replay_shapes},
+    {"graph_gathered", graph_gathered},
 };
 
 int main(int argc, char **argv)

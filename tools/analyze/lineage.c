@@ -580,6 +580,10 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
         an_replay_note(ctx, &r->launch, r->replay, &r->ref, note, sizeof(note));
         snprintf(f->summary + l, sizeof(f->summary) - l, "; written in %s", note);
     }
+    if (r->launch.rec && f->nevents < AN_MAX_EVENTS) {
+        f->labels[f->nevents] = "the graph launch that executed the producer";
+        f->events[f->nevents++] = r->launch;
+    }
 }
 
 /* The region's last bytes are gone: judge its readers and reuse its slot. */
