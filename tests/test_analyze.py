@@ -34,10 +34,12 @@ def gen(name, nranks, nevents, *diverge):
     return d
 
 
-def analyze(*paths, dims=()):
+def analyze(*paths, dims=(), expect=None):
     args = [TOOL, "analyze", "--json"]
     for d in dims:
         args += ["--dim", d]
+    if expect:
+        args += ["--expect", expect]
     p = run(args + list(paths))
     report = json.loads(p.stdout)
     assert p.returncode == (1 if report["findings"] else 0), p.returncode
@@ -420,8 +422,32 @@ STACKS_CASES = {
     "pipeline": ("p2p_size_mismatch", [1, 2], 0, "stage_send"),       # torch pipeline stage
     "stall": ("missing_collective", [3], 2, "worker_step"),           # a rank that stops
     "gathered": ("shape_mismatch", [0], None, "cut_rows"),            # rows of an all-gather
+    "pp_graph": ("p2p_size_mismatch", [2, 3], 2, "capture_stage"),    # vLLM PP in decode graphs
+    "replay_output": ("stale_read", [1], None, "take_rows"),          # graph output, stale rows
+    "replay_shapes": ("expectation_violation", [2], None, "capture_output"),  # in a replay
+    "graph_gathered": ("shape_mismatch", [0], None, "cut_rows"),     # gathered in a graph
 }
-STACKS_DIMS = {"gathered": ["hidden=512"]}
+STACKS_DIMS = {"gathered": ["hidden=512"], "replay_output": ["hidden=256"],
+               "graph_gathered": ["hidden=512"]}
+STACKS_EXPECT = {"replay_shapes": {
+    "dims": {"hidden": 256},
+    "expect": [{"name": "the decode graph writes whole hidden rows",
+                "match": {"op": "cudaMemcpyAsync", "site": "capture_output"},
+                "shape": ["*", "hidden"], "dtype": "bf16"}]}}
+# what the planted run's first summary must say about the replay it happened in
+STACKS_REPLAY = {
+    "pp_graph": ["in replay 3 of the graph launched at decode_step (",
+                 "(captured at capture_stage ("],
+    "replay_output": ["of which replay 4 of the graph launched at decode_step (",
+                      "left by replay 2 of the graph"],
+    "replay_shapes": ["in replay 3 of the graph launched at decode_step (",
+                      "(1 of 24 matching calls violate it)"],  # checked at each replay
+    "graph_gathered": ["written in replay 1 of the graph launched at decode_step (",
+                       "(captured at capture_gather ("],
+}
+
+
+STACKS_OUT = {}  # (pattern, variant): the ranks' stdout
 
 
 def run_stacks(pattern, variant):
@@ -429,22 +455,43 @@ def run_stacks(pattern, variant):
     e = env()
     e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
     n = "8" if pattern == "megatron" else "4"
-    subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
-                    f"{T}/stacks", pattern, variant], capture_output=True, text=True,
-                   timeout=120, env=e)
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
+                        f"{T}/stacks", pattern, variant], capture_output=True, text=True,
+                       timeout=120, env=e)
+    STACKS_OUT[(pattern, variant)] = p.stdout
     return d
 
 
 def test_stack_patterns():
     for pattern, (kind, culprits, seq, site) in STACKS_CASES.items():
         dims = STACKS_DIMS.get(pattern, [])
-        r, _ = analyze(run_stacks(pattern, "clean"), dims=dims)
+        expect = None
+        if pattern in STACKS_EXPECT:
+            expect = os.path.join(TMP, pattern + ".expect.json")
+            with open(expect, "w") as f:
+                json.dump(STACKS_EXPECT[pattern], f)
+        r, p = analyze(run_stacks(pattern, "clean"), dims=dims, expect=expect)
         assert r["findings"] == [], (pattern, [x["summary"] for x in r["findings"]])
+        assert "matched no call" not in p.stderr, (pattern, p.stderr)
         d = run_stacks(pattern, "planted")
-        r, _ = analyze(d, dims=dims)
+        r, _ = analyze(d, dims=dims, expect=expect)
         f = first(r)
         assert (f["kind"], f["ranks"], f["seq"]) == (kind, culprits, seq), (pattern, f["summary"])
         assert frames(f["events"][0])[0].startswith(site + " ("), (pattern, frames(f["events"][0]))
+        for text in STACKS_REPLAY.get(pattern, []):
+            assert text in f["summary"], (pattern, text, f["summary"])
+        if pattern in STACKS_REPLAY:
+            launch = [e for e in f["events"] if e["op"] == "cudaGraphLaunch"]
+            assert launch and frames(launch[0])[0].startswith("decode_step ("), f["events"]
+            assert all(e["label"] for e in launch), launch
+        if pattern == "pp_graph":
+            # the doubles replay what a graph captured: rank 0's data reached every stage
+            out = STACKS_OUT[(pattern, "clean")]
+            assert out.count("the replays carried every step's data") == 3, out
+        if pattern == "megatron":
+            # the pipeline group's ranks 0 and 1 are global ranks 1 and 5
+            assert f["comm_ranks"] == [0, 1], f
+            assert "rank 1 (comm rank 0) sent" in f["summary"], f["summary"]
         if pattern in ("graph_buckets", "dp_padding"):
             # the replay is named: its number, the launch's call site, the captured call's
             assert "in replay " in f["summary"] and "decode_step (" in f["summary"], f["summary"]
@@ -456,8 +503,23 @@ def test_stack_patterns():
             kinds = [x["kind"] for x in r["findings"]]
             assert kinds == ["p2p_size_mismatch", "p2p_unmatched"], kinds
         if pattern == "stall":
-            # its last call on the finding's communicator first, then its last call overall
+            # its last call on the finding's communicator first, then its last call overall,
+            # each labelled in --json as in the text report
             assert f["events"][0]["comm"] == f["comm"] and f["events"][1]["comm"] != f["comm"]
+            labels = [e["label"] for e in f["events"]]
+            assert labels == ["its last call on this communicator", "its last call"], labels
+        if pattern == "graph_buckets":
+            assert [e["label"] for e in f["events"]][:1] == [None], f["events"]
+
+
+def test_global_ranks_in_p2p_findings():
+    """A finding on a split communicator names global ranks, with the comm ranks beside."""
+    d = os.path.join(TMP, "stacks-megatron-planted")
+    if not os.path.isdir(d):
+        d = run_stacks("megatron", "planted")
+    p = run([TOOL, "analyze", d])
+    assert "(global rank 1 is rank 0, 5 is rank 1 of communicator " in p.stdout, p.stdout
+    assert "first: p2p_size_mismatch" in p.stdout and "ranks 1,5" in p.stdout, p.stdout
 
 
 def test_root_only_buffers_in_dump():

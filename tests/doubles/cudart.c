@@ -45,6 +45,22 @@ struct obj {
 
 enum capture_state { CAPTURE_NONE, CAPTURE_ACTIVE, CAPTURE_INVALIDATED };
 
+/* One piece of work captured into a graph: an async copy, or a host function
+ * (cudaLaunchHostFunc, which is how the NCCL double captures its calls). */
+struct node {
+    cudaHostFn_t fn; /* NULL for a copy */
+    void *data;
+    void *dst;
+    const void *src;
+    size_t dpitch, spitch, width, height;
+    enum cudaMemcpyKind kind;
+};
+
+struct nodes {
+    struct node *v;
+    size_t n, cap;
+};
+
 struct CUstream_st {
     struct obj obj;
     unsigned int flags;
@@ -53,6 +69,7 @@ struct CUstream_st {
     enum capture_state capture;
     enum cudaStreamCaptureMode mode;
     pthread_t capturer;
+    struct nodes captured; /* what the capture holds so far */
 };
 
 struct CUevent_st {
@@ -63,11 +80,13 @@ struct CUevent_st {
 struct CUgraph_st {
     struct obj obj;
     unsigned long long id;
+    struct nodes nodes;
 };
 
 struct CUgraphExec_st {
     struct obj obj;
     unsigned long long graph_id;
+    struct nodes nodes; /* its own copy, as CUDA's executable is a snapshot of the graph */
 };
 
 static struct obj *registry;
@@ -536,8 +555,8 @@ static bool pitched_extent(size_t pitch, size_t width, size_t height, size_t *ou
  * memory the kind names (device = a live cudaMalloc allocation; host = anything else that is not
  * ours, or pinned memory), as the runtime checks under unified addressing; cudaMemcpyDefault
  * infers it. Neither side may run past the end of the allocation it starts in. */
-static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                           size_t height, enum cudaMemcpyKind kind)
+static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                             size_t height, enum cudaMemcpyKind kind, bool move)
 {
     bool dst_dev = false, src_dev = false;
     size_t dext, sext;
@@ -576,6 +595,8 @@ static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
     if (kind != cudaMemcpyDefault &&
         ((dm == MEM_DEVICE) != dst_dev || (sm == MEM_DEVICE) != src_dev))
         return cudaErrorInvalidValue;
+    if (!move)
+        return cudaSuccess;
     driver_copy_fn drv = driver_copy();
     for (size_t row = 0; row < height; row++) {
         char *d = (char *)dst + row * dpitch;
@@ -587,6 +608,15 @@ static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
     }
     return cudaSuccess;
 }
+
+static cudaError_t copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                           size_t height, enum cudaMemcpyKind kind)
+{
+    return copy_rows(dst, dpitch, src, spitch, width, height, kind, true);
+}
+
+static bool capture_node(cudaStream_t stream, bool per_thread, const struct node *n,
+                         cudaError_t *e);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
@@ -603,8 +633,18 @@ static cudaError_t copy_async(void *dst, size_t dpitch, const void *src, size_t 
                               cudaStream_t stream, bool per_thread)
 {
     cudaError_t e = check_stream(stream, per_thread);
+    struct node n = {.dst = dst,
+                     .src = src,
+                     .dpitch = dpitch,
+                     .spitch = spitch,
+                     .width = width,
+                     .height = height,
+                     .kind = kind};
 
+    /* Checked now, as CUDA checks a captured copy's arguments; moved at each launch. */
     if (e == cudaSuccess)
+        e = copy_rows(dst, dpitch, src, spitch, width, height, kind, false);
+    if (e == cudaSuccess && !capture_node(stream, per_thread, &n, &e))
         e = copy_2d(dst, dpitch, src, spitch, width, height, kind);
     return status(e);
 }
@@ -834,8 +874,55 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 /* ---- capture and graphs ---------------------------------------------------------------------- */
 
-/* Work issued while a stream captures runs at once, as outside a capture, and a launched graph
- * replays nothing: tests see the calls a real capture makes, and the data of one execution. */
+/* As in CUDA, an async copy or a host function issued on a capturing stream runs nothing then:
+ * it becomes a node of the capture's graph, and runs at each launch of an exec of that graph,
+ * in capture order. Synchronous copies still run at once (CUDA would refuse some of them). */
+
+static void free_nodes(struct nodes *ns)
+{
+    free(ns->v);
+    *ns = (struct nodes){0};
+}
+
+/* Under the lock. */
+static bool add_node(struct nodes *ns, const struct node *n)
+{
+    if (ns->n == ns->cap) {
+        size_t cap = ns->cap ? ns->cap * 2 : 8;
+        struct node *v = realloc(ns->v, cap * sizeof(*v));
+        if (!v)
+            return false;
+        ns->v = v;
+        ns->cap = cap;
+    }
+    ns->v[ns->n++] = *n;
+    return true;
+}
+
+/* Whether stream is capturing; if it is, n joins its capture (*e: an error, or unchanged). */
+static bool capture_node(cudaStream_t stream, bool per_thread, const struct node *n, cudaError_t *e)
+{
+    pthread_mutex_lock(&lock);
+    struct CUstream_st *s = resolve_stream(stream, per_thread);
+    bool capturing = s && s->capture == CAPTURE_ACTIVE;
+    if (capturing && !add_node(&s->captured, n))
+        *e = cudaErrorMemoryAllocation;
+    pthread_mutex_unlock(&lock);
+    return capturing;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
+{
+    cudaError_t e = check_stream(stream, false);
+    struct node n = {.fn = fn, .data = userData};
+
+    if (e == cudaSuccess && !fn)
+        e = cudaErrorInvalidValue;
+    if (e == cudaSuccess && !capture_node(stream, false, &n, &e))
+        fn(userData); /* nothing is pending: the stream's work is done */
+    return status(e);
+}
+
 static cudaError_t begin_capture(cudaStream_t stream, enum cudaStreamCaptureMode mode,
                                  bool per_thread)
 {
@@ -857,6 +944,7 @@ static cudaError_t begin_capture(cudaStream_t stream, enum cudaStreamCaptureMode
         s->capture = CAPTURE_ACTIVE;
         s->mode = mode;
         s->capturer = pthread_self();
+        free_nodes(&s->captured);
     }
     pthread_mutex_unlock(&lock);
     return status(e);
@@ -892,11 +980,14 @@ static cudaError_t end_capture(cudaStream_t stream, cudaGraph_t *pGraph, bool pe
         e = cudaErrorStreamCaptureWrongThread;
     } else if (s->capture == CAPTURE_INVALIDATED) {
         s->capture = CAPTURE_NONE;
+        free_nodes(&s->captured);
         e = cudaErrorStreamCaptureInvalidated;
     } else if (!(g = calloc(1, sizeof(*g)))) {
         e = cudaErrorMemoryAllocation;
     } else {
         s->capture = CAPTURE_NONE;
+        g->nodes = s->captured;
+        s->captured = (struct nodes){0};
         g->id = next_graph_id++;
         register_obj(&g->obj, OBJ_GRAPH);
         *pGraph = g;
@@ -961,7 +1052,12 @@ static cudaError_t instantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph)
     pthread_mutex_lock(&lock);
     if (!live_obj(graph, OBJ_GRAPH)) {
         e = cudaErrorInvalidValue;
+    } else if (graph->nodes.n && !(x->nodes.v = malloc(graph->nodes.n * sizeof(struct node)))) {
+        e = cudaErrorMemoryAllocation;
     } else {
+        if (graph->nodes.n)
+            memcpy(x->nodes.v, graph->nodes.v, graph->nodes.n * sizeof(struct node));
+        x->nodes.n = x->nodes.cap = graph->nodes.n;
         x->graph_id = graph->id;
         register_obj(&x->obj, OBJ_EXEC);
         *pGraphExec = x;
@@ -986,9 +1082,12 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph
     return instantiate(pGraphExec, graph);
 }
 
+/* Runs the exec's nodes in capture order, outside the lock: a host function may call the
+ * runtime. A copy that fails stops the launch with its error. */
 static cudaError_t graph_launch(cudaGraphExec_t graphExec, cudaStream_t stream, bool per_thread)
 {
     cudaError_t e = cudaSuccess;
+    struct nodes ns = {0};
 
     if (!graphExec)
         return status(cudaErrorInvalidValue);
@@ -997,7 +1096,16 @@ static cudaError_t graph_launch(cudaGraphExec_t graphExec, cudaStream_t stream, 
         e = cudaErrorInvalidValue;
     else if (!resolve_stream(stream, per_thread))
         e = cudaErrorInvalidResourceHandle;
+    else
+        ns = graphExec->nodes;
     pthread_mutex_unlock(&lock);
+    for (size_t i = 0; e == cudaSuccess && i < ns.n; i++) {
+        const struct node *n = &ns.v[i];
+        if (n->fn)
+            n->fn(n->data);
+        else
+            e = copy_2d(n->dst, n->dpitch, n->src, n->spitch, n->width, n->height, n->kind);
+    }
     return status(e);
 }
 
@@ -1020,6 +1128,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
     pthread_mutex_unlock(&lock);
     if (!found)
         return status(cudaErrorInvalidValue);
+    free_nodes(&graphExec->nodes);
     free(graphExec);
     return cudaSuccess;
 }
@@ -1033,6 +1142,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph)
     pthread_mutex_unlock(&lock);
     if (!found)
         return status(cudaErrorInvalidValue);
+    free_nodes(&graph->nodes);
     free(graph);
     return cudaSuccess;
 }

@@ -464,6 +464,7 @@ struct op {
     ncclComm_t child; /* split, shrink in a group: the comm already handed out in *newcomm */
     const char *fn;   /* the API name when ops[kind].name is not it (the ncclCommInitRank family) */
     bool matched;
+    cudaStream_t stream; /* collectives and p2p: a capturing stream records the call (below) */
 };
 
 /* A set of calls that run together: a collective's calls by rank, a split's or shrink's by rank
@@ -2248,6 +2249,97 @@ static ncclResult_t note(ncclResult_t r)
     return r;
 }
 
+/* ---- CUDA graphs: a call on a capturing stream runs at each launch, not at capture ---- */
+
+/* The calls of one capture, run together at each launch: one call, or a group's calls on
+ * capturing streams. Never freed (a graph may be launched until the process ends), and kept
+ * on one list so that they stay reachable. */
+struct captured {
+    struct captured *next;
+    size_t n;
+    struct op ops[];
+};
+
+static struct captured *all_captured;
+static pthread_mutex_t captured_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static _Thread_local struct op *cqueue;
+static _Thread_local size_t cqueue_len;
+static _Thread_local size_t cqueue_cap;
+
+/* Whether stream is being captured, asked of whichever libcudart is loaded (looked up at run
+ * time, as current_device does). */
+static bool capturing(cudaStream_t stream)
+{
+    __typeof__(&cudaStreamIsCapturing) is =
+        (__typeof__(&cudaStreamIsCapturing))dlsym(RTLD_DEFAULT, "cudaStreamIsCapturing");
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+
+    return stream && is && is(stream, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive;
+}
+
+/* A launch: the calls go through as if issued now, as one group. Errors have been reported by
+ * the calls themselves (a timeout's warning); a host function has no one to return them to. */
+static void CUDART_CB replay_calls(void *data)
+{
+    const struct captured *c = data;
+    ncclResult_t r = ncclSuccess;
+
+    group_depth++;
+    for (size_t i = 0; i < c->n && r == ncclSuccess; i++) {
+        struct op op = c->ops[i];
+        op.stream = NULL;
+        if ((r = check_usable(op.comm, ops[op.kind].name)) == ncclSuccess)
+            r = submit(&op);
+    }
+    if (--group_depth > 0)
+        return;
+    if (r == ncclSuccess) {
+        flush();
+    } else {
+        clear_queue();
+        drop_xqueue(r);
+        release_queues();
+    }
+}
+
+/* Hands ops[0..n) to the capture of stream as one host node. */
+static ncclResult_t capture_calls(cudaStream_t stream, const struct op *o, size_t n)
+{
+    __typeof__(&cudaLaunchHostFunc) launch =
+        (__typeof__(&cudaLaunchHostFunc))dlsym(RTLD_DEFAULT, "cudaLaunchHostFunc");
+    struct captured *c = malloc(sizeof(*c) + n * sizeof(*o));
+
+    if (!c)
+        return no_memory("capture");
+    c->n = n;
+    memcpy(c->ops, o, n * sizeof(*o));
+    if (!launch || launch(stream, replay_calls, c) != cudaSuccess) {
+        free(c);
+        return fail(ncclUnhandledCudaError, "%s : cudaLaunchHostFunc on a capturing stream failed",
+                    ops[o->kind].name);
+    }
+    pthread_mutex_lock(&captured_lock);
+    c->next = all_captured;
+    all_captured = c;
+    pthread_mutex_unlock(&captured_lock);
+    return ncclSuccess;
+}
+
+/* The outermost group's end: its calls on capturing streams become one node of the capture of
+ * the first one's stream. */
+static ncclResult_t flush_captured(void)
+{
+    ncclResult_t r = ncclSuccess;
+
+    if (cqueue_len)
+        r = capture_calls(cqueue[0].stream, cqueue, cqueue_len);
+    free(cqueue);
+    cqueue = NULL;
+    cqueue_len = cqueue_cap = 0;
+    return r;
+}
+
 NCCL_API(ncclResult_t, ncclGroupStart, void)
 {
     group_depth++;
@@ -2265,12 +2357,16 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void)
     if (group_error != ncclSuccess) {
         r = group_error;
         group_error = ncclSuccess;
+        free(cqueue);
+        cqueue = NULL;
+        cqueue_len = cqueue_cap = 0;
         clear_queue();
         drop_xqueue(r);
         release_queues();
         return r;
     }
-    return flush();
+    r = flush_captured();
+    return r == ncclSuccess ? flush() : r;
 }
 
 /* ---- collectives and p2p --------------------------------------------------------------------- */
@@ -2317,7 +2413,10 @@ static ncclResult_t call(const struct op *op)
 {
     ncclResult_t r = check_args(op);
 
-    if (r == ncclSuccess)
+    if (r == ncclSuccess && capturing(op->stream))
+        r = group_depth ? push(&cqueue, &cqueue_len, &cqueue_cap, op)
+                        : capture_calls(op->stream, op, 1);
+    else if (r == ncclSuccess)
         r = submit(op);
     return note(r);
 }
@@ -2325,9 +2424,9 @@ static ncclResult_t call(const struct op *op)
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_ALL_REDUCE,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2338,9 +2437,9 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_BROADCAST,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2359,9 +2458,9 @@ NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datat
 NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_REDUCE,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2373,9 +2472,9 @@ NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_ALL_GATHER,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = sendcount,
@@ -2385,9 +2484,9 @@ NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_REDUCE_SCATTER,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = recvcount,
@@ -2398,9 +2497,9 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_ALLTOALL,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2410,9 +2509,9 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_GATHER,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2423,9 +2522,9 @@ NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t 
 NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_SCATTER,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .recvbuff = recvbuff,
                              .count = count,
@@ -2436,9 +2535,9 @@ NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t
 NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
          int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_SEND,
                              .comm = comm,
+                             .stream = stream,
                              .sendbuff = sendbuff,
                              .count = count,
                              .dtype = datatype,
@@ -2448,9 +2547,9 @@ NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataTyp
 NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     return call(&(struct op){.kind = OP_RECV,
                              .comm = comm,
+                             .stream = stream,
                              .recvbuff = recvbuff,
                              .count = count,
                              .dtype = datatype,

@@ -17,14 +17,20 @@ static int rank, world;
 
 static const size_t buckets[] = {1, 2, 4, 8};
 
+/* The end of each capture below: the graph, instantiated. */
+static void instantiate_capture(cudaStream_t s, cudaGraphExec_t *exec)
+{
+    cudaGraph_t g;
+    EX_CHECK(cudaStreamEndCapture(s, &g));
+    EX_CHECK(cudaGraphInstantiate(exec, g, 0));
+}
+
 NOINLINE static void capture_bucket(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
                                     cudaGraphExec_t *exec)
 {
-    cudaGraph_t g;
     EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     EX_CHECK(ncclAllReduce(buf, buf, tokens * 256, ncclBfloat16, ncclSum, comm, s));
-    EX_CHECK(cudaStreamEndCapture(s, &g));
-    EX_CHECK(cudaGraphInstantiate(exec, g, 0));
+    instantiate_capture(s, exec);
 }
 
 NOINLINE static void decode_step(cudaGraphExec_t exec, cudaStream_t s)
@@ -32,19 +38,43 @@ NOINLINE static void decode_step(cudaGraphExec_t exec, cudaStream_t s)
     EX_CHECK(cudaGraphLaunch(exec, s));
 }
 
-static void graph_buckets(ncclComm_t comm, void *buf)
+/* Capture one graph per bucket with `capture`, then replay one a step; the culprit rank of a
+ * planted run replays bucket 1 at step 3. With `stamp`, rank 0 writes the step's number into
+ * buf before each launch and, on a clean run, every other rank checks that the replays carried
+ * it to its buf: on the doubles too, a launch moves what its graph captured. */
+static void replay_buckets(ncclComm_t comm, void *buf,
+                           void (*capture)(ncclComm_t, cudaStream_t, void *, size_t,
+                                           cudaGraphExec_t *),
+                           int culprit, bool stamp)
 {
     cudaStream_t s;
     cudaGraphExec_t exec[4];
     EX_CHECK(cudaStreamCreate(&s));
     for (int b = 0; b < 4; b++)
-        capture_bucket(comm, s, buf, buckets[b], &exec[b]);
+        capture(comm, s, buf, buckets[b], &exec[b]);
     for (int step = 0; step < 6; step++) {
         int b = step % 4;
-        if (planted && step == 2 && rank == 2)
+        if (planted && step == 2 && rank == culprit)
             b = 1; /* this rank's batch fell into another bucket */
+        int mark = step + 1, got = 0;
+        if (stamp && rank == 0)
+            EX_CHECK(cudaMemcpy(buf, &mark, sizeof(mark), cudaMemcpyHostToDevice));
         decode_step(exec[b], s);
+        if (stamp && rank > 0 && !planted) {
+            EX_CHECK(cudaMemcpy(&got, buf, sizeof(got), cudaMemcpyDeviceToHost));
+            if (got != mark) {
+                fprintf(stderr, "rank %d: step %d received %d, not %d\n", rank, mark, got, mark);
+                exit(1);
+            }
+        }
     }
+    if (stamp && rank > 0 && !planted)
+        printf("rank %d: the replays carried every step's data\n", rank);
+}
+
+static void graph_buckets(ncclComm_t comm, void *buf)
+{
+    replay_buckets(comm, buf, capture_bucket, 2, false);
 }
 
 /* vLLM data parallel: the ranks agree on the padded token count, then run the graph of its
@@ -53,11 +83,9 @@ static void graph_buckets(ncclComm_t comm, void *buf)
 NOINLINE static void capture_dp_graph(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
                                       cudaGraphExec_t *exec)
 {
-    cudaGraph_t g;
     EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     EX_CHECK(ncclAllGather(buf, (char *)buf + 4096, tokens * 64, ncclBfloat16, comm, s));
-    EX_CHECK(cudaStreamEndCapture(s, &g));
-    EX_CHECK(cudaGraphInstantiate(exec, g, 0));
+    instantiate_capture(s, exec);
 }
 
 static void dp_padding(ncclComm_t comm, void *buf)
@@ -74,6 +102,83 @@ static void dp_padding(ncclComm_t comm, void *buf)
         int padded = step == 1 ? 6 : 4, mine = planted && rank == 3 ? tokens : padded;
         decode_step(exec[mine > 4], s);
     }
+}
+
+/* vLLM pipeline parallel in graph mode: each stage's decode graph (one per bucket) receives
+ * the activations from the previous stage and sends its own to the next, captured; only
+ * cudaGraphLaunch is called at each step. The planted last stage replays another bucket. */
+NOINLINE static void capture_stage(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
+                                   cudaGraphExec_t *exec)
+{
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    if (rank > 0)
+        EX_CHECK(ncclRecv(buf, tokens * 256, ncclBfloat16, rank - 1, comm, s));
+    if (rank < world - 1)
+        EX_CHECK(ncclSend(buf, tokens * 256, ncclBfloat16, rank + 1, comm, s));
+    instantiate_capture(s, exec);
+}
+
+static void pp_graph(ncclComm_t comm, void *buf)
+{
+    replay_buckets(comm, buf, capture_stage, world - 1, true);
+}
+
+/* vLLM decode graphs write the batch's hidden states into a static output buffer, as many
+ * rows as the bucket has; the host then takes the batch's rows (.cpu() of output[:n]). Rows of
+ * 256 bf16 (--dim hidden=256). */
+#define ROW (256 * 2)
+static const int batch[] = {3, 8, 2, 5, 1, 6}; /* tokens per step */
+
+NOINLINE static void capture_output(cudaStream_t s, char *out, const char *states, size_t rows,
+                                    size_t short_by, cudaGraphExec_t *exec)
+{
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(cudaMemcpyAsync(out, states, rows * ROW - short_by, cudaMemcpyDeviceToDevice, s));
+    instantiate_capture(s, exec);
+}
+
+NOINLINE static void take_rows(char *host, const char *out, int n, cudaStream_t s)
+{
+    EX_CHECK(cudaMemcpyAsync(host, out, (size_t)n * ROW, cudaMemcpyDeviceToHost, s));
+    EX_CHECK(cudaStreamSynchronize(s));
+}
+
+/* rounded_down: pick the bucket below the token count (the planted bug), else the one above. */
+static void decode_outputs(void *buf, bool rounded_down, size_t short_by_2)
+{
+    static char host[8 * ROW];
+    char *out = buf, *states = (char *)buf + 8 * ROW;
+    cudaStream_t s;
+    cudaGraphExec_t exec[4];
+    EX_CHECK(cudaStreamCreate(&s));
+    EX_CHECK(cudaMemcpy(states, host, sizeof(host), cudaMemcpyHostToDevice));
+    for (int b = 0; b < 4; b++)
+        capture_output(s, out, states, buckets[b], buckets[b] == 2 ? short_by_2 : 0, &exec[b]);
+    for (int step = 0; step < 6; step++) {
+        int b = 0;
+        while (b < 3 && buckets[b] < (size_t)batch[step])
+            b++;
+        if (rounded_down && step == 3 && b > 0)
+            b--;
+        decode_step(exec[b], s);
+        take_rows(host, out, batch[step], s);
+    }
+}
+
+/* Planted: rank 1 picks the graph of 4 rows for its 5 tokens at step 4; its .cpu() takes a
+ * fifth row that step 2's graph of 8 left there. */
+static void replay_output(ncclComm_t comm, void *buf)
+{
+    (void)comm;
+    decode_outputs(buf, planted && rank == 1, 0);
+}
+
+/* Planted: rank 2's graph of bucket 2 copies one element less than two whole rows; it first
+ * runs at step 3, the third replay (checked with an expectation of whole hidden rows). */
+static void replay_shapes(ncclComm_t comm, void *buf)
+{
+    (void)comm;
+    decode_outputs(buf, false, planted && rank == 2 ? 2 : 0);
 }
 
 /* vLLM pynccl: its own communicator from a unique id, all-reduces on a stream. */
@@ -198,23 +303,24 @@ static void fsdp(ncclComm_t comm, void *buf)
 
 /* ---- Megatron: TP 2 x DP 2 x PP 2 on 8 ranks; rank = pp * 4 + dp * 2 + tp ---- */
 
-NOINLINE static void pp_exchange(ncclComm_t comm, void *buf)
+/* On the pipeline group of two: stage 0 (global ranks 0-3) is rank 0 there, stage 1 rank 1. */
+NOINLINE static void pp_exchange(ncclComm_t pp, void *buf)
 {
     if (rank < 4)
-        EX_CHECK(ncclSend(buf, 2048, ncclBfloat16, rank + 4, comm, 0));
+        EX_CHECK(ncclSend(buf, 2048, ncclBfloat16, 1, pp, 0));
     else
-        EX_CHECK(
-            ncclRecv(buf, planted && rank == 5 ? 2047 : 2048, ncclBfloat16, rank - 4, comm, 0));
+        EX_CHECK(ncclRecv(buf, planted && rank == 5 ? 2047 : 2048, ncclBfloat16, 0, pp, 0));
 }
 
 static void megatron(ncclComm_t comm, void *buf)
 {
-    ncclComm_t tp, dp;
+    ncclComm_t tp, dp, pp;
     EX_CHECK(ncclCommSplit(comm, rank / 2, rank, &tp, NULL));
     EX_CHECK(ncclCommSplit(comm, (rank / 4) * 2 + rank % 2, rank, &dp, NULL));
+    EX_CHECK(ncclCommSplit(comm, rank % 4, rank, &pp, NULL));
     for (int step = 0; step < 2; step++) {
         EX_CHECK(ncclAllReduce(buf, buf, 2048, ncclBfloat16, ncclSum, tp, 0));
-        pp_exchange(comm, buf);
+        pp_exchange(pp, buf);
         EX_CHECK(ncclAllReduce((char *)buf + 8192, (char *)buf + 8192, 4096, ncclFloat32, ncclSum,
                                dp, 0));
     }
@@ -340,6 +446,31 @@ static void gathered(ncclComm_t comm, void *buf)
         cut_rows(out, host, 4 * world);
 }
 
+/* The same in graph mode: the decode graph all-gathers the hidden states; after each of its two
+ * replays rank 0 cuts them per row (the planted consumer, half rows: found in replay 1). */
+NOINLINE static void capture_gather(cudaStream_t s, ncclComm_t comm, void *buf, char *out,
+                                    cudaGraphExec_t *exec)
+{
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(ncclAllGather(buf, out, 4 * 512, ncclBfloat16, comm, s));
+    instantiate_capture(s, exec);
+}
+
+static void graph_gathered(ncclComm_t comm, void *buf)
+{
+    static char host[16 * 1024];
+    char *out = (char *)buf + 8192;
+    cudaStream_t s;
+    cudaGraphExec_t exec;
+    EX_CHECK(cudaStreamCreate(&s));
+    capture_gather(s, comm, buf, out, &exec);
+    for (int step = 0; step < 2; step++) {
+        decode_step(exec, s);
+        if (rank == 0)
+            cut_rows(out, host, 4 * world);
+    }
+}
+
 struct pattern {
     const char *name;
     void (*run)(ncclComm_t comm, void *buf);
@@ -361,6 +492,10 @@ static const struct pattern patterns[] = {
     {"pipeline", pipeline},
     {"stall", stall},
     {"gathered", gathered},
+    {"pp_graph", pp_graph},
+    {"replay_output", replay_output},
+    {"replay_shapes", replay_shapes},
+    {"graph_gathered", graph_gathered},
 };
 
 int main(int argc, char **argv)

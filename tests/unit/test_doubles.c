@@ -289,8 +289,14 @@ static void test_memset_peer_ptds(void)
     cudaFree(d2);
 }
 
+static void count_call(void *arg)
+{
+    (*(int *)arg)++;
+}
+
 static void test_streams_graphs(void)
 {
+    int host_calls = 0;
     cudaStream_t s = NULL, s2 = NULL;
     cudaEvent_t ev = NULL;
     cudaGraph_t g = NULL, g2 = (cudaGraph_t)1;
@@ -323,13 +329,23 @@ static void test_streams_graphs(void)
           "begin capture twice: illegal state");
     CHECK(cudaMemcpyAsync(host, d, 16, cudaMemcpyDeviceToHost, s) == cudaSuccess,
           "copy during capture");
+    CHECK(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 0,
+          "a host function during capture runs nothing");
+    memset(host, 0, sizeof(host));
     CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g, "end capture gives a graph");
+    CHECK(host[0] == 0, "a captured copy moves nothing at capture");
     CHECK(cudaStreamEndCapture(s, &g2) == cudaErrorIllegalState && !g2,
           "end capture when not capturing: illegal state");
     CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess && x, "instantiate");
-    CHECK(cudaGraphLaunch(x, s) == cudaSuccess && cudaGraphLaunch(x, s) == cudaSuccess &&
-              cudaGraphLaunch_ptsz(x, 0) == cudaSuccess,
-          "launch three times");
+    CHECK(cudaGraphLaunch(x, s) == cudaSuccess && !strcmp(host, "captured") && host_calls == 1,
+          "a launch runs the captured copy and host function");
+    memset(host, 0, sizeof(host));
+    CHECK(cudaGraphLaunch(x, s) == cudaSuccess && cudaGraphLaunch_ptsz(x, 0) == cudaSuccess &&
+              !strcmp(host, "captured") && host_calls == 3,
+          "launch three times: each one replays them");
+    CHECK(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 4,
+          "a host function outside a capture runs at once");
+    CHECK(cudaLaunchHostFunc(s, NULL, NULL) == cudaErrorInvalidValue, "a NULL host function");
     CHECK(cudaGraphLaunch(NULL, s) == cudaErrorInvalidValue, "launch of NULL: invalid value");
     CHECK(cudaGraphExecDestroy(x) == cudaSuccess && cudaGraphLaunch(x, s) == cudaErrorInvalidValue,
           "launch of a destroyed exec: invalid value");

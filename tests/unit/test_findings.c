@@ -137,7 +137,19 @@ static void test_naming(void)
     test_str("a rank list with more", rl, "1, 5, ...");
     test_str("kinds have their contract names", an_kind_names[AN_EXPECTATION_VIOLATION],
              "expectation_violation");
-    test_str("the last kind", an_kind_names[AN_MISSING_RANK], "missing_rank");
+    test_str("missing_rank keeps its place", an_kind_names[AN_MISSING_RANK], "missing_rank");
+    test_str("the last kind", an_kind_names[AN_STALE_READ], "stale_read");
+    test_cond("every kind has a name", an_kind_names[AN_KIND_COUNT - 1] != NULL);
+
+    /* A culprit's comm rank is kept beside its global rank, once. */
+    struct an_findings fs = {0};
+    struct an_finding *f = an_finding_add(&fs, AN_P2P_UNMATCHED, true);
+    an_finding_rank_in(f, 5, 1);
+    an_finding_rank(f, 6);
+    an_finding_rank_in(f, 5, 3);
+    test_cond("comm ranks beside global ranks",
+              f->nranks == 2 && f->comm_ranks[0] == 1 && f->comm_ranks[1] == -1);
+    an_findings_free(&fs);
 }
 
 int main(void)

@@ -17,6 +17,7 @@
 #include "tools/analyze/expect.h"
 #include "tools/analyze/load.h"
 #include "tools/analyze/pass.h"
+#include "tools/analyze/replay.h"
 #include "tools/analyze/report.h"
 
 extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers;
@@ -48,12 +49,23 @@ struct worker {
     bool started;
 };
 
-/* One process's trace, from its start, through the per-process passes. */
+/* One executed call through the per-process passes. */
+static void process_step(void *arg, struct an_step *s)
+{
+    struct worker *w = arg;
+    for (size_t k = 0; k < NPROCESS; k++)
+        if (w->state[k])
+            process_passes[k]->event(w->state[k], &w->ctx, s);
+}
+
+/* One process's trace, from its start, through the per-process passes, as the process executed
+ * it: a captured call at each launch of its graph (replay.h). */
 static void walk(struct worker *w, uint32_t proc)
 {
     struct an_ctx *ctx = &w->ctx;
     struct an_proc *p = &ctx->procs[proc];
     struct shp_cursor cur = {0}; /* its own: the merged stream may be reading p meanwhile */
+    struct an_replay replay = {0};
     uint64_t index = 0;
     unsigned type;
     size_t size;
@@ -65,10 +77,9 @@ static void walk(struct worker *w, uint32_t proc)
         e.index = index++;
         struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
         struct an_step s = {.proc = p, .e = &e, .ref = &ref};
-        for (size_t k = 0; k < NPROCESS; k++)
-            if (w->state[k])
-                process_passes[k]->event(w->state[k], ctx, &s);
+        an_replay_step(&replay, &s, process_step, w);
     }
+    an_replay_free(&replay);
     for (size_t k = 0; k < NPROCESS; k++)
         if (w->state[k] && process_passes[k]->proc_end)
             process_passes[k]->proc_end(w->state[k], ctx, p);

@@ -455,6 +455,15 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
                      x->name, op, site, count,
                      x->dtype >= 0 ? shp_dtype_name((unsigned)x->dtype) : "", count == 1 ? "" : "s",
                      have[0] ? " " : "", have, shape);
+        /* A captured call executes, and is checked, at each replay: name the first one. */
+        if (s->launch) {
+            char note[600];
+            an_replay_note(ctx, s->launch, s->replay, ref, note, sizeof(note));
+            size_t l = strlen(f->summary);
+            snprintf(f->summary + l, sizeof(f->summary) - l, ", in %s", note);
+            f->labels[f->nevents] = "the graph launch that executed it";
+            f->events[f->nevents++] = *s->launch;
+        }
     }
 }
 

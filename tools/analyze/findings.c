@@ -14,7 +14,7 @@ const char *const an_kind_names[AN_KIND_COUNT] = {
     "op_mismatch",   "count_mismatch",     "dtype_mismatch",    "redop_mismatch",
     "root_mismatch", "missing_collective", "p2p_size_mismatch", "p2p_dtype_mismatch",
     "p2p_unmatched", "buffer_overrun",     "shape_mismatch",    "expectation_violation",
-    "missing_rank",
+    "missing_rank",  "stale_read",
 };
 
 static bool reserve(struct an_findings *fs, size_t more)
@@ -42,16 +42,28 @@ struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind, boo
     f->error = error;
     f->seq = f->position = SHP_NONE;
     f->waits_on = -1;
+    for (int i = 0; i < AN_MAX_RANKS; i++)
+        f->comm_ranks[i] = -1;
     return f;
+}
+
+void an_finding_rank_in(struct an_finding *f, int rank, int comm_rank)
+{
+    for (int i = 0; i < f->nranks; i++)
+        if (f->ranks[i] == rank) {
+            if (f->comm_ranks[i] < 0)
+                f->comm_ranks[i] = comm_rank;
+            return;
+        }
+    if (f->nranks < AN_MAX_RANKS) {
+        f->comm_ranks[f->nranks] = comm_rank;
+        f->ranks[f->nranks++] = rank;
+    }
 }
 
 void an_finding_rank(struct an_finding *f, int rank)
 {
-    for (int i = 0; i < f->nranks; i++)
-        if (f->ranks[i] == rank)
-            return;
-    if (f->nranks < AN_MAX_RANKS)
-        f->ranks[f->nranks++] = rank;
+    an_finding_rank_in(f, rank, -1);
 }
 
 void an_finding_event(struct an_finding *f, const struct an_ref *ref, uint64_t t_ns)
@@ -247,4 +259,29 @@ void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len)
         shp_stacks_site(an_stacks(ctx, r->proc), e.stack, out, len);
     if (!out[0])
         snprintf(out, len, "an unknown site");
+}
+
+void an_replay_note(struct an_ctx *ctx, const struct an_ref *launch, uint64_t replay,
+                    const struct an_ref *captured, char *out, size_t len)
+{
+    char ls[256], cs[256];
+    an_site(ctx, launch, ls, sizeof(ls));
+    an_site(ctx, captured, cs, sizeof(cs));
+    snprintf(out, len, "replay %" PRIu64 " of the graph launched at %s (captured at %s)", replay,
+             ls, cs);
+}
+
+void an_finding_comm_ranks(struct an_ctx *ctx, struct an_finding *f)
+{
+    if (!f->comm)
+        return;
+    for (int k = 0; k < f->nevents; k++) {
+        struct shp_event e;
+        int g = ctx->procs[f->events[k].proc].rank;
+        if (!an_decode(ctx, &f->events[k], &e) || e.comm != f->comm || e.comm_rank < 0)
+            continue;
+        for (int i = 0; i < f->nranks; i++)
+            if (f->ranks[i] == g && f->comm_ranks[i] < 0)
+                f->comm_ranks[i] = e.comm_rank;
+    }
 }

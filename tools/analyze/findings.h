@@ -24,6 +24,7 @@ enum an_kind {
     AN_SHAPE_MISMATCH,
     AN_EXPECTATION_VIOLATION,
     AN_MISSING_RANK, /* a communicator member that no trace provides */
+    AN_STALE_READ,   /* a read past what the latest graph replay wrote into its buffer */
     AN_KIND_COUNT    /* also marks a finding dropped by an_findings_compact */
 };
 extern const char *const an_kind_names[AN_KIND_COUNT];
@@ -48,6 +49,8 @@ struct an_finding {
                                 order, replays included); SHP_NONE for other findings */
     int waits_on;            /* p2p_unmatched: the rank that never made the matching call */
     int ranks[AN_MAX_RANKS]; /* culprit global ranks */
+    /* each one's rank in comm; -1 where unknown */
+    int comm_ranks[AN_MAX_RANKS];
     int nranks;
     char summary[1024];
     struct an_ref events[AN_MAX_EVENTS]; /* the diverging calls first */
@@ -72,6 +75,8 @@ struct an_findings {
 struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind, bool error);
 /* Add a culprit rank once; ranks past AN_MAX_RANKS are not kept. */
 void an_finding_rank(struct an_finding *f, int rank);
+/* The same, with the rank's rank in the finding's communicator (-1: unknown). */
+void an_finding_rank_in(struct an_finding *f, int rank, int comm_rank);
 /* Add a diverging call (up to AN_MAX_EVENTS) made at t_ns; f->t_ns becomes the earliest. */
 void an_finding_event(struct an_finding *f, const struct an_ref *ref, uint64_t t_ns);
 /* Append the findings of `from` (a worker's) to fs; returns the index of the first, or
@@ -119,5 +124,12 @@ bool an_decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e);
 /* The call site of r as a person wrote it: the innermost Python frame when there is one, else
  * the innermost frame ("generate (hidden.c:63)"), else "an unknown site". */
 void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len);
+/* "replay N of the graph launched at SITE (captured at SITE)" for a call that replay N of the
+ * launch at `launch` executed, `captured` being the call as recorded at its capture. */
+void an_replay_note(struct an_ctx *ctx, const struct an_ref *launch, uint64_t replay,
+                    const struct an_ref *captured, char *out, size_t len);
+/* Fill the comm_ranks that f does not know from its events on f->comm (a collective finding's
+ * calls say each member's rank there). */
+void an_finding_comm_ranks(struct an_ctx *ctx, struct an_finding *f);
 
 #endif

@@ -37,6 +37,10 @@ struct an_region {
     int esize; /* element size from the origin's datatype, 0 if unknown */
     int dtype;
     uint32_t site; /* stack id of the producer (its process's) */
+    /* A producer that a graph replay executed: the launch (rec NULL otherwise), and the
+     * replay's number among the process's launches. */
+    struct an_ref launch;
+    uint64_t replay;
     /* A region lives while some of its bytes are still in memory; then its reads are judged
      * and its slot reused, so memory follows what is live, not how many writes there were. */
     uint32_t nodes;
@@ -48,6 +52,8 @@ struct group {
     uint32_t site;
     uint32_t next; /* next group of the same region + 1 (or next free) */
     struct an_ref first;
+    struct an_ref first_launch; /* the launch that executed the first read (rec NULL: none) */
+    uint64_t first_replay;
     uint64_t n, piece, first_off, last_off, stride;
     bool same_piece, regular;
 };
@@ -65,6 +71,7 @@ struct an_lineage {
     uint32_t seed;
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
+    bool stale_reported; /* this process's first stale read is its finding */
 };
 
 static void retire(struct an_lineage *L, uint32_t region);
@@ -232,10 +239,12 @@ static struct group *group_of(struct an_lineage *L, uint32_t region, uint32_t si
     return gr;
 }
 
-static void add_piece(struct group *g, const struct an_ref *ref, uint64_t off, uint64_t len)
+static void add_piece(struct group *g, const struct an_step *st, uint64_t off, uint64_t len)
 {
     if (g->n == 0) {
-        g->first = *ref;
+        g->first = *st->ref;
+        g->first_launch = st->launch ? *st->launch : (struct an_ref){0};
+        g->first_replay = st->replay;
         g->piece = len;
         g->first_off = off;
         g->same_piece = g->regular = true;
@@ -255,12 +264,26 @@ static void add_piece(struct group *g, const struct an_ref *ref, uint64_t off, u
 
 struct read_ctx {
     struct an_lineage *L;
+    const struct an_step *st;
     const struct an_ref *ref;
     uint32_t site;
     uint64_t s, e;
     uint32_t best; /* the producer of most of the bytes read */
     uint64_t best_bytes;
+    uint32_t first; /* the producer of the first byte read */
+    uint32_t stale; /* an earlier replay's region read past the end of `first` (stale_of) */
 };
+
+/* Whether the bytes of region `old` that a read takes past the end of `newer` (which holds the
+ * read's first byte) are stale: both were written by graph replays, from the same start, the
+ * newer one shorter, at a later launch. That is a static output buffer that the latest replay
+ * filled with fewer rows than the reader takes (a graph of a smaller batch-size bucket); the
+ * rest is what an earlier step's replay left there. */
+static bool stale_of(const struct an_region *newer, const struct an_region *old)
+{
+    return newer->launch.rec && old->launch.rec && old->replay < newer->replay &&
+           old->start == newer->start && old->len > newer->len;
+}
 
 static void on_read(void *arg, const struct node *n)
 {
@@ -271,19 +294,66 @@ static void on_read(void *arg, const struct node *n)
         rc->best = n->region;
     }
     struct an_region *r = &rc->L->regions[n->region - 1];
+    if (!rc->first && n->start <= rc->s)
+        rc->first = n->region;
+    else if (rc->first && !rc->stale && n->region != rc->first &&
+             stale_of(&rc->L->regions[rc->first - 1], r))
+        rc->stale = n->region;
     struct group *g = group_of(rc->L, n->region, rc->site, b - a);
     /* A read is one piece of each region it touches: counted once, at its first range. */
     if (g && (g->n == 0 || g->last_off != a - r->start || g->first.index != rc->ref->index))
-        add_piece(g, rc->ref, a - r->start, b - a);
+        add_piece(g, rc->st, a - r->start, b - a);
+}
+
+static void chain(struct an_lineage *L, struct an_finding *f, uint32_t region);
+
+/* The first stale read of a process (stale_of): the reader, the replayed call that wrote the
+ * first bytes and its launch, and the earlier launch whose bytes were read past them. */
+static void report_stale(struct an_lineage *L, const struct an_step *st, const struct read_ctx *rc)
+{
+    struct an_ctx *ctx = L->ctx;
+    const struct an_region *nw = &L->regions[rc->first - 1], *old = &L->regions[rc->stale - 1];
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ, true);
+    if (!f)
+        return;
+    L->stale_reported = true;
+    if (st->proc->rank >= 0)
+        an_finding_rank(f, st->proc->rank);
+    an_finding_event(f, st->ref, st->e->t_ns);
+    f->labels[f->nevents] = "the replayed call that wrote the first bytes";
+    f->events[f->nevents++] = nw->ref;
+    f->labels[f->nevents] = "the graph launch that executed it";
+    f->events[f->nevents++] = nw->launch;
+    f->labels[f->nevents] = "the earlier launch that wrote the bytes past them";
+    f->events[f->nevents++] = old->launch;
+    chain(L, f, rc->first);
+    char csite[256], note[600], onote[600];
+    an_site(ctx, st->ref, csite, sizeof(csite));
+    an_replay_note(ctx, &nw->launch, nw->replay, &nw->ref, note, sizeof(note));
+    an_replay_note(ctx, &old->launch, old->replay, &old->ref, onote, sizeof(onote));
+    uint64_t fresh = nw->start + nw->len - rc->s, total = rc->e - rc->s;
+    size_t l = (size_t)snprintf(f->summary, sizeof(f->summary),
+                                "%s reads %" PRIu64 " bytes at 0x%" PRIx64
+                                ", of which %s wrote only the first %" PRIu64,
+                                csite, total, rc->s, note, fresh);
+    if (l < sizeof(f->summary))
+        snprintf(f->summary + l, sizeof(f->summary) - l,
+                 "; the other %" PRIu64 " are stale, left by %s, an earlier launch: the graph "
+                 "replayed wrote fewer rows than are read",
+                 total - fresh, onote);
 }
 
 /* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
  * read of a step that finds one hands its chain to the passes after this one. */
 static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e)
 {
-    struct read_ctx rc = {.L = L, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
+    struct read_ctx rc = {.L = L, .st = st, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
     if (s < e)
         visit(L->roots[st->ref->proc], s, e, on_read, &rc);
+    /* A read inside a replay is not judged: the kernels of its graph, which no trace shows,
+     * write its input just before it. */
+    if (rc.stale && !st->launch && !L->stale_reported)
+        report_stale(L, st, &rc);
     if (rc.best && !st->nproducers) {
         const struct an_region *r = &L->regions[rc.best - 1];
         st->producers[st->nproducers++] = r->ref;
@@ -323,7 +393,9 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
                             .pitch = pitch,
                             .width = width,
                             .dtype = dtype,
-                            .site = site};
+                            .site = site,
+                            .launch = st->launch ? *st->launch : (struct an_ref){0},
+                            .replay = st->replay};
     if (parent) {
         const struct an_region *pr = &L->regions[parent - 1];
         r->anc[0] = pr->ref;
@@ -493,6 +565,25 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
              : es == 4     ? "4-byte"
                            : "byte",
              producer, psite, g->n, g->piece, g->stride, row);
+    /* Reads or a producer inside graph replays: which replay, launched and captured where. */
+    char note[600];
+    size_t l = strlen(f->summary);
+    if (g->first_launch.rec) {
+        an_replay_note(ctx, &g->first_launch, g->first_replay, &g->first, note, sizeof(note));
+        l += (size_t)snprintf(f->summary + l, sizeof(f->summary) - l, "; read in %s", note);
+        if (f->nevents < AN_MAX_EVENTS) {
+            f->labels[f->nevents] = "the graph launch that executed the read";
+            f->events[f->nevents++] = g->first_launch;
+        }
+    }
+    if (r->launch.rec && l < sizeof(f->summary)) {
+        an_replay_note(ctx, &r->launch, r->replay, &r->ref, note, sizeof(note));
+        snprintf(f->summary + l, sizeof(f->summary) - l, "; written in %s", note);
+    }
+    if (r->launch.rec && f->nevents < AN_MAX_EVENTS) {
+        f->labels[f->nevents] = "the graph launch that executed the producer";
+        f->events[f->nevents++] = r->launch;
+    }
 }
 
 /* The region's last bytes are gone: judge its readers and reuse its slot. */
@@ -532,6 +623,7 @@ static void lineage_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
     size_t proc = (size_t)(p - ctx->procs);
     free_tree(L, L->roots[proc], true);
     L->roots[proc] = NULL;
+    L->stale_reported = false;
     shp_allocs_clear(&L->al);
     madvise((void *)p->t.map, p->t.size, MADV_DONTNEED);
 }

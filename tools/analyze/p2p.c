@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/ops.h"
 #include "tools/analyze/findings.h"
@@ -17,10 +18,78 @@ struct an_chan {
     size_t finding; /* + 1: later mismatches on the channel are its consequences */
 };
 
+/* A communicator rank's global rank: findings name global ranks, as collective findings do. */
+struct member {
+    uint64_t key; /* member_key */
+    int rank;
+};
+
 struct p2p {
     struct an_table chans;   /* of struct an_chan, by chan_key */
     struct an_graphs graphs; /* sends and receives captured into graphs run at each launch */
+    struct an_table members; /* of struct member */
 };
+
+static uint64_t member_key(uint64_t comm, int comm_rank)
+{
+    return an_mix(comm + 0x9e3779b97f4a7c15ull * ((uint64_t)(uint32_t)comm_rank + 1));
+}
+
+static uint64_t member_key_of(const void *item)
+{
+    return ((const struct member *)item)->key;
+}
+
+/* Remember whose process holds comm_rank of comm. */
+static void member_seen(struct p2p *P, uint64_t comm, int comm_rank, int rank)
+{
+    if (!comm || comm_rank < 0 || rank < 0 ||
+        an_table_get(&P->members, member_key(comm, comm_rank)))
+        return;
+    struct member *m = malloc(sizeof(*m));
+    if (!m)
+        return;
+    *m = (struct member){.key = member_key(comm, comm_rank), .rank = rank};
+    if (an_table_add(&P->members, m) < 0)
+        free(m);
+}
+
+/* The global rank of comm_rank in comm; the comm rank itself when no trace says. */
+static int global_of(const struct p2p *P, uint64_t comm, int comm_rank)
+{
+    const struct member *m = an_table_get(&P->members, member_key(comm, comm_rank));
+    return m ? m->rank : comm_rank;
+}
+
+/* "rank 5 (rank 1 of the communicator)", or "rank 5" where the two agree. */
+static void who(char *out, size_t len, int rank, int comm_rank)
+{
+    if (rank == comm_rank || comm_rank < 0)
+        snprintf(out, len, "rank %d", rank);
+    else
+        snprintf(out, len, "rank %d (comm rank %d)", rank, comm_rank);
+}
+
+/* "; rank 1 sent it in replay 3 of the graph launched at ..., rank 2 received it eagerly" when
+ * a replay executed either side. */
+static void note_replays(struct an_ctx *ctx, struct an_finding *f, int gs, const struct an_entry *s,
+                         int gr, const struct an_entry *r)
+{
+    if (!s->launch.rec && !r->launch.rec)
+        return;
+    char a[600] = "eagerly", b[600] = "eagerly";
+    if (s->launch.rec) {
+        memcpy(a, "in ", 4);
+        an_replay_note(ctx, &s->launch, s->replay, &s->ref, a + 3, sizeof(a) - 3);
+    }
+    if (r->launch.rec) {
+        memcpy(b, "in ", 4);
+        an_replay_note(ctx, &r->launch, r->replay, &r->ref, b + 3, sizeof(b) - 3);
+    }
+    size_t l = strlen(f->summary);
+    snprintf(f->summary + l, sizeof(f->summary) - l, "; rank %d sent it %s, rank %d received it %s",
+             gs, a, gr, b);
+}
 
 static uint64_t chan_key(uint64_t comm, int src, int dst)
 {
@@ -50,8 +119,9 @@ static struct an_chan *chan_get(struct p2p *P, uint64_t comm, int src, int dst)
     return c;
 }
 
-static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_entry *s,
-                        const struct an_entry *r, uint64_t sb, uint64_t rb)
+static void report_pair(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch,
+                        const struct an_entry *s, const struct an_entry *r, uint64_t sb,
+                        uint64_t rb)
 {
     bool size = sb != rb;
     struct an_finding *f =
@@ -60,9 +130,9 @@ static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_
         return;
     f->comm = ch->comm;
     f->seq = s->seq;
-    int gs = ctx->procs[s->ref.proc].rank, gr = ctx->procs[r->ref.proc].rank;
-    an_finding_rank(f, gs >= 0 ? gs : ch->src);
-    an_finding_rank(f, gr >= 0 ? gr : ch->dst);
+    int gs = global_of(P, ch->comm, ch->src), gr = global_of(P, ch->comm, ch->dst);
+    an_finding_rank_in(f, gs, ch->src);
+    an_finding_rank_in(f, gr, ch->dst);
     an_finding_event(f, &s->ref, s->t_ns);
     an_finding_event(f, &r->ref, r->t_ns);
     for (int k = 0; k < 2; k++) {
@@ -73,19 +143,22 @@ static void report_pair(struct an_ctx *ctx, struct an_chan *ch, const struct an_
             f->events[f->nevents++] = x->launch;
         }
     }
-    char a[96], b[96];
+    char a[96], b[96], ws[64], wr[64];
     an_shape_as(&ctx->dims, s->count, r->count, a, sizeof(a));
     an_shape_as(&ctx->dims, r->count, s->count, b, sizeof(b));
+    who(ws, sizeof(ws), gs, ch->src);
+    who(wr, sizeof(wr), gr, ch->dst);
     snprintf(f->summary, sizeof(f->summary),
-             "rank %d sent %" PRIu64 " %s%s%s (%" PRIu64 " bytes) to rank %d, which "
+             "%s sent %" PRIu64 " %s%s%s (%" PRIu64 " bytes) to %s, which "
              "received %" PRIu64 " %s%s%s (%" PRIu64 " bytes) (communicator %.8" PRIx64
              ", message #%" PRIu64 ")",
-             gs, s->count, shp_dtype_name((unsigned)s->dtype), a[0] ? " " : "", a, sb, gr, r->count,
+             ws, s->count, shp_dtype_name((unsigned)s->dtype), a[0] ? " " : "", a, sb, wr, r->count,
              shp_dtype_name((unsigned)r->dtype), b[0] ? " " : "", b, rb, ch->comm >> 32, s->seq);
+    note_replays(ctx, f, gs, s, gr, r);
     ch->finding = (size_t)(f - ctx->findings.v) + 1;
 }
 
-static void match(struct an_ctx *ctx, struct an_chan *ch)
+static void match(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch)
 {
     while (ch->send.n && ch->recv.n) {
         struct an_entry *s = an_queue_at(&ch->send, 0), *r = an_queue_at(&ch->recv, 0);
@@ -94,7 +167,7 @@ static void match(struct an_ctx *ctx, struct an_chan *ch)
         if ((sb != rb || s->dtype != r->dtype) && ch->finding)
             ctx->findings.v[ch->finding - 1].consequences++;
         else if (sb != rb || s->dtype != r->dtype)
-            report_pair(ctx, ch, s, r, sb, rb);
+            report_pair(ctx, P, ch, s, r, sb, rb);
         an_queue_pop(&ch->send);
         an_queue_pop(&ch->recv);
     }
@@ -104,8 +177,10 @@ static void *p2p_init(struct an_ctx *ctx)
 {
     (void)ctx;
     struct p2p *P = calloc(1, sizeof(*P));
-    if (P)
+    if (P) {
         P->chans.key = chan_key_of;
+        P->members.key = member_key_of;
+    }
     return P;
 }
 
@@ -119,13 +194,16 @@ static void executed(struct p2p *P, struct an_ctx *ctx, const struct shp_event *
     int src = send ? e->comm_rank : e->peer, dst = send ? e->peer : e->comm_rank;
     struct an_chan *ch = chan_get(P, e->comm, src, dst);
     if (ch && an_queue_push(send ? &ch->send : &ch->recv, en) == 0)
-        match(ctx, ch);
+        match(ctx, P, ch);
 }
 
 static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
 {
     struct p2p *P = st;
     const struct shp_event *e = s->e;
+    /* Every member's communicator record says whose it is; collectives need not be looked at. */
+    if (e->type == SHP_REC_COMM || e->type == SHP_REC_P2P)
+        member_seen(P, e->comm, e->comm_rank, s->proc->rank);
     if (an_graphs_event(&P->graphs, s, SHP_REC_P2P))
         return; /* captured: it executes at each launch */
     uint64_t replay = 0;
@@ -155,16 +233,29 @@ static void p2p_finish(void *st, struct an_ctx *ctx)
             continue;
         f->comm = ch->comm;
         f->seq = e->seq;
-        int g = ctx->procs[e->ref.proc].rank;
-        an_finding_rank(f, ch->src);
-        an_finding_rank(f, ch->dst);
+        int gs = global_of(P, ch->comm, ch->src), gd = global_of(P, ch->comm, ch->dst);
+        an_finding_rank_in(f, gs, ch->src);
+        an_finding_rank_in(f, gd, ch->dst);
         an_finding_event(f, &e->ref, e->t_ns);
-        f->waits_on = left == &ch->send ? ch->dst : ch->src;
+        if (e->launch.rec && f->nevents < AN_MAX_EVENTS) {
+            f->labels[f->nevents] = "the graph launch that executed it";
+            f->events[f->nevents++] = e->launch;
+        }
+        f->waits_on = left == &ch->send ? gd : gs;
+        char ws[64], wd[64];
+        who(ws, sizeof(ws), gs, ch->src);
+        who(wd, sizeof(wd), gd, ch->dst);
         snprintf(f->summary, sizeof(f->summary),
-                 "%zu %s from rank %d to rank %d on communicator %.8" PRIx64
-                 " found no matching %s (first: message #%" PRIu64 ", issued by rank %d)",
-                 left->n, left == &ch->send ? "send(s)" : "receive(s)", ch->src, ch->dst,
-                 ch->comm >> 32, left == &ch->send ? "receive" : "send", e->seq, g);
+                 "%zu %s from %s to %s on communicator %.8" PRIx64
+                 " found no matching %s (first: message #%" PRIu64 ")",
+                 left->n, left == &ch->send ? "send(s)" : "receive(s)", ws, wd, ch->comm >> 32,
+                 left == &ch->send ? "receive" : "send", e->seq);
+        if (e->launch.rec) {
+            char note[600];
+            an_replay_note(ctx, &e->launch, e->replay, &e->ref, note, sizeof(note));
+            size_t l = strlen(f->summary);
+            snprintf(f->summary + l, sizeof(f->summary) - l, ", in %s", note);
+        }
     }
 }
 
@@ -178,6 +269,9 @@ static void p2p_free(void *st)
         free(ch);
     }
     an_table_free(&P->chans);
+    for (size_t i = 0; i < P->members.n; i++)
+        free(P->members.v[i]);
+    an_table_free(&P->members);
     an_graphs_free(&P->graphs);
     free(P);
 }

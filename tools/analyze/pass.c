@@ -150,7 +150,10 @@ bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep
 {
     const struct shp_event *e = s->e;
     uint32_t proc = s->ref->proc;
-    if (e->type == keep && (e->flags & SHP_EV_CAPTURED)) {
+    bool kept = keep == AN_KEEP_CALLS
+                    ? e->type == SHP_REC_COLL || e->type == SHP_REC_P2P || e->type == SHP_REC_COPY
+                    : e->type == keep;
+    if (kept && (e->flags & SHP_EV_CAPTURED)) {
         uint64_t cap = e->graph != SHP_NONE ? e->graph : 0;
         struct an_graph *gr = cap ? graph_by(g, proc, cap, 0) : NULL;
         if (cap && !gr)

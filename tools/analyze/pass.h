@@ -73,6 +73,12 @@ struct an_step {
      * collective); the passes after it read them. */
     struct an_ref producers[AN_MAX_LINEAGE];
     int nproducers;
+    /* Per-process passes: a call that a graph replay executed (e and ref are the captured
+     * call's, e->t_ns the launch's): the cudaGraphLaunch, and the replay's number among the
+     * process's graph launches, from 1 (replay.h). NULL and 0 for a call executed where it was
+     * issued. */
+    const struct an_ref *launch;
+    uint64_t replay;
 };
 
 /* A pass. Every hook but event may be NULL. */
@@ -138,9 +144,12 @@ struct an_graphs {
     size_t nlaunches;
 };
 
+/* keep for an_graphs_event: every call that moves bytes (collectives, p2p, copies). */
+#define AN_KEEP_CALLS 0x100u
 /* Follow the graph records of s and keep the calls of record type `keep` (SHP_REC_COLL or
- * SHP_REC_P2P) issued during a capture. Returns true when s is such a captured call: it
- * executes nothing by itself, the caller skips it. Out of memory loses the call silently. */
+ * SHP_REC_P2P, or AN_KEEP_CALLS) issued during a capture. Returns true when s is such a
+ * captured call: it executes nothing by itself, the caller skips it. Out of memory loses the
+ * call silently. */
 bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep);
 /* For a cudaGraphLaunch step: the capture it replays, and in *replay the launch's number
  * among the process's graph launches, from 1; NULL for any other step or an executable whose

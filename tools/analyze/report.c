@@ -71,6 +71,28 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
         printf("%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
 }
 
+/* Every culprit's rank in the finding's communicator, where its calls say it. */
+static void fill_comm_ranks(struct an_ctx *ctx)
+{
+    for (size_t i = 0; i < ctx->findings.n; i++)
+        an_finding_comm_ranks(ctx, &ctx->findings.v[i]);
+}
+
+/* "rank 5 is rank 1 of communicator 1234abcd, ..." for the culprits whose two ranks differ;
+ * nothing when none does. */
+static void print_comm_ranks(const struct an_finding *f)
+{
+    bool any = false;
+    for (int i = 0; i < f->nranks; i++) {
+        if (f->comm_ranks[i] < 0 || f->comm_ranks[i] == f->ranks[i])
+            continue;
+        printf("%s%d is rank %d", any ? ", " : "  (global rank ", f->ranks[i], f->comm_ranks[i]);
+        any = true;
+    }
+    if (any)
+        printf(" of communicator %.8" PRIx64 ")\n", f->comm >> 32);
+}
+
 void an_report_text(struct an_ctx *ctx, bool color)
 {
     const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "",
@@ -105,6 +127,7 @@ void an_report_text(struct an_ctx *ctx, bool color)
                 printf(" none\n");
         }
     }
+    fill_comm_ranks(ctx);
     const struct an_finding *first = an_findings_nth(&ctx->findings, 0);
     if (!first) {
         printf("\nno findings: the ranks agree on every collective and send/receive, and every "
@@ -113,6 +136,7 @@ void an_report_text(struct an_ctx *ctx, bool color)
     }
     printf("\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red, an_kind_names[first->kind],
            off, first->error ? "error" : "warning", first->summary);
+    print_comm_ranks(first);
     if (first->nevents) {
         printf("  diverging call%s:\n", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++) {
@@ -172,8 +196,10 @@ void an_report_text(struct an_ctx *ctx, bool color)
 
 /* The call at r as dump --json prints it, plus "shape": its count as the text report shows it,
  * in the factoring it shares with other (the count it is compared with, 0: none), null when
- * the dims do not factor it. */
-static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other)
+ * the dims do not factor it; and, when label is not NULL, "label": what the event is to the
+ * finding (*label, null for a plain diverging call). */
+static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other,
+                     const char *const *label)
 {
     struct shp_event e;
     if (!an_decode(ctx, r, &e)) {
@@ -198,6 +224,13 @@ static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other)
             shp_json_str(stdout, shape);
         else
             fputs("null", stdout);
+        if (label) {
+            fputs(",\"label\":", stdout);
+            if (*label)
+                shp_json_str(stdout, *label);
+            else
+                fputs("null", stdout);
+        }
         fputc('}', stdout);
     } else {
         fwrite(buf, 1, len, stdout);
@@ -234,6 +267,7 @@ static void json_fate(const struct shp_trace *t)
 
 void an_report_json(struct an_ctx *ctx)
 {
+    fill_comm_ranks(ctx);
     printf("{\"version\":1,\"processes\":[");
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
@@ -282,20 +316,27 @@ void an_report_json(struct an_ctx *ctx)
         for (int i = 0; i < f->nevents; i++) {
             if (i)
                 fputc(',', stdout);
-            json_ref(ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0);
+            json_ref(ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0,
+                     &f->labels[i]);
         }
         printf("],\"lineage\":[");
         for (int i = 0; i < f->nlineage; i++) {
             if (i)
                 fputc(',', stdout);
-            json_ref(ctx, &f->lineage[i], 0);
+            json_ref(ctx, &f->lineage[i], 0, NULL);
         }
         printf("],\"expected\":");
         if (f->has_expected)
-            json_ref(ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0);
+            json_ref(ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0, NULL);
         else
             printf("null");
-        printf(",\"consequences\":%" PRIu64 "}", f->consequences);
+        printf(",\"consequences\":%" PRIu64 ",\"comm_ranks\":[", f->consequences);
+        for (int i = 0; i < f->nranks; i++)
+            if (f->comm_ranks[i] >= 0)
+                printf("%s%d", i ? "," : "", f->comm_ranks[i]);
+            else
+                printf("%snull", i ? "," : "");
+        printf("]}");
     }
     printf("],\"unreadable\":[");
     for (size_t i = 0; i < ctx->nunreadable; i++) {
