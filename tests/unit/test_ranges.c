@@ -161,6 +161,20 @@ static void test_cases(void)
               shp_ranges_count(&r) == 1 && nth(&r, 0).start == 0 && c.n[2] == 0 && c.n[5] == 1);
     shp_ranges_clear(&r, ref, &c);
     test_cond("clear empties the map and tells ref", shp_ranges_count(&r) == 0 && c.n[5] == 0);
+    /* 65 ranges: two chunks, the second from [320, 325) on; then a write from the second's
+     * first start past everything empties it, and the new range goes after the first. */
+    for (uint64_t i = 0; i < 65; i++)
+        shp_ranges_assign(&r, 10 * i, 10 * i + 5, 6, ref, &c);
+    shp_ranges_assign(&r, 320, 10000, 7, ref, &c);
+    test_cond("a write that empties the last chunk from its head lands after the first",
+              shp_ranges_count(&r) == 33 && nth(&r, 31).start == 310 && nth(&r, 32).start == 320 &&
+                  nth(&r, 32).end == 10000 && c.n[6] == 32 && c.n[7] == 1);
+    shp_ranges_assign(&r, 0, 5, 0, ref, &c);
+    shp_ranges_assign(&r, 0, 315, 8, ref, &c);
+    test_cond("and one that empties the first chunk from its head lands before the second",
+              shp_ranges_count(&r) == 2 && nth(&r, 0).start == 0 && nth(&r, 0).value == 8 &&
+                  nth(&r, 1).start == 320 && c.n[6] == 0);
+    shp_ranges_clear(&r, ref, &c);
     shp_ranges_free(&r);
 }
 

@@ -63,6 +63,17 @@ struct worker {
     double wall, cpu;
 };
 
+/* A step with no producers yet. Its producer slots are left as they are: a pass reads only
+ * the first nproducers, and zeroing them all for every event showed in the profile. */
+static void step_init(struct an_step *s, struct an_proc *p, const struct shp_event *e,
+                      const struct an_ref *ref)
+{
+    s->proc = p;
+    s->e = e;
+    s->ref = ref;
+    s->nproducers = 0;
+}
+
 /* One process's trace, from its start, through the per-process passes. */
 static void walk(struct worker *w, uint32_t proc)
 {
@@ -80,7 +91,8 @@ static void walk(struct worker *w, uint32_t proc)
         e.index = index++;
         w->events++;
         struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
-        struct an_step s = {.proc = p, .e = &e, .ref = &ref};
+        struct an_step s;
+        step_init(&s, p, &e, &ref);
         for (size_t k = 0; k < NPROCESS; k++)
             if (w->state[k])
                 process_passes[k]->event(w->state[k], ctx, &s);
@@ -192,12 +204,13 @@ int an_analyze(const struct an_options *o)
     double t_merge = now_s(), c_merge = cpu_s();
     bool progress = isatty(2), shown = false;
     struct an_proc *p;
-    struct shp_event e;
+    const struct shp_event *e;
     struct an_ref ref;
     while (an_next(&ctx, &p, &e, &ref)) {
         ctx.events++;
         p->last = ref;
-        struct an_step s = {.proc = p, .e = &e, .ref = &ref};
+        struct an_step s;
+        step_init(&s, p, e, &ref);
         for (size_t k = 0; k < NMERGED; k++)
             if (merged[k])
                 merged_passes[k]->event(merged[k], &ctx, &s);

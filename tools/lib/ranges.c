@@ -217,8 +217,12 @@ int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t val
     }
     if (!value)
         return 0;
+    /* Where the removed ranges began is where the new one goes: a chunk that went had them
+     * from its head (p.j 0), so p is the head of the next, or past the last chunk. */
+    if (p.ci >= m->n && m->n)
+        p = (struct pos){m->n - 1, m->c[m->n - 1]->n};
     struct shp_range n = {s, e, value};
-    if (!insert(m, find(m, s), &n))
+    if (!insert(m, p, &n))
         return -1;
     ref(arg, value, 1);
     return 0;
