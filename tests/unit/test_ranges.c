@@ -81,8 +81,7 @@ static bool same(const struct shp_ranges *r, const struct model *m)
         return false;
     for (size_t i = 0; i < m->n; i++) {
         const struct shp_range *x = shp_ranges_nth(r, i);
-        if (!x || x->start != m->v[i].start || x->end != m->v[i].end ||
-            x->value != m->v[i].value)
+        if (!x || x->start != m->v[i].start || x->end != m->v[i].end || x->value != m->v[i].value)
             return false;
     }
     return true;

@@ -1,7 +1,6 @@
-/* shapetrace tools: the range map (see ranges.h). Ranges live in chunks of up to CHUNK sorted
- * entries; a binary search over the chunks' first starts, then one inside a chunk, finds a
- * place, and a change moves at most one chunk's entries (or, on a split, the chunk pointers):
- * a treap's pointer chasing and rebalancing were most of the lineage pass's time. */
+/* shapetrace tools: the range map (see ranges.h), in chunks of up to CHUNK sorted entries: two
+ * binary searches find a place and a change moves one chunk's entries at most, where a treap's
+ * pointer chasing and rebalancing were half of the lineage pass's time. */
 #include "tools/lib/ranges.h"
 
 #include <stdbool.h>
