@@ -34,11 +34,23 @@ static const struct an_pass *const process_passes[] = {&an_pass_lineage, &an_pas
 #define NPROCESS (sizeof(process_passes) / sizeof(process_passes[0]))
 #define NWORKERS 2
 
-static double now_s(void)
+static double clock_s(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+/* CPU time of the calling thread: with two cores shared, wall time alone cannot say which
+ * thread is the bottleneck. */
+static double cpu_s(void)
+{
+    return clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 struct worker {
@@ -47,7 +59,23 @@ struct worker {
     void *state[NPROCESS];
     _Atomic size_t *next; /* the next process to walk, shared by the workers */
     bool started;
+    /* for --stats: what this worker did and how long it took */
+    uint64_t events, procs;
+    double wall, cpu;
 };
+
+/* A step with no producers yet. Its producer slots are left as they are: a pass reads only
+ * the first nproducers, and zeroing them all for every event showed in the profile. */
+static void step_init(struct an_step *s, struct an_proc *p, const struct shp_event *e,
+                      const struct an_ref *ref)
+{
+    s->proc = p;
+    s->e = e;
+    s->ref = ref;
+    s->nproducers = 0;
+    s->launch = NULL;
+    s->replay = 0;
+}
 
 /* One executed call through the per-process passes. */
 static void process_step(void *arg, struct an_step *s)
@@ -75,8 +103,10 @@ static void walk(struct worker *w, uint32_t proc)
         if (!shp_event_decode(&p->t, r, type, &e))
             continue;
         e.index = index++;
+        w->events++;
         struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
-        struct an_step s = {.proc = p, .e = &e, .ref = &ref};
+        struct an_step s;
+        step_init(&s, p, &e, &ref);
         an_replay_step(&replay, &s, process_step, w);
     }
     an_replay_free(&replay);
@@ -88,15 +118,19 @@ static void walk(struct worker *w, uint32_t proc)
 static void *work(void *arg)
 {
     struct worker *w = arg;
+    double t0 = now_s(), c0 = cpu_s();
     for (;;) {
         size_t i = atomic_fetch_add(w->next, 1);
         if (i >= w->ctx.nprocs)
             break;
         walk(w, (uint32_t)i);
+        w->procs++;
     }
     for (size_t k = 0; k < NPROCESS; k++)
         if (w->state[k] && process_passes[k]->finish)
             process_passes[k]->finish(w->state[k], &w->ctx);
+    w->wall = now_s() - t0;
+    w->cpu = cpu_s() - c0;
     return NULL;
 }
 
@@ -118,13 +152,20 @@ static void start_workers(struct an_ctx *ctx, struct worker *ws, _Atomic size_t 
     }
 }
 
-/* The workers' findings into ctx, and their passes' states into `into`. */
-static void join_workers(struct an_ctx *ctx, struct worker *ws, void **into)
+/* The workers' findings into ctx, and their passes' states into `into`; with stats, a line
+ * per worker on stderr. */
+static void join_workers(struct an_ctx *ctx, struct worker *ws, void **into, bool stats)
 {
     for (int i = 0; i < NWORKERS; i++) {
         struct worker *w = &ws[i];
         if (w->started)
             pthread_join(w->thread, NULL);
+        if (stats)
+            fprintf(stderr,
+                    "shapetrace: worker %d (lineage, expect): wall %.3f s, CPU %.3f s, %" PRIu64
+                    " processes, %" PRIu64 " events%s\n",
+                    i + 1, w->wall, w->cpu, w->procs, w->events,
+                    w->started ? "" : " (no thread: ran on the main thread)");
         size_t base = an_findings_append(&ctx->findings, &w->ctx.findings);
         for (size_t k = 0; k < NPROCESS; k++) {
             const struct an_pass *ps = process_passes[k];
@@ -156,7 +197,7 @@ int an_analyze(const struct an_options *o)
     if (o->expect && !(expect = an_expect_load(o->expect, &ctx.dims)))
         return -1;
     ctx.expect = expect;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     if (an_load(&ctx, o->paths, o->npaths) < 0) {
         an_expect_free(expect);
         an_unload(&ctx);
@@ -173,14 +214,16 @@ int an_analyze(const struct an_options *o)
     struct worker workers[NWORKERS];
     _Atomic size_t next_proc;
     start_workers(&ctx, workers, &next_proc);
+    double t_merge = now_s(), c_merge = cpu_s();
     bool progress = isatty(2), shown = false;
     struct an_proc *p;
-    struct shp_event e;
+    const struct shp_event *e;
     struct an_ref ref;
     while (an_next(&ctx, &p, &e, &ref)) {
         ctx.events++;
         p->last = ref;
-        struct an_step s = {.proc = p, .e = &e, .ref = &ref};
+        struct an_step s;
+        step_init(&s, p, e, &ref);
         for (size_t k = 0; k < NMERGED; k++)
             if (merged[k])
                 merged_passes[k]->event(merged[k], &ctx, &s);
@@ -198,7 +241,14 @@ int an_analyze(const struct an_options *o)
     for (size_t k = 0; k < NMERGED; k++)
         if (merged[k] && merged_passes[k]->finish)
             merged_passes[k]->finish(merged[k], &ctx);
-    join_workers(&ctx, workers, main_state);
+    t_merge = now_s() - t_merge;
+    c_merge = cpu_s() - c_merge;
+    if (o->stats)
+        fprintf(stderr,
+                "shapetrace: main thread, merge (align, p2p, buffers): wall %.3f s, CPU %.3f s, "
+                "%" PRIu64 " events\n",
+                t_merge, c_merge, ctx.events);
+    join_workers(&ctx, workers, main_state, o->stats);
     for (size_t k = 0; k < NPROCESS; k++)
         if (main_state[k] && process_passes[k]->done)
             process_passes[k]->done(main_state[k], &ctx);
@@ -211,6 +261,8 @@ int an_analyze(const struct an_options *o)
     if (o->stats) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
+        fprintf(stderr, "shapetrace: main thread, all: wall %.3f s, CPU %.3f s\n", now_s() - t0,
+                cpu_s() - c0);
         fprintf(stderr, "shapetrace: analyze took %.3f s, max RSS %ld MiB, %" PRIu64 " events\n",
                 now_s() - t0, ru.ru_maxrss / 1024, ctx.events);
     }

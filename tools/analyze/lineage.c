@@ -16,15 +16,9 @@
 #include "tools/analyze/findings.h"
 #include "tools/analyze/pass.h"
 #include "tools/lib/allocs.h"
+#include "tools/lib/ranges.h"
 
-/* ---- a treap of non-overlapping byte ranges -> region, one per process ---- */
-
-struct node {
-    uint64_t start, end;
-    uint32_t region; /* index + 1 */
-    uint32_t prio;
-    struct node *l, *r;
-};
+/* ---- the regions: what one call wrote, while some of its bytes are in memory ---- */
 
 struct an_region {
     struct an_ref ref; /* the producing call */
@@ -60,15 +54,15 @@ struct group {
 
 struct an_lineage {
     struct an_ctx *ctx;
-    struct node **roots; /* per process */
-    struct node *free;
+    /* Which region holds each byte range of the process being walked: the driver walks one
+     * process whole, then ends it, so one map serves them all in turn. */
+    struct shp_ranges map;
     struct an_region *regions;
     size_t nregions, cap;
     uint32_t free_region; /* + 1 */
     struct group *groups;
     size_t ngroups, gcap;
     uint32_t free_group; /* + 1 */
-    uint32_t seed;
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
     bool stale_reported; /* this process's first stale read is its finding */
@@ -77,25 +71,6 @@ struct an_lineage {
 static void retire(struct an_lineage *L, uint32_t region);
 static void judge(struct an_lineage *L, uint32_t region, const struct group *g);
 
-static uint32_t rnd(struct an_lineage *L)
-{
-    L->seed = L->seed * 1103515245u + 12345u;
-    return L->seed;
-}
-
-static struct node *new_node(struct an_lineage *L, uint64_t s, uint64_t e, uint32_t region)
-{
-    struct node *n = L->free;
-    if (n)
-        L->free = n->l;
-    else if (!(n = malloc(sizeof(*n))))
-        return NULL;
-    *n = (struct node){.start = s, .end = e, .region = region, .prio = rnd(L)};
-    if (region)
-        L->regions[region - 1].nodes++;
-    return n;
-}
-
 static void drop_node_ref(struct an_lineage *L, uint32_t region)
 {
     struct an_region *r = &L->regions[region - 1];
@@ -103,108 +78,21 @@ static void drop_node_ref(struct an_lineage *L, uint32_t region)
         retire(L, region);
 }
 
-static void free_tree(struct an_lineage *L, struct node *t, bool release)
+/* The map's count of the ranges that hold each region: a region whose last range goes is
+ * retired. */
+static void on_ref(void *arg, uint32_t region, int delta)
 {
-    if (!t)
-        return;
-    free_tree(L, t->l, release);
-    free_tree(L, t->r, release);
-    if (release && t->region)
-        drop_node_ref(L, t->region);
-    t->l = L->free;
-    L->free = t;
-}
-
-/* Split t into keys < k and keys >= k. */
-static void split(struct node *t, uint64_t k, struct node **a, struct node **b)
-{
-    if (!t) {
-        *a = *b = NULL;
-    } else if (t->start < k) {
-        split(t->r, k, &t->r, b);
-        *a = t;
-    } else {
-        split(t->l, k, a, &t->l);
-        *b = t;
-    }
-}
-
-static struct node *merge(struct node *a, struct node *b)
-{
-    if (!a || !b)
-        return a ? a : b;
-    if (a->prio > b->prio) {
-        a->r = merge(a->r, b);
-        return a;
-    }
-    b->l = merge(a, b->l);
-    return b;
-}
-
-static struct node *rightmost(struct node *t)
-{
-    while (t && t->r)
-        t = t->r;
-    return t;
-}
-
-/* The ranges of t overlapping [s, e), in order, passed to fn; t is left as it was. */
-static void visit(struct node *t, uint64_t s, uint64_t e, void (*fn)(void *, const struct node *),
-                  void *arg)
-{
-    if (!t)
-        return;
-    if (t->start > s)
-        visit(t->l, s, e, fn, arg);
-    if (t->start < e && t->end > s)
-        fn(arg, t);
-    if (t->start < e)
-        visit(t->r, s, e, fn, arg);
-}
-
-/* Make [s, e) belong to region, trimming what it overlaps. */
-static void assign(struct an_lineage *L, struct node **root, uint64_t s, uint64_t e,
-                   uint32_t region)
-{
-    /* The common case: a buffer written again whole (a caching allocator's block, an in-place
-     * collective) replaces one range exactly, with no change to the tree's shape. */
-    struct node *t = *root;
-    while (t && t->start != s)
-        t = s < t->start ? t->l : t->r;
-    if (t && t->end == e && region) {
-        uint32_t old = t->region;
-        t->region = region;
+    struct an_lineage *L = arg;
+    if (delta > 0)
         L->regions[region - 1].nodes++;
-        if (old)
-            drop_node_ref(L, old);
-        return;
-    }
-    struct node *left, *mid, *right;
-    split(*root, s, &left, &mid);
-    split(mid, e, &mid, &right);
-    /* The range just before s may run into [s, e): keep its head, and its tail past e. */
-    struct node *lm = rightmost(left);
-    if (lm && lm->end > s) {
-        if (lm->end > e) {
-            struct node *tail = new_node(L, e, lm->end, lm->region);
-            if (tail)
-                right = merge(tail, right);
-        }
-        lm->end = s;
-    }
-    struct node *mm = rightmost(mid);
-    if (mm && mm->end > e) {
-        struct node *tail = new_node(L, e, mm->end, mm->region);
-        if (tail)
-            right = merge(tail, right);
-    }
-    free_tree(L, mid, true);
-    if (region) {
-        struct node *n = new_node(L, s, e, region);
-        if (n)
-            left = merge(left, n);
-    }
-    *root = merge(left, right);
+    else
+        drop_node_ref(L, region);
+}
+
+/* Make [s, e) belong to region (0: to nothing), trimming what it overlaps. */
+static void assign(struct an_lineage *L, uint64_t s, uint64_t e, uint32_t region)
+{
+    shp_ranges_assign(&L->map, s, e, region, on_ref, L);
 }
 
 /* ---- groups of reads ---- */
@@ -285,21 +173,21 @@ static bool stale_of(const struct an_region *newer, const struct an_region *old)
            old->start == newer->start && old->len > newer->len;
 }
 
-static void on_read(void *arg, const struct node *n)
+static void on_read(void *arg, const struct shp_range *n)
 {
     struct read_ctx *rc = arg;
     uint64_t a = n->start > rc->s ? n->start : rc->s, b = n->end < rc->e ? n->end : rc->e;
     if (b - a > rc->best_bytes) {
         rc->best_bytes = b - a;
-        rc->best = n->region;
+        rc->best = n->value;
     }
-    struct an_region *r = &rc->L->regions[n->region - 1];
+    struct an_region *r = &rc->L->regions[n->value - 1];
     if (!rc->first && n->start <= rc->s)
-        rc->first = n->region;
-    else if (rc->first && !rc->stale && n->region != rc->first &&
+        rc->first = n->value;
+    else if (rc->first && !rc->stale && n->value != rc->first &&
              stale_of(&rc->L->regions[rc->first - 1], r))
-        rc->stale = n->region;
-    struct group *g = group_of(rc->L, n->region, rc->site, b - a);
+        rc->stale = n->value;
+    struct group *g = group_of(rc->L, n->value, rc->site, b - a);
     /* A read is one piece of each region it touches: counted once, at its first range. */
     if (g && (g->n == 0 || g->last_off != a - r->start || g->first.index != rc->ref->index))
         add_piece(g, rc->st, a - r->start, b - a);
@@ -349,7 +237,7 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
 {
     struct read_ctx rc = {.L = L, .st = st, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
     if (s < e)
-        visit(L->roots[st->ref->proc], s, e, on_read, &rc);
+        shp_ranges_visit(&L->map, s, e, on_read, &rc);
     /* A read inside a replay is not judged: the kernels of its graph, which no trace shows,
      * write its input just before it. */
     if (rc.stale && !st->launch && !L->stale_reported)
@@ -367,7 +255,7 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
 static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct shp_span *w,
                          uint32_t parent, int dtype)
 {
-    uint32_t proc = st->ref->proc, site = st->e->stack;
+    uint32_t site = st->e->stack;
     const struct an_ref *ref = st->ref;
     uint64_t s = w->start, len = w->len, pitch = w->pitch, width = w->width;
     if (!len)
@@ -416,9 +304,9 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
         /* A 2-D write of narrower rows leaves the bytes between them alone (one column block
          * of a transpose, say). */
         for (uint64_t row = 0; row < len / pitch + (len % pitch != 0); row++)
-            assign(L, &L->roots[proc], s + row * pitch, s + row * pitch + width, id);
+            assign(L, s + row * pitch, s + row * pitch + width, id);
     } else {
-        assign(L, &L->roots[proc], s, s + len, id);
+        assign(L, s, s + len, id);
     }
     drop_node_ref(L, id);
     return id;
@@ -455,7 +343,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
             /* Freed memory holds nothing any more. */
             const struct shp_alloc *a = shp_allocs_at(&L->al, e->ptr);
             if (a)
-                assign(L, &L->roots[s->ref->proc], a->ptr, a->ptr + a->size, 0);
+                assign(L, a->ptr, a->ptr + a->size, 0);
         }
         shp_allocs_event(&L->al, e);
         break;
@@ -607,11 +495,6 @@ static void *lineage_init(struct an_ctx *ctx)
     struct an_lineage *L = calloc(1, sizeof(*L));
     if (!L)
         return NULL;
-    if (!(L->roots = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(struct node *)))) {
-        free(L);
-        return NULL;
-    }
-    L->seed = 0x2545f491u;
     L->ctx = ctx;
     return L;
 }
@@ -620,9 +503,8 @@ static void *lineage_init(struct an_ctx *ctx)
 static void lineage_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
 {
     struct an_lineage *L = st;
-    size_t proc = (size_t)(p - ctx->procs);
-    free_tree(L, L->roots[proc], true);
-    L->roots[proc] = NULL;
+    (void)ctx;
+    shp_ranges_clear(&L->map, on_ref, L);
     L->stale_reported = false;
     shp_allocs_clear(&L->al);
     madvise((void *)p->t.map, p->t.size, MADV_DONTNEED);
@@ -644,14 +526,7 @@ static void lineage_finish(void *st, struct an_ctx *ctx)
 static void lineage_free(void *st)
 {
     struct an_lineage *L = st;
-    for (size_t i = 0; i < L->ctx->nprocs; i++)
-        free_tree(L, L->roots[i], false);
-    while (L->free) {
-        struct node *n = L->free;
-        L->free = n->l;
-        free(n);
-    }
-    free(L->roots);
+    shp_ranges_free(&L->map);
     shp_allocs_free(&L->al);
     free(L->regions);
     free(L->groups);

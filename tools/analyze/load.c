@@ -12,45 +12,46 @@
 #include "tools/lib/out.h"
 #include "tools/lib/stacks.h"
 
-/* The processes with events left, as a heap on the time of their next event. */
+/* The processes with events left, as a heap on the time of their next event. The time sits in
+ * the heap beside the process, so that sifting reads one array, not every process's event. */
+struct an_slot {
+    uint64_t t_ns;
+    uint32_t proc;
+};
+
 struct an_load {
-    uint32_t *heap;
+    struct an_slot *heap;
     size_t heap_n;
     uint64_t release_step;
 };
 
-static uint64_t key(const struct an_ctx *ctx, uint32_t i)
+static void heap_down(struct an_load *L, size_t i)
 {
-    return ctx->procs[i].next.t_ns;
-}
-
-static void heap_down(struct an_ctx *ctx, size_t i)
-{
-    uint32_t *heap = ctx->load->heap;
-    size_t heap_n = ctx->load->heap_n;
+    struct an_slot *heap = L->heap;
+    size_t heap_n = L->heap_n;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < heap_n && key(ctx, heap[l]) < key(ctx, heap[m]))
+        if (l < heap_n && heap[l].t_ns < heap[m].t_ns)
             m = l;
-        if (r < heap_n && key(ctx, heap[r]) < key(ctx, heap[m]))
+        if (r < heap_n && heap[r].t_ns < heap[m].t_ns)
             m = r;
         if (m == i)
             return;
-        uint32_t tmp = heap[i];
+        struct an_slot tmp = heap[i];
         heap[i] = heap[m];
         heap[m] = tmp;
         i = m;
     }
 }
 
-static void heap_up(struct an_ctx *ctx, size_t i)
+static void heap_up(struct an_load *L, size_t i)
 {
-    uint32_t *heap = ctx->load->heap;
+    struct an_slot *heap = L->heap;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
-        if (key(ctx, heap[parent]) <= key(ctx, heap[i]))
+        if (heap[parent].t_ns <= heap[i].t_ns)
             return;
-        uint32_t tmp = heap[i];
+        struct an_slot tmp = heap[i];
         heap[i] = heap[parent];
         heap[parent] = tmp;
         i = parent;
@@ -63,12 +64,14 @@ static void read_ahead(struct an_proc *p, uint32_t idx)
     unsigned type;
     size_t size;
     const struct shp_rec *r;
+    struct shp_event *into = p->next == &p->ahead[0] ? &p->ahead[1] : &p->ahead[0];
     p->has_next = false;
     while ((r = shp_trace_next(&p->t, &p->cur, &type, &size))) {
-        if (!shp_event_decode(&p->t, r, type, &p->next))
+        if (!shp_event_decode(&p->t, r, type, into))
             continue;
-        p->next.index = p->index++;
-        p->next_ref = (struct an_ref){.proc = idx, .index = p->next.index, .rec = r, .type = type};
+        into->index = p->index++;
+        p->next = into;
+        p->next_ref = (struct an_ref){.proc = idx, .index = into->index, .rec = r, .type = type};
         p->has_next = true;
         return;
     }
@@ -149,8 +152,8 @@ int an_load(struct an_ctx *ctx, char **paths, int npaths)
         ctx->bytes_total += p->t.end;
         read_ahead(p, (uint32_t)np);
         if (p->has_next) {
-            L->heap[L->heap_n++] = (uint32_t)np;
-            heap_up(ctx, L->heap_n - 1);
+            L->heap[L->heap_n++] = (struct an_slot){p->next->t_ns, (uint32_t)np};
+            heap_up(L, L->heap_n - 1);
         } else {
             p->ended = true;
         }
@@ -192,31 +195,32 @@ static void release_behind(const struct an_load *L, struct an_proc *p)
     }
 }
 
-bool an_next(struct an_ctx *ctx, struct an_proc **proc, struct shp_event *e, struct an_ref *ref)
+bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event **e,
+             struct an_ref *ref)
 {
     struct an_load *L = ctx->load;
-    while (L && L->heap_n) {
-        uint32_t i = L->heap[0];
-        struct an_proc *p = &ctx->procs[i];
-        *proc = p;
-        *e = p->next;
-        *ref = p->next_ref;
-        uint64_t before = p->cur.off;
-        read_ahead(p, i);
-        ctx->bytes_done += p->cur.off - before;
-        release_behind(L, p);
-        if (p->has_next) {
-            heap_down(ctx, 0);
-        } else {
-            L->heap[0] = L->heap[--L->heap_n];
-            heap_down(ctx, 0);
-            /* The caller learns that p ended with its last event: flagged here, acted on by
-             * the driver after it has handed this event on. */
-            p->ended = true;
-        }
-        return true;
+    if (!L || !L->heap_n)
+        return false;
+    uint32_t i = L->heap[0].proc;
+    struct an_proc *p = &ctx->procs[i];
+    *proc = p;
+    *e = p->next;
+    *ref = p->next_ref;
+    uint64_t before = p->cur.off;
+    read_ahead(p, i);
+    ctx->bytes_done += p->cur.off - before;
+    release_behind(L, p);
+    if (p->has_next) {
+        L->heap[0].t_ns = p->next->t_ns;
+        heap_down(L, 0);
+    } else {
+        L->heap[0] = L->heap[--L->heap_n];
+        heap_down(L, 0);
+        /* The caller learns that p ended with its last event: flagged here, acted on by the
+         * driver after it has handed this event on. */
+        p->ended = true;
     }
-    return false;
+    return true;
 }
 
 void an_unload(struct an_ctx *ctx)

@@ -9,9 +9,11 @@
 /* Open the inputs (files or directories) into ctx->procs; 0, or -1 after printing one line
  * (call an_unload either way). */
 int an_load(struct an_ctx *ctx, char **paths, int npaths);
-/* The next event in time order across all processes; false at the end. After the last event
- * of a process, that process's `ended` is set. */
-bool an_next(struct an_ctx *ctx, struct an_proc **proc, struct shp_event *e, struct an_ref *ref);
+/* The next event in time order across all processes; false at the end. *e points into the
+ * process's read-ahead buffers and holds until the next call. After the last event of a
+ * process, that process's `ended` is set. */
+bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event **e,
+             struct an_ref *ref);
 void an_unload(struct an_ctx *ctx);
 
 #endif

@@ -23,8 +23,10 @@ struct an_proc {
     uint64_t index;            /* events handed out so far */
     uint64_t released;         /* bytes of the mapping given back (load.c) */
     bool ended;
-    /* the next event, read ahead for the merge */
-    struct shp_event next;
+    /* the next event, read ahead for the merge into one of two buffers, so that the event
+     * handed out is not copied */
+    struct shp_event ahead[2];
+    struct shp_event *next;
     struct an_ref next_ref;
     bool has_next;
     /* the last call seen, for the hang report */

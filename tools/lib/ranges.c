@@ -1,0 +1,290 @@
+/* shapetrace tools: the range map (see ranges.h), in chunks of up to CHUNK sorted entries: two
+ * binary searches find a place and a change moves one chunk's entries at most, where a treap's
+ * pointer chasing and rebalancing were half of the lineage pass's time. */
+#include "tools/lib/ranges.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 64
+
+struct shp_rchunk {
+    size_t n;
+    struct shp_range v[CHUNK];
+    struct shp_rchunk *next_spare;
+};
+
+/* A place between entries: entry j of chunk ci (j may be c[ci]->n: after its last). */
+struct pos {
+    size_t ci, j;
+};
+
+static struct shp_rchunk *new_chunk(struct shp_ranges *m)
+{
+    struct shp_rchunk *c = m->spare;
+    if (c)
+        m->spare = c->next_spare;
+    else if (!(c = malloc(sizeof(*c))))
+        return NULL;
+    c->n = 0;
+    return c;
+}
+
+static void drop_chunk(struct shp_ranges *m, size_t ci)
+{
+    struct shp_rchunk *c = m->c[ci];
+    c->next_spare = m->spare;
+    m->spare = c;
+    memmove(m->c + ci, m->c + ci + 1, (m->n - ci - 1) * sizeof(*m->c));
+    memmove(m->first + ci, m->first + ci + 1, (m->n - ci - 1) * sizeof(*m->first));
+    m->n--;
+}
+
+/* Room for c at ci (chunks from ci on move up one). */
+static bool add_chunk(struct shp_ranges *m, size_t ci, struct shp_rchunk *c)
+{
+    if (m->n == m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 16;
+        struct shp_rchunk **nc = realloc(m->c, ncap * sizeof(*nc));
+        if (!nc)
+            return false;
+        m->c = nc;
+        uint64_t *nf = realloc(m->first, ncap * sizeof(*nf));
+        if (!nf)
+            return false;
+        m->first = nf;
+        m->cap = ncap;
+    }
+    memmove(m->c + ci + 1, m->c + ci, (m->n - ci) * sizeof(*m->c));
+    memmove(m->first + ci + 1, m->first + ci, (m->n - ci) * sizeof(*m->first));
+    m->c[ci] = c;
+    m->first[ci] = c->n ? c->v[0].start : 0;
+    m->n++;
+    return true;
+}
+
+/* The place of the first range starting at or after s. */
+static struct pos find(const struct shp_ranges *m, uint64_t s)
+{
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->first[mid] <= s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    struct pos p = {lo ? lo - 1 : 0, 0};
+    if (!m->n)
+        return p;
+    const struct shp_rchunk *c = m->c[p.ci];
+    lo = 0, hi = c->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->v[mid].start < s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    p.j = lo;
+    return p;
+}
+
+/* The range at p, or NULL past the last. */
+static struct shp_range *at(const struct shp_ranges *m, struct pos p)
+{
+    if (p.ci >= m->n)
+        return NULL;
+    if (p.j < m->c[p.ci]->n)
+        return &m->c[p.ci]->v[p.j];
+    return p.ci + 1 < m->n ? &m->c[p.ci + 1]->v[0] : NULL;
+}
+
+/* The range just before p, or NULL. */
+static struct shp_range *before(const struct shp_ranges *m, struct pos p)
+{
+    if (p.ci >= m->n)
+        return NULL;
+    if (p.j > 0)
+        return &m->c[p.ci]->v[p.j - 1];
+    return p.ci > 0 ? &m->c[p.ci - 1]->v[m->c[p.ci - 1]->n - 1] : NULL;
+}
+
+/* Insert r at p; false when out of memory (m unchanged). */
+static bool insert(struct shp_ranges *m, struct pos p, const struct shp_range *r)
+{
+    if (!m->n) {
+        struct shp_rchunk *c = new_chunk(m);
+        if (!c || !add_chunk(m, 0, c)) {
+            if (c) {
+                c->next_spare = m->spare;
+                m->spare = c;
+            }
+            return false;
+        }
+        p = (struct pos){0, 0};
+    }
+    struct shp_rchunk *c = m->c[p.ci];
+    if (c->n == CHUNK) {
+        struct shp_rchunk *h = new_chunk(m);
+        if (!h)
+            return false;
+        h->n = CHUNK / 2;
+        memcpy(h->v, c->v + CHUNK / 2, (CHUNK / 2) * sizeof(*h->v));
+        if (!add_chunk(m, p.ci + 1, h)) {
+            h->next_spare = m->spare;
+            m->spare = h;
+            return false;
+        }
+        c->n = CHUNK / 2;
+        if (p.j > CHUNK / 2) {
+            p.ci++;
+            p.j -= CHUNK / 2;
+            c = h;
+        }
+    }
+    memmove(c->v + p.j + 1, c->v + p.j, (c->n - p.j) * sizeof(*c->v));
+    c->v[p.j] = *r;
+    c->n++;
+    m->first[p.ci] = c->v[0].start;
+    return true;
+}
+
+int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                      shp_ranges_ref_fn ref, void *arg)
+{
+    if (s >= e)
+        return 0;
+    struct pos p = find(m, s);
+    struct shp_range *r = at(m, p);
+    /* The common case: a buffer written again whole (a caching allocator's block, an in-place
+     * collective) replaces one range exactly. */
+    if (r && r->start == s && r->end == e && value) {
+        uint32_t old = r->value;
+        r->value = value;
+        ref(arg, value, 1);
+        ref(arg, old, -1);
+        return 0;
+    }
+    struct shp_range *b = before(m, p);
+    if (b && b->end > s) {
+        if (b->end > e) {
+            /* [s, e) lies inside one range: keep its head and its tail, nothing else moves. */
+            struct shp_range tail = {e, b->end, b->value};
+            uint64_t old_end = b->end;
+            b->end = s;
+            if (!insert(m, p, &tail)) {
+                b->end = old_end;
+                return -1;
+            }
+            ref(arg, tail.value, 1);
+            if (value) {
+                struct shp_range n = {s, e, value};
+                if (!insert(m, find(m, s), &n))
+                    return -1;
+                ref(arg, value, 1);
+            }
+            return 0;
+        }
+        b->end = s;
+    }
+    /* The ranges starting in [s, e) go, but for the tail of the last one past e. */
+    size_t ci = p.ci, j = p.j;
+    bool more = true;
+    while (more && ci < m->n) {
+        struct shp_rchunk *c = m->c[ci];
+        size_t k = j;
+        while (k < c->n && c->v[k].start < e) {
+            if (c->v[k].end > e) {
+                c->v[k].start = e;
+                break;
+            }
+            ref(arg, c->v[k].value, -1);
+            k++;
+        }
+        more = k == c->n;
+        memmove(c->v + j, c->v + k, (c->n - k) * sizeof(*c->v));
+        c->n -= k - j;
+        if (!c->n) {
+            drop_chunk(m, ci);
+        } else {
+            m->first[ci] = c->v[0].start;
+            ci++;
+        }
+        j = 0;
+    }
+    if (!value)
+        return 0;
+    /* Where the removed ranges began is where the new one goes: a chunk that went had them
+     * from its head (p.j 0), so p is the head of the next, or past the last chunk. */
+    if (p.ci >= m->n && m->n)
+        p = (struct pos){m->n - 1, m->c[m->n - 1]->n};
+    struct shp_range n = {s, e, value};
+    if (!insert(m, p, &n))
+        return -1;
+    ref(arg, value, 1);
+    return 0;
+}
+
+void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
+                      void (*fn)(void *arg, const struct shp_range *r), void *arg)
+{
+    if (s >= e || !m->n)
+        return;
+    struct pos p = find(m, s);
+    const struct shp_range *b = before(m, p);
+    if (b && b->end > s)
+        fn(arg, b);
+    for (size_t ci = p.ci, j = p.j; ci < m->n; ci++, j = 0) {
+        const struct shp_rchunk *c = m->c[ci];
+        for (; j < c->n; j++) {
+            if (c->v[j].start >= e)
+                return;
+            fn(arg, &c->v[j]);
+        }
+    }
+}
+
+void shp_ranges_clear(struct shp_ranges *m, shp_ranges_ref_fn ref, void *arg)
+{
+    for (size_t ci = 0; ci < m->n; ci++) {
+        struct shp_rchunk *c = m->c[ci];
+        for (size_t j = 0; ref && j < c->n; j++)
+            ref(arg, c->v[j].value, -1);
+        c->next_spare = m->spare;
+        m->spare = c;
+    }
+    m->n = 0;
+}
+
+size_t shp_ranges_count(const struct shp_ranges *m)
+{
+    size_t n = 0;
+    for (size_t ci = 0; ci < m->n; ci++)
+        n += m->c[ci]->n;
+    return n;
+}
+
+const struct shp_range *shp_ranges_nth(const struct shp_ranges *m, size_t i)
+{
+    for (size_t ci = 0; ci < m->n; ci++) {
+        if (i < m->c[ci]->n)
+            return &m->c[ci]->v[i];
+        i -= m->c[ci]->n;
+    }
+    return NULL;
+}
+
+void shp_ranges_free(struct shp_ranges *m)
+{
+    shp_ranges_clear(m, NULL, NULL);
+    while (m->spare) {
+        struct shp_rchunk *c = m->spare;
+        m->spare = c->next_spare;
+        free(c);
+    }
+    free(m->c);
+    free(m->first);
+    memset(m, 0, sizeof(*m));
+}

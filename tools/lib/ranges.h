@@ -1,0 +1,46 @@
+/* shapetrace tools: a map from non-overlapping byte ranges to 32-bit values, in chunked sorted
+ * arrays, so that it stays fast with very many live ranges (the lineage pass's memory map). */
+#ifndef SHAPETRACE_RANGES_H
+#define SHAPETRACE_RANGES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* [start, end) holds value (never 0). */
+struct shp_range {
+    uint64_t start, end;
+    uint32_t value;
+};
+
+struct shp_rchunk;
+
+struct shp_ranges {
+    struct shp_rchunk **c; /* in address order; none empty */
+    uint64_t *first;       /* c[i]'s first start, searched before any chunk is touched */
+    size_t n, cap;
+    struct shp_rchunk *spare; /* emptied chunks, kept for reuse */
+};
+
+/* Told each time a range holding value appears (delta +1) or goes (-1). Within one call, the
+ * +1 of a piece that survives a trim comes before the -1 of what it was cut from, so a count
+ * kept from these never passes through 0 while the value still has ranges. */
+typedef void (*shp_ranges_ref_fn)(void *arg, uint32_t value, int delta);
+
+/* Make [s, e) hold value, trimming or removing what it overlaps; value 0 only clears [s, e).
+ * An exact range [s, e) already there changes value in place. Returns 0, or -1 when out of
+ * memory: then a new piece may be missing (what it overlapped is still cleared, and ref is
+ * told exactly what happened). s >= e changes nothing. */
+int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                      shp_ranges_ref_fn ref, void *arg);
+/* fn for each range overlapping [s, e), in address order; fn must not change m. */
+void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
+                      void (*fn)(void *arg, const struct shp_range *r), void *arg);
+/* Remove every range, in address order, telling ref (NULL: nobody); keeps the memory. */
+void shp_ranges_clear(struct shp_ranges *m, shp_ranges_ref_fn ref, void *arg);
+/* How many ranges m holds. */
+size_t shp_ranges_count(const struct shp_ranges *m);
+/* The i-th range in address order (i < shp_ranges_count), for tests and debugging. */
+const struct shp_range *shp_ranges_nth(const struct shp_ranges *m, size_t i);
+void shp_ranges_free(struct shp_ranges *m);
+
+#endif
