@@ -27,6 +27,9 @@ const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t 
 
 /* Print stack `id` as a JSON array of strings, or null. */
 void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id);
+struct shp_out;
+/* The same through the writer o (out.h); the text is made once per stack and kept in st. */
+void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 
 /* The call site as one line: the innermost Python frame if the stack has one, else the innermost
  * frame ("" if none). */
