@@ -68,15 +68,28 @@ static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, s
 
 struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
 {
+    return shp_stacks_load_shared(t, symbolize, NULL);
+}
+
+struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbolize,
+                                          struct shp_symcache *cache)
+{
     struct shp_stacks *st = calloc(1, sizeof(*st));
     if (!st)
         return NULL;
     st->symbolize = symbolize;
     if (symbolize)
         st->sym = shp_symbolizer_new();
-    if (st->sym && t->path)
+    if (st->sym && cache) {
+        shp_symbolizer_set_cache(st->sym, cache);
+        if (t->path)
+            shp_symbolizer_use_symfile(
+                st->sym,
+                shp_symcache_symfile_near(cache, t->path, t->hdr->host, sizeof(t->hdr->host)));
+    } else if (st->sym && t->path) {
         shp_symbolizer_set_symfile(
             st->sym, shp_symfile_load_near(t->path, t->hdr->host, sizeof(t->hdr->host)));
+    }
     struct shp_cursor cur = {0};
     unsigned type;
     size_t size;
