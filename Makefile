@@ -342,7 +342,8 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
-bench: all $(B)/bench/overhead $(B)/bench/gen_traces
+bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
+	$(DOUBLE_CUDART)
 	$(Q)bench/run.sh $(B)
 
 check-gpu: all

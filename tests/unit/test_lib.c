@@ -3,6 +3,8 @@
  * they read and write, stacks, the allocation tracker and the output helpers. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,6 +343,44 @@ static void test_out(void)
     shp_json_str(f, NULL);
     fclose(f);
     test_str("JSON strings are escaped, NULL is null", out, "\"a\\\"b\\\\c\\nd\\te\\u0001\" null");
+    free(out);
+
+    /* The writer's numbers against printf's, and a run longer than its buffer. */
+    f = open_memstream(&out, &len);
+    static struct shp_out o;
+    shp_out_init(&o, f);
+    char want[4096] = "";
+    const uint64_t u[] = {0, 9, 10, 99, 100, 101, 999, 1000, 12345678901234567890u, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
+        shp_out_u64(&o, u[i]);
+        shp_out_char(&o, ' ');
+        shp_out_hex(&o, u[i], 1);
+        shp_out_char(&o, ' ');
+        shp_out_hex(&o, u[i], 16);
+        shp_out_char(&o, ' ');
+        size_t w = strlen(want);
+        snprintf(want + w, sizeof(want) - w, "%" PRIu64 " %" PRIx64 " %016" PRIx64 " ", u[i], u[i],
+                 u[i]);
+    }
+    const int v[] = {0, -1, 7, -10, INT_MAX, INT_MIN};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        shp_out_int(&o, v[i]);
+        shp_out_char(&o, ' ');
+        size_t w = strlen(want);
+        snprintf(want + w, sizeof(want) - w, "%d ", v[i]);
+    }
+    shp_out_flush(&o);
+    fflush(f);
+    test_str("the writer's decimal and hex are printf's", out, want);
+    for (int i = 0; i < 3 * SHP_OUT_BUF / 8; i++)
+        shp_out_mem(&o, "abcdefg\n", 8);
+    shp_out_flush(&o);
+    fclose(f);
+    size_t head = strlen(want), bad = 0;
+    for (size_t i = 0; i < 3 * SHP_OUT_BUF; i++)
+        bad += out[head + i] != "abcdefg\n"[i % 8];
+    test_cond("a run three buffers long comes out whole and in order",
+              len == head + 3 * SHP_OUT_BUF && bad == 0);
     free(out);
 }
 

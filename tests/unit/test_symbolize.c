@@ -294,6 +294,43 @@ int main(void)
              (t1 - t0) * 1e3, (t2 - t1) * 1e3);
     CHECK(same == 100000 && t2 - t1 < 2.0, "100k repeated calls", buf);
 
+    /* a shared cache: a second process with the module at another base gets the same texts by
+     * offset; a file changed between the two is not taken for the one cached */
+    struct shp_symcache *cache = shp_symcache_new();
+    char copy[64], text[1024];
+    snprintf(copy, sizeof(copy), "/tmp/shp_test_symcache.%d", (int)getpid());
+    snprintf(want, sizeof(want), "cp '%s' %s", exe.path, copy);
+    const uint64_t shift = 0x100000000ull;
+    rc = cache && system(want) == 0 ? 0 : -1;
+    struct shp_symbolizer *p1 = shp_symbolizer_new(), *p2 = shp_symbolizer_new(),
+                          *p3 = shp_symbolizer_new();
+    shp_symbolizer_set_cache(p1, cache);
+    shp_symbolizer_set_cache(p2, cache);
+    shp_symbolizer_set_cache(p3, cache);
+    rc = rc ? rc
+            : shp_symbolizer_add_module(p1, copy, exe.base, exe.lo, exe.hi, exe.build_id,
+                                        exe.build_id_len);
+    rc = rc ? rc : shp_symbolize(p1, addr, false, text, sizeof(text));
+    rc = rc ? rc
+            : shp_symbolizer_add_module(p2, copy, exe.base + shift, exe.lo + shift, exe.hi + shift,
+                                        exe.build_id, exe.build_id_len);
+    rc = rc ? rc : shp_symbolize(p2, addr + shift, false, buf, sizeof(buf));
+    CHECK(rc == 0 && starts_with(text, "target_fn (") && !strcmp(buf, text),
+          "shared cache: another base, the same text", buf);
+    FILE *f = fopen(copy, "w");
+    rc = f && fputs("not ELF", f) >= 0 && fclose(f) == 0 ? 0 : -1;
+    rc = rc ? rc
+            : shp_symbolizer_add_module(p3, copy, exe.base, exe.lo, exe.hi, exe.build_id,
+                                        exe.build_id_len);
+    rc = rc ? rc : shp_symbolize(p3, addr, false, buf, sizeof(buf));
+    snprintf(want, sizeof(want), "0x%" PRIx64 " (%s)", addr - exe.base, strrchr(copy, '/') + 1);
+    CHECK(rc == 0 && !strcmp(buf, want), "shared cache: a changed file is symbolized again", buf);
+    unlink(copy);
+    shp_symbolizer_free(p1);
+    shp_symbolizer_free(p2);
+    shp_symbolizer_free(p3);
+    shp_symcache_free(cache);
+
     shp_symbolizer_free(s);
     shp_symbolizer_free(NULL);
     if (libc)

@@ -15,6 +15,7 @@
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/stacks.h"
+#include "tools/lib/symbolize.h"
 
 static void dump_usage(FILE *f)
 {
@@ -111,7 +112,8 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
             site, status, "");
 }
 
-static int dump_one(const char *path, bool json, bool stacks)
+static int dump_one(struct shp_out *o, struct shp_symcache *cache, const char *path, bool json,
+                    bool stacks)
 {
     struct shp_trace t;
     char err[256];
@@ -119,7 +121,7 @@ static int dump_one(const char *path, bool json, bool stacks)
         shp_err("%s: %s", path, err);
         return -1;
     }
-    struct shp_stacks *st = shp_stacks_load(&t, stacks);
+    struct shp_stacks *st = shp_stacks_load_shared(&t, stacks, cache);
     struct shp_cursor cur = {0};
     uint64_t index = 0, t0 = 0;
     unsigned type;
@@ -138,11 +140,14 @@ static int dump_one(const char *path, bool json, bool stacks)
         e.index = index++;
         if (!t0)
             t0 = e.t_ns;
-        if (json)
-            shp_event_json(stdout, &t, st, &e), fputc('\n', stdout);
-        else
+        if (json) {
+            shp_event_json_out(o, &t, st, &e);
+            shp_out_char(o, '\n');
+        } else {
             print_row(stdout, st, &e, t0);
+        }
     }
+    shp_out_flush(o);
     bool complete = shp_trace_complete(&t, &cur);
     const struct shp_file_header *h = t.hdr;
     if (!json) {
@@ -192,6 +197,15 @@ int shp_cmd_dump(int argc, char **argv)
     if (optind >= argc)
         return shp_usage_error("dump", "no trace given");
     int status = SHP_EXIT_OK;
+    /* One writer for every trace: JSON lines go through it, the table through printf. */
+    struct shp_out *o = malloc(sizeof(*o));
+    if (!o) {
+        shp_err("out of memory");
+        return SHP_EXIT_USAGE;
+    }
+    shp_out_init(o, stdout);
+    /* The traces of one run are mostly the same programs: their modules are symbolized once. */
+    struct shp_symcache *cache = stacks ? shp_symcache_new() : NULL;
     for (int i = optind; i < argc; i++) {
         char **files = NULL;
         size_t n = 0;
@@ -202,11 +216,13 @@ int shp_cmd_dump(int argc, char **argv)
             status = SHP_EXIT_USAGE;
         }
         for (size_t k = 0; k < n; k++) {
-            if (dump_one(files[k], json, stacks) < 0)
+            if (dump_one(o, cache, files[k], json, stacks) < 0)
                 status = SHP_EXIT_USAGE;
             free(files[k]);
         }
         free(files);
     }
+    free(o);
+    shp_symcache_free(cache);
     return status;
 }

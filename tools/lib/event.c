@@ -1,7 +1,6 @@
 /* shapetrace tools: decoding records into events, with each op's size rule applied. */
 #include "tools/lib/event.h"
 
-#include <inttypes.h>
 #include <string.h>
 
 #include "common/ops.h"
@@ -266,112 +265,169 @@ void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct sh
     }
 }
 
-static void json_u64(FILE *f, const char *key, uint64_t v)
+/* Keys go out with their comma and colon as one literal: K(",\"seq\":"). */
+#define K(lit) shp_out_mem(o, lit, sizeof(lit) - 1)
+
+static void json_u64(struct shp_out *o, uint64_t v)
 {
     if (v == SHP_NONE)
-        fprintf(f, ",\"%s\":null", key);
+        K("null");
     else
-        fprintf(f, ",\"%s\":%" PRIu64, key, v);
+        shp_out_u64(o, v);
 }
 
-static void json_int(FILE *f, const char *key, int v)
+static void json_int(struct shp_out *o, int v)
 {
     if (v < 0)
-        fprintf(f, ",\"%s\":null", key);
+        K("null");
     else
-        fprintf(f, ",\"%s\":%d", key, v);
+        shp_out_int(o, v);
 }
 
-static void json_hex(FILE *f, const char *key, uint64_t v)
+static void json_hex(struct shp_out *o, uint64_t v)
 {
-    if (v == SHP_NONE)
-        fprintf(f, ",\"%s\":null", key);
+    if (v == SHP_NONE) {
+        K("null");
+        return;
+    }
+    K("\"0x");
+    shp_out_hex(o, v, 1);
+    shp_out_char(o, '"');
+}
+
+static void json_bool(struct shp_out *o, bool v)
+{
+    if (v)
+        K("true");
     else
-        fprintf(f, ",\"%s\":\"0x%" PRIx64 "\"", key, v);
+        K("false");
 }
 
-static void json_name(FILE *f, const char *key, const char *v)
+static void comm_id(struct shp_out *o, uint64_t id)
 {
-    fprintf(f, ",\"%s\":", key);
-    shp_json_str(f, v);
+    shp_out_char(o, '"');
+    shp_out_hex(o, id, 16);
+    shp_out_char(o, '"');
 }
 
-static void comm_id(char *buf, size_t len, uint64_t id)
+void shp_event_json_out(struct shp_out *o, const struct shp_trace *t, struct shp_stacks *st,
+                        const struct shp_event *e)
 {
-    snprintf(buf, len, "%016" PRIx64, id);
+    const struct shp_file_header *h = t->hdr;
+    K("{\"file\":");
+    shp_out_json_str(o, t->path);
+    K(",\"index\":");
+    shp_out_u64(o, e->index);
+    K(",\"host\":");
+    shp_out_json_str(o, h->host);
+    K(",\"pid\":");
+    shp_out_u64(o, h->pid);
+    K(",\"tid\":");
+    shp_out_u64(o, e->tid);
+    K(",\"rank\":");
+    json_int(o, shp_trace_rank(t));
+    K(",\"t_ns\":");
+    shp_out_u64(o, e->t_ns);
+    K(",\"dur_ns\":");
+    json_u64(o, e->dur_ns);
+    K(",\"op\":");
+    shp_out_json_str(o, e->mark ? "mark" : shp_op_name(e->op));
+    K(",\"comm\":");
+    if (e->comm)
+        comm_id(o, e->comm);
+    else
+        K("null");
+    K(",\"comm_rank\":");
+    json_int(o, e->comm_rank);
+    K(",\"nranks\":");
+    json_int(o, e->nranks);
+    K(",\"seq\":");
+    json_u64(o, e->seq);
+    K(",\"count\":");
+    json_u64(o, e->count);
+    K(",\"dtype\":");
+    shp_out_json_str(o, e->dtype >= 0 ? shp_dtype_name((unsigned)e->dtype) : NULL);
+    K(",\"bytes\":");
+    json_u64(o, e->bytes);
+    K(",\"send_bytes\":");
+    json_u64(o, e->send_bytes);
+    K(",\"recv_bytes\":");
+    json_u64(o, e->recv_bytes);
+    K(",\"peer\":");
+    json_int(o, e->peer);
+    K(",\"root\":");
+    json_int(o, e->root);
+    K(",\"redop\":");
+    shp_out_json_str(o, e->redop >= 0 ? shp_redop_name((unsigned)e->redop) : NULL);
+    K(",\"src\":");
+    json_hex(o, e->src);
+    K(",\"dst\":");
+    json_hex(o, e->dst);
+    K(",\"kind\":");
+    shp_out_json_str(o, e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : NULL);
+    K(",\"width\":");
+    json_u64(o, e->width);
+    K(",\"height\":");
+    json_u64(o, e->height);
+    K(",\"spitch\":");
+    json_u64(o, e->spitch);
+    K(",\"dpitch\":");
+    json_u64(o, e->dpitch);
+    K(",\"stream\":");
+    json_hex(o, e->stream);
+    K(",\"captured\":");
+    if (e->mark)
+        K("null");
+    else
+        json_bool(o, e->flags & SHP_EV_CAPTURED);
+    K(",\"graph\":");
+    json_hex(o, e->graph);
+    K(",\"result\":");
+    if (e->mark || e->dur_ns == SHP_NONE)
+        K("null");
+    else
+        shp_out_int(o, e->result);
+    /* Keys beyond the first list of docs/CONTRACTS.md. */
+    K(",\"device\":");
+    json_int(o, e->device);
+    K(",\"pending\":");
+    json_bool(o, !e->mark && e->dur_ns == SHP_NONE);
+    if (e->type == SHP_REC_COMM) {
+        K(",\"comm_kind\":");
+        shp_out_json_str(o, shp_comm_kind_names[e->comm_kind < 7 ? e->comm_kind : 0]);
+        if (e->parent != SHP_NONE) {
+            K(",\"parent\":");
+            comm_id(o, e->parent);
+        }
+        K(",\"handle\":");
+        json_hex(o, e->handle);
+    }
+    if (e->type == SHP_REC_ALLOC) {
+        K(",\"ptr\":");
+        json_hex(o, e->ptr);
+        K(",\"size\":");
+        json_u64(o, e->size);
+    }
+    if (e->type == SHP_REC_GRAPH) {
+        K(",\"exec\":");
+        json_hex(o, e->exec);
+        K(",\"capture\":");
+        json_u64(o, e->capture);
+    }
+    if (e->mark) {
+        K(",\"mark\":");
+        shp_out_json_str(o, e->mark);
+    }
+    K(",\"stack\":");
+    shp_stacks_json_out(o, st, e->stack);
+    shp_out_char(o, '}');
 }
 
 void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
                     const struct shp_event *e)
 {
-    const struct shp_file_header *h = t->hdr;
-    fputs("{\"file\":", f);
-    shp_json_str(f, t->path);
-    fprintf(f, ",\"index\":%" PRIu64, e->index);
-    json_name(f, "host", h->host);
-    fprintf(f, ",\"pid\":%" PRIu64 ",\"tid\":%u", h->pid, e->tid);
-    json_int(f, "rank", shp_trace_rank(t));
-    fprintf(f, ",\"t_ns\":%" PRIu64, e->t_ns);
-    json_u64(f, "dur_ns", e->dur_ns);
-    json_name(f, "op", e->mark ? "mark" : shp_op_name(e->op));
-    if (e->comm) {
-        char id[24];
-        comm_id(id, sizeof(id), e->comm);
-        json_name(f, "comm", id);
-    } else {
-        fputs(",\"comm\":null", f);
-    }
-    json_int(f, "comm_rank", e->comm_rank);
-    json_int(f, "nranks", e->nranks);
-    json_u64(f, "seq", e->seq);
-    json_u64(f, "count", e->count);
-    json_name(f, "dtype", e->dtype >= 0 ? shp_dtype_name((unsigned)e->dtype) : NULL);
-    json_u64(f, "bytes", e->bytes);
-    json_u64(f, "send_bytes", e->send_bytes);
-    json_u64(f, "recv_bytes", e->recv_bytes);
-    json_int(f, "peer", e->peer);
-    json_int(f, "root", e->root);
-    json_name(f, "redop", e->redop >= 0 ? shp_redop_name((unsigned)e->redop) : NULL);
-    json_hex(f, "src", e->src);
-    json_hex(f, "dst", e->dst);
-    json_name(f, "kind", e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : NULL);
-    json_u64(f, "width", e->width);
-    json_u64(f, "height", e->height);
-    json_u64(f, "spitch", e->spitch);
-    json_u64(f, "dpitch", e->dpitch);
-    json_hex(f, "stream", e->stream);
-    if (e->mark)
-        fputs(",\"captured\":null", f);
-    else
-        fprintf(f, ",\"captured\":%s", e->flags & SHP_EV_CAPTURED ? "true" : "false");
-    json_hex(f, "graph", e->graph);
-    if (e->mark || e->dur_ns == SHP_NONE)
-        fputs(",\"result\":null", f);
-    else
-        fprintf(f, ",\"result\":%d", e->result);
-    /* Keys beyond the first list of docs/CONTRACTS.md. */
-    json_int(f, "device", e->device);
-    fprintf(f, ",\"pending\":%s", !e->mark && e->dur_ns == SHP_NONE ? "true" : "false");
-    if (e->type == SHP_REC_COMM) {
-        json_name(f, "comm_kind", shp_comm_kind_names[e->comm_kind < 7 ? e->comm_kind : 0]);
-        if (e->parent != SHP_NONE) {
-            char id[24];
-            comm_id(id, sizeof(id), e->parent);
-            json_name(f, "parent", id);
-        }
-        json_hex(f, "handle", e->handle);
-    }
-    if (e->type == SHP_REC_ALLOC) {
-        json_hex(f, "ptr", e->ptr);
-        json_u64(f, "size", e->size);
-    }
-    if (e->type == SHP_REC_GRAPH) {
-        json_hex(f, "exec", e->exec);
-        json_u64(f, "capture", e->capture);
-    }
-    if (e->mark)
-        json_name(f, "mark", e->mark);
-    fputs(",\"stack\":", f);
-    shp_stacks_json(f, st, e->stack);
-    fputs("}", f);
+    struct shp_out o;
+    shp_out_init(&o, f);
+    shp_event_json_out(&o, t, st, e);
+    shp_out_flush(&o);
 }

@@ -1,9 +1,11 @@
-/* shapetrace tools: one-line errors on stderr, JSON strings and growing arrays (see out.h). */
+/* shapetrace tools: one-line errors on stderr, JSON strings, the buffered writer and growing
+ * arrays (see out.h). */
 #include "tools/lib/out.h"
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 void shp_err(const char *fmt, ...)
 {
@@ -32,37 +34,136 @@ static int utf8_len(const unsigned char *p)
     return n;
 }
 
-void shp_json_str(FILE *f, const char *s)
+void shp_out_init(struct shp_out *o, FILE *f)
 {
-    if (!s) {
-        fputs("null", f);
+    o->f = f;
+    o->len = 0;
+}
+
+void shp_out_flush(struct shp_out *o)
+{
+    if (o->len)
+        fwrite(o->buf, 1, o->len, o->f);
+    o->len = 0;
+}
+
+void shp_out_mem_slow(struct shp_out *o, const void *p, size_t n)
+{
+    shp_out_flush(o);
+    if (n > sizeof(o->buf)) {
+        fwrite(p, 1, n, o->f);
         return;
     }
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else if (*p < 0x80)
-            fputc(*p, f);
-        else {
+    memcpy(o->buf, p, n);
+    o->len = n;
+}
+
+void shp_out_cstr(struct shp_out *o, const char *s)
+{
+    shp_out_mem(o, s, strlen(s));
+}
+
+void shp_out_u64(struct shp_out *o, uint64_t v)
+{
+    /* Two digits a step: half the divisions. */
+    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930"
+                                "31323334353637383940414243444546474849505152535455565758596061"
+                                "6263646566676869707172737475767778798081828384858687888990919293"
+                                "949596979899";
+    char d[20];
+    size_t i = sizeof(d);
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        d[--i] = pairs[2 * r + 1];
+        d[--i] = pairs[2 * r];
+    }
+    if (v >= 10) {
+        d[--i] = pairs[2 * v + 1];
+        d[--i] = pairs[2 * v];
+    } else {
+        d[--i] = (char)('0' + v);
+    }
+    shp_out_mem(o, d + i, sizeof(d) - i);
+}
+
+void shp_out_int(struct shp_out *o, int v)
+{
+    if (v < 0) {
+        shp_out_char(o, '-');
+        shp_out_u64(o, -(uint64_t)(int64_t)v);
+    } else {
+        shp_out_u64(o, (uint64_t)v);
+    }
+}
+
+void shp_out_hex(struct shp_out *o, uint64_t v, unsigned width)
+{
+    char d[16];
+    size_t i = sizeof(d);
+    do {
+        d[--i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    while (sizeof(d) - i < width && i > 0)
+        d[--i] = '0';
+    shp_out_mem(o, d + i, sizeof(d) - i);
+}
+
+/* Bytes that go out as they are: printable ASCII other than the quote and the backslash. */
+static bool json_plain(unsigned char c)
+{
+    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+void shp_out_json_str(struct shp_out *o, const char *s)
+{
+    if (!s) {
+        shp_out_mem(o, "null", 4);
+        return;
+    }
+    shp_out_char(o, '"');
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        const unsigned char *run = p;
+        while (json_plain(*p))
+            p++;
+        if (p > run)
+            shp_out_mem(o, run, (size_t)(p - run));
+        if (!*p)
+            break;
+        if (*p == '"' || *p == '\\') {
+            char esc[2] = {'\\', (char)*p};
+            shp_out_mem(o, esc, 2);
+        } else if (*p == '\n') {
+            shp_out_mem(o, "\\n", 2);
+        } else if (*p == '\t') {
+            shp_out_mem(o, "\\t", 2);
+        } else if (*p < 0x20) {
+            shp_out_mem(o, "\\u00", 4);
+            shp_out_hex(o, *p, 2);
+        } else {
             /* Text from a trace (marks, host, exe, paths) may be any bytes: the output stays
              * valid JSON, each invalid byte shown as U+FFFD. */
             int n = utf8_len(p);
             if (n) {
-                fwrite(p, 1, (size_t)n, f);
+                shp_out_mem(o, p, (size_t)n);
                 p += n - 1;
             } else {
-                fputs("\\ufffd", f);
+                shp_out_mem(o, "\\ufffd", 6);
             }
         }
+        p++;
     }
-    fputc('"', f);
+    shp_out_char(o, '"');
+}
+
+void shp_json_str(FILE *f, const char *s)
+{
+    struct shp_out o;
+    shp_out_init(&o, f);
+    shp_out_json_str(&o, s);
+    shp_out_flush(&o);
 }
 
 bool shp_grow(void **arr, size_t *cap, size_t n, size_t size)

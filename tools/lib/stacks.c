@@ -22,6 +22,8 @@ struct stack_entry {
     const struct shp_rec_pystack *py; /* a Python stack: merged with its native one on use */
     char **text;                      /* built on first use */
     uint32_t ntext;
+    char *json; /* the frames as a JSON array, built on first use by dump --json */
+    size_t json_len;
 };
 
 struct shp_stacks {
@@ -66,15 +68,28 @@ static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, s
 
 struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
 {
+    return shp_stacks_load_shared(t, symbolize, NULL);
+}
+
+struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbolize,
+                                          struct shp_symcache *cache)
+{
     struct shp_stacks *st = calloc(1, sizeof(*st));
     if (!st)
         return NULL;
     st->symbolize = symbolize;
     if (symbolize)
         st->sym = shp_symbolizer_new();
-    if (st->sym && t->path)
+    if (st->sym && cache) {
+        shp_symbolizer_set_cache(st->sym, cache);
+        if (t->path)
+            shp_symbolizer_use_symfile(
+                st->sym,
+                shp_symcache_symfile_near(cache, t->path, t->hdr->host, sizeof(t->hdr->host)));
+    } else if (st->sym && t->path) {
         shp_symbolizer_set_symfile(
             st->sym, shp_symfile_load_near(t->path, t->hdr->host, sizeof(t->hdr->host)));
+    }
     struct shp_cursor cur = {0};
     unsigned type;
     size_t size;
@@ -128,6 +143,7 @@ void shp_stacks_free(struct shp_stacks *st)
         for (uint32_t k = 0; k < st->tab[i].ntext; k++)
             free(st->tab[i].text[k]);
         free(st->tab[i].text);
+        free(st->tab[i].json);
     }
     free(st->tab);
     free(st->codes);
@@ -386,21 +402,62 @@ const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t 
     return (const char *const *)e->text;
 }
 
-void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id)
+static void frames_json(struct shp_out *o, const char *const *fr, size_t n)
+{
+    shp_out_char(o, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            shp_out_char(o, ',');
+        shp_out_json_str(o, fr[i]);
+    }
+    shp_out_char(o, ']');
+}
+
+/* A stack's JSON text, made once: the events of a trace share a few hundred stacks. */
+static bool cache_json(struct stack_entry *e, const char *const *fr, size_t n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        return false;
+    struct shp_out *o = malloc(sizeof(*o));
+    if (o) {
+        shp_out_init(o, mem);
+        frames_json(o, fr, n);
+        shp_out_flush(o);
+        free(o);
+    }
+    if (fclose(mem) != 0 || !o) {
+        free(text);
+        return false;
+    }
+    e->json = text;
+    e->json_len = len;
+    return true;
+}
+
+void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id)
 {
     size_t n;
     const char *const *fr = shp_stacks_frames(st, id, &n);
     if (!fr) {
-        fputs("null", f);
+        shp_out_mem(o, "null", 4);
         return;
     }
-    fputc('[', f);
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            fputc(',', f);
-        shp_json_str(f, fr[i]);
-    }
-    fputc(']', f);
+    struct stack_entry *e = &st->tab[id];
+    if (e->json || cache_json(e, fr, n))
+        shp_out_mem(o, e->json, e->json_len);
+    else
+        frames_json(o, fr, n);
+}
+
+void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id)
+{
+    struct shp_out o;
+    shp_out_init(&o, f);
+    shp_stacks_json_out(&o, st, id);
+    shp_out_flush(&o);
 }
 
 void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len)

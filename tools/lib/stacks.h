@@ -18,6 +18,13 @@ struct shp_stacks;
 struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize);
 void shp_stacks_free(struct shp_stacks *st);
 
+struct shp_symcache;
+/* As shp_stacks_load, with the frame texts and symbol files shared through cache (symbolize.h;
+ * NULL: none), which must outlive the result: for a command that reads many traces of the same
+ * programs in one thread. */
+struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbolize,
+                                          struct shp_symcache *cache);
+
 /* The frames of stack `id`, innermost first, as "function (file:line)" or
  * "function+0xoff (module)"; *n is 0 for an unknown id. Owned by st. A stack recorded with
  * Python frames (SHAPETRACE_STACKS=python) has them as "py: function (file.py:line)" (or
@@ -27,6 +34,9 @@ const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t 
 
 /* Print stack `id` as a JSON array of strings, or null. */
 void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id);
+struct shp_out;
+/* The same through the writer o (out.h); the text is made once per stack and kept in st. */
+void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 
 /* The call site as one line: the innermost Python frame if the stack has one, else the innermost
  * frame ("" if none). */

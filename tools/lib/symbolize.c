@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tools/lib/out.h"
 #include "tools/lib/symfile.h"
 
 enum mod_state {
@@ -47,6 +48,7 @@ struct module {
     bool cu_ranges_built;
     struct cu_range *cu_ranges;
     size_t n_cu_ranges;
+    int key; /* its identity in the shared cache; -1: not looked up yet */
 };
 
 struct cache_entry {
@@ -66,7 +68,49 @@ struct shp_symbolizer {
     struct cache_entry *cache;
     size_t cache_cap; /* a power of two, or 0 */
     size_t cache_count;
-    struct shp_symfile *symfile; /* texts from the traced host, for modules unusable here */
+    const struct shp_symfile *symfile; /* texts from the traced host, for modules unusable here */
+    struct shp_symfile *own_symfile;   /* symfile when s owns it */
+    struct shp_symcache *shared;
+};
+
+/* What makes a file the same one for the shared cache. */
+struct file_id {
+    bool present;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+
+/* A module as the shared cache knows it: everything its frame texts depend on but the offset. */
+struct mod_key {
+    char *path;
+    uint8_t *build_id;
+    size_t build_id_len;
+    struct file_id file;
+    const struct shp_symfile *symfile;
+};
+
+struct shared_text {
+    uint64_t off; /* address minus load bias */
+    uint32_t key;
+    bool is_ret;
+    char *text; /* NULL: slot free */
+};
+
+struct loaded_symfile {
+    char *path;
+    struct file_id file;
+    struct shp_symfile *f; /* NULL: none there, or unreadable */
+};
+
+struct shp_symcache {
+    struct mod_key *keys;
+    size_t nkeys, capkeys;
+    struct shared_text *tab;
+    size_t cap, count; /* cap a power of two, or 0 */
+    struct loaded_symfile *files;
+    size_t nfiles, capfiles;
 };
 
 #define CACHE_MIN_CAP 1024
@@ -186,7 +230,7 @@ void shp_symbolizer_free(struct shp_symbolizer *s)
     free(s->mods);
     cache_clear(s);
     free(s->cache);
-    shp_symfile_free(s->symfile);
+    shp_symfile_free(s->own_symfile);
     free(s);
 }
 
@@ -204,9 +248,200 @@ void shp_symbolizer_set_symfile(struct shp_symbolizer *s, struct shp_symfile *f)
         shp_symfile_free(f);
         return;
     }
-    shp_symfile_free(s->symfile);
+    shp_symfile_free(s->own_symfile);
+    s->symfile = s->own_symfile = f;
+    cache_clear(s);
+    for (size_t i = 0; i < s->nmods; i++)
+        s->mods[i].key = -1;
+}
+
+void shp_symbolizer_use_symfile(struct shp_symbolizer *s, const struct shp_symfile *f)
+{
+    if (s == NULL)
+        return;
+    shp_symfile_free(s->own_symfile);
+    s->own_symfile = NULL;
     s->symfile = f;
     cache_clear(s);
+    for (size_t i = 0; i < s->nmods; i++)
+        s->mods[i].key = -1;
+}
+
+void shp_symbolizer_set_cache(struct shp_symbolizer *s, struct shp_symcache *c)
+{
+    if (s != NULL)
+        s->shared = c;
+}
+
+static struct file_id file_id_of(const char *path)
+{
+    struct stat st;
+    struct file_id id = {0};
+
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        id = (struct file_id){.present = true,
+                              .dev = st.st_dev,
+                              .ino = st.st_ino,
+                              .size = st.st_size,
+                              .mtime = st.st_mtim};
+    return id;
+}
+
+static bool same_file_id(const struct file_id *a, const struct file_id *b)
+{
+    return a->present == b->present && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+struct shp_symcache *shp_symcache_new(void)
+{
+    return calloc(1, sizeof(struct shp_symcache));
+}
+
+void shp_symcache_free(struct shp_symcache *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < c->nkeys; i++) {
+        free(c->keys[i].path);
+        free(c->keys[i].build_id);
+    }
+    free(c->keys);
+    for (size_t i = 0; i < c->cap; i++)
+        free(c->tab[i].text);
+    free(c->tab);
+    for (size_t i = 0; i < c->nfiles; i++) {
+        free(c->files[i].path);
+        shp_symfile_free(c->files[i].f);
+    }
+    free(c->files);
+    free(c);
+}
+
+const struct shp_symfile *shp_symcache_symfile_near(struct shp_symcache *c, const char *trace_path,
+                                                    const char *host, size_t host_max)
+{
+    char path[4096];
+
+    if (c == NULL || !shp_symfile_path_near(path, sizeof(path), trace_path, host, host_max))
+        return NULL;
+
+    struct file_id id = file_id_of(path);
+
+    for (size_t i = 0; i < c->nfiles; i++)
+        if (!strcmp(c->files[i].path, path) && same_file_id(&c->files[i].file, &id))
+            return c->files[i].f;
+    if (!shp_grow((void **)&c->files, &c->capfiles, c->nfiles, sizeof(*c->files)))
+        return NULL;
+
+    struct loaded_symfile *l = &c->files[c->nfiles];
+
+    l->path = strdup(path);
+    if (l->path == NULL)
+        return NULL;
+    l->file = id;
+    /* Loaded whatever is there: what is wrong with it (a directory, say) is said once. */
+    l->f = shp_symfile_load(path);
+    c->nfiles++;
+    return l->f;
+}
+
+/* m's index in the shared cache's module keys, added when new; -1 when out of memory. The stat
+ * is once per module and process: a file rebuilt between two traces is another key. */
+static int module_key(struct shp_symbolizer *s, struct module *m)
+{
+    struct shp_symcache *c = s->shared;
+
+    if (m->key >= 0)
+        return m->key;
+    /* A symbol file of s's own could be freed and another loaded at its address. */
+    if (s->own_symfile != NULL)
+        return -1;
+
+    struct file_id id = file_id_of(m->path);
+
+    for (size_t i = 0; i < c->nkeys; i++) {
+        const struct mod_key *k = &c->keys[i];
+
+        if (k->symfile == s->symfile && k->build_id_len == m->build_id_len &&
+            same_file_id(&k->file, &id) && !strcmp(k->path, m->path) &&
+            (m->build_id_len == 0 || !memcmp(k->build_id, m->build_id, m->build_id_len)))
+            return m->key = (int)i;
+    }
+    if (c->nkeys >= INT32_MAX ||
+        !shp_grow((void **)&c->keys, &c->capkeys, c->nkeys, sizeof(*c->keys)))
+        return -1;
+
+    struct mod_key *k = &c->keys[c->nkeys];
+
+    *k = (struct mod_key){.path = strdup(m->path),
+                          .build_id_len = m->build_id_len,
+                          .file = id,
+                          .symfile = s->symfile};
+    if (m->build_id_len != 0 && (k->build_id = malloc(m->build_id_len)) != NULL)
+        memcpy(k->build_id, m->build_id, m->build_id_len);
+    if (k->path == NULL || (m->build_id_len != 0 && k->build_id == NULL)) {
+        free(k->path);
+        free(k->build_id);
+        return -1;
+    }
+    return m->key = (int)c->nkeys++;
+}
+
+static size_t shared_slot(uint32_t key, uint64_t off, bool is_ret, size_t cap)
+{
+    return cache_slot(off ^ ((uint64_t)key << 40), is_ret, cap);
+}
+
+static const char *shared_find(const struct shp_symcache *c, uint32_t key, uint64_t off,
+                               bool is_ret)
+{
+    if (c->cap == 0)
+        return NULL;
+    for (size_t i = shared_slot(key, off, is_ret, c->cap);; i = (i + 1) & (c->cap - 1)) {
+        const struct shared_text *e = &c->tab[i];
+
+        if (e->text == NULL)
+            return NULL;
+        if (e->key == key && e->off == off && e->is_ret == is_ret)
+            return e->text;
+    }
+}
+
+static void shared_put(struct shared_text *tab, size_t cap, struct shared_text e)
+{
+    size_t i = shared_slot(e.key, e.off, e.is_ret, cap);
+
+    while (tab[i].text != NULL)
+        i = (i + 1) & (cap - 1);
+    tab[i] = e;
+}
+
+/* Keeps a copy of text; out of memory only loses the saving. */
+static void shared_insert(struct shp_symcache *c, uint32_t key, uint64_t off, bool is_ret,
+                          const char *text)
+{
+    if (2 * (c->count + 1) > c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : CACHE_MIN_CAP;
+        struct shared_text *tab = calloc(cap, sizeof(*tab));
+
+        if (tab == NULL)
+            return;
+        for (size_t i = 0; i < c->cap; i++)
+            if (c->tab[i].text != NULL)
+                shared_put(tab, cap, c->tab[i]);
+        free(c->tab);
+        c->tab = tab;
+        c->cap = cap;
+    }
+
+    char *copy = strdup(text);
+
+    if (copy == NULL)
+        return;
+    shared_put(c->tab, c->cap,
+               (struct shared_text){.off = off, .key = key, .is_ret = is_ret, .text = copy});
+    c->count++;
 }
 
 int shp_symbolizer_add_module(struct shp_symbolizer *s, const char *path, uint64_t base,
@@ -251,6 +486,7 @@ int shp_symbolizer_add_module(struct shp_symbolizer *s, const char *path, uint64
     m->hi = hi;
     m->build_id_len = build_id_len;
     m->state = MOD_PENDING;
+    m->key = -1;
     s->nmods++;
     /* The new module may take over addresses that were "0xADDR" or another module's. */
     cache_clear(s);
@@ -493,6 +729,28 @@ int shp_symbolize(struct shp_symbolizer *s, uint64_t addr, bool is_return_addres
         return 0;
     }
 
+    /* Another process's symbolizer may have made this text already: same module, same offset. */
+    int key = -1;
+    uint64_t off = 0;
+
+    if (s->shared != NULL) {
+        struct module *m = find_module(s, is_return_address && addr > 0 ? addr - 1 : addr);
+
+        if (m != NULL && (key = module_key(s, m)) >= 0) {
+            off = addr - m->base;
+            hit = shared_find(s->shared, (uint32_t)key, off, is_return_address);
+
+            char *copy = hit ? strdup(hit) : NULL;
+
+            if (copy != NULL) {
+                copy_out(out, outlen, copy);
+                if (cache_insert(s, addr, is_return_address, copy) != 0)
+                    free(copy);
+                return 0;
+            }
+        }
+    }
+
     char *text;
     int rc = describe(s, addr, is_return_address, &text);
 
@@ -501,6 +759,8 @@ int shp_symbolize(struct shp_symbolizer *s, uint64_t addr, bool is_return_addres
         return rc ? rc : -ENOMEM;
     }
     copy_out(out, outlen, text);
+    if (rc == 0 && key >= 0)
+        shared_insert(s->shared, (uint32_t)key, off, is_return_address, text);
     /* The cache only saves time: a text that cannot be cached is still a good answer. */
     if (rc != 0 || cache_insert(s, addr, is_return_address, text) != 0)
         free(text);

@@ -21,7 +21,37 @@ struct shp_symbolizer *shp_symbolizer_new(void);
 /* Frees s, its libdwfl session, its cache and every copy it holds. s may be NULL. */
 void shp_symbolizer_free(struct shp_symbolizer *s);
 
+/* Frame texts shared by the symbolizers of one command (dump of two thousand traces of one
+ * program): a text is a function of the module's file, its recorded build id and path, the symbol
+ * file, and the address's offset in the module, so a later process's symbolizer takes it from
+ * here without opening the module again. A module file counts as the same while its device,
+ * inode, size and mtime are. Opaque.
+ *
+ * Thread-safety: none. The symbolizers that use one cache must be used from one thread. */
+struct shp_symcache;
+
+/* Creates an empty cache. Returns NULL when out of memory. */
+struct shp_symcache *shp_symcache_new(void);
+
+/* Frees c, its texts and the symbol files it loaded. Every symbolizer that used c must have been
+ * freed before. c may be NULL. */
+void shp_symcache_free(struct shp_symcache *c);
+
 struct shp_symfile;
+
+/* The symbol file shp_symfile_load_near(trace_path, host, host_max) would load, loaded once per
+ * file (same path, device, inode, size and mtime) for all the traces of c. Owned by c; NULL when
+ * there is none. */
+const struct shp_symfile *shp_symcache_symfile_near(struct shp_symcache *c, const char *trace_path,
+                                                    const char *host, size_t host_max);
+
+/* Lets s take its texts from c and put its new ones there; c (which may be NULL: none) must
+ * outlive s. With c, give s its symbol file with shp_symbolizer_use_symfile. */
+void shp_symbolizer_set_cache(struct shp_symbolizer *s, struct shp_symcache *c);
+
+/* As shp_symbolizer_set_symfile, but s does not own f: f must outlive s (a file from
+ * shp_symcache_symfile_near). */
+void shp_symbolizer_use_symfile(struct shp_symbolizer *s, const struct shp_symfile *f);
 
 /* Gives s the symbol file f (symfile.h), which s now owns and frees; f may be NULL (none). A
  * registered module whose file is missing here or carries another build id then takes its

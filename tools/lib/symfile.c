@@ -229,15 +229,22 @@ bool shp_symfile_path(char *out, size_t len, const char *dir, const char *host, 
     return w >= 0 && (size_t)w < len;
 }
 
-struct shp_symfile *shp_symfile_load_near(const char *trace_path, const char *host, size_t host_max)
+bool shp_symfile_path_near(char *out, size_t len, const char *trace_path, const char *host,
+                           size_t host_max)
 {
     const char *slash = strrchr(trace_path, '/');
     char *dir = slash ? strndup(trace_path, (size_t)(slash - trace_path)) : strdup(".");
-    char path[4096];
-    bool ok =
-        dir && shp_symfile_path(path, sizeof(path), slash == trace_path ? "" : dir, host, host_max);
+    bool ok = dir && shp_symfile_path(out, len, slash == trace_path ? "" : dir, host, host_max);
     free(dir);
-    return ok ? shp_symfile_load(path) : NULL;
+    return ok;
+}
+
+struct shp_symfile *shp_symfile_load_near(const char *trace_path, const char *host, size_t host_max)
+{
+    char path[4096];
+    return shp_symfile_path_near(path, sizeof(path), trace_path, host, host_max)
+               ? shp_symfile_load(path)
+               : NULL;
 }
 
 const char *shp_symfile_find(const struct shp_symfile *f, const uint8_t *build_id,

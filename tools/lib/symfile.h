@@ -24,6 +24,11 @@ struct shp_symfile;
  * '/' or a control character) or out is too short. */
 bool shp_symfile_path(char *out, size_t len, const char *dir, const char *host, size_t host_max);
 
+/* The path of host's symbol file next to the trace at trace_path, into out; false as for
+ * shp_symfile_path. */
+bool shp_symfile_path_near(char *out, size_t len, const char *trace_path, const char *host,
+                           size_t host_max);
+
 /* Loads the symbol file of host (a trace header's host field, host_max bytes at most) in the
  * directory that holds the trace at trace_path. Returns NULL when there is none, and also when
  * it is unreadable, malformed or truncated: then one line on stderr says so (once per process),
