@@ -489,15 +489,18 @@ struct shp_rec_info {
     unsigned as;
 };
 
+/* The list as a table indexed by type (a lookup: the switch it replaces was 5% of analyze's
+ * instructions). */
+static const struct shp_rec_info shp_rec_table[] = {
+#define SHP_X_REC_INFO(name, num, min, role, as) [num] = {min, role, as},
+    SHP_REC_TYPES(SHP_X_REC_INFO)
+#undef SHP_X_REC_INFO
+};
+
 static inline struct shp_rec_info shp_rec_info(unsigned type)
 {
-    switch (type) {
-#define SHP_X_REC_INFO(name, num, min, role, as)                                                   \
-    case num:                                                                                      \
-        return (struct shp_rec_info){min, role, as};
-        SHP_REC_TYPES(SHP_X_REC_INFO)
-#undef SHP_X_REC_INFO
-    }
+    if (type < sizeof(shp_rec_table) / sizeof(shp_rec_table[0]))
+        return shp_rec_table[type];
     return (struct shp_rec_info){0, 0, 0};
 }
 
