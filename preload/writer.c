@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "include/shapetrace/env.h"
 #include "preload/preload.h"
 
@@ -43,24 +44,6 @@ static struct {
 struct shp_file_header *shp_writer_header(void)
 {
     return atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN ? w.hdr : NULL;
-}
-
-/* mkdir -p, new directories 0700. */
-static int make_dirs(const char *dir)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-        return -errno;
-    return 0;
 }
 
 /* True while w.fd is still the trace file: the application may have closed it and got the same
@@ -219,7 +202,7 @@ static void write_header(struct shp_file_header *h)
 
 static int open_file(void)
 {
-    int rc = make_dirs(shp_cfg.dir);
+    int rc = shp_make_dirs(shp_cfg.dir);
     if (rc < 0) {
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot create %s: %s", shp_cfg.dir,
                 strerror(-rc));

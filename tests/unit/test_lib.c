@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/ops.h"
 #include "include/shapetrace/trace.h"
 #include "tests/unit/harness.h"
@@ -332,6 +334,40 @@ static void test_allocs(void)
     shp_allocs_free(&a);
 }
 
+/* shp_make_dirs, which the preload and `shapetrace run` both use for the run directory. */
+static void test_make_dirs(void)
+{
+    test_group("make_dirs");
+    char top[] = "/tmp/shp_make_dirs.XXXXXX", path[PATH_MAX];
+    struct stat st;
+    if (!mkdtemp(top)) {
+        test_cond("a temporary directory", 0);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/a/b/c", top);
+    test_cond("missing parents are made", shp_make_dirs(path) == 0);
+    test_cond("the last part is a directory", stat(path, &st) == 0 && S_ISDIR(st.st_mode));
+    test_cond("new directories are 0700", (st.st_mode & 07777) == 0700);
+    test_cond("an existing path is fine", shp_make_dirs(path) == 0);
+    snprintf(path, sizeof(path), "%s/a/b/c/", top);
+    test_cond("a trailing slash is fine", shp_make_dirs(path) == 0);
+    snprintf(path, sizeof(path), "%s/file", top);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    test_cond("a file as the last part", shp_make_dirs(path) == -ENOTDIR);
+    snprintf(path, sizeof(path), "%s/file/sub", top);
+    test_cond("a file in the way", shp_make_dirs(path) == -ENOTDIR);
+    test_cond("nothing made under the file", stat(path, &st) != 0);
+    char longp[PATH_MAX + 8];
+    memset(longp, 'x', sizeof(longp) - 1);
+    longp[0] = '/';
+    longp[sizeof(longp) - 1] = 0;
+    test_cond("a path longer than PATH_MAX", shp_make_dirs(longp) == -ENAMETOOLONG);
+    snprintf(path, sizeof(path), "rm -rf '%s'", top);
+    test_cond("clean up", system(path) == 0);
+}
+
 static void test_out(void)
 {
     test_group("out");
@@ -429,5 +465,6 @@ int main(void)
     test_stacks();
     test_allocs();
     test_out();
+    test_make_dirs();
     return test_report();
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/log.h"
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
@@ -154,34 +155,6 @@ static void forward(int sig)
         kill(child_pid, sig);
 }
 
-/* mkdir -p, new directories 0700; 0, or -1 with errno set (ENOTDIR when a part is a file). */
-static int make_dirs(const char *dir)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof(buf), "%s", dir) >= (int)sizeof(buf)) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1;; p++) {
-        if (*p && *p != '/')
-            continue;
-        char c = *p;
-        *p = 0;
-        struct stat st;
-        if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -1;
-        if (stat(buf, &st) != 0)
-            return -1;
-        if (!S_ISDIR(st.st_mode)) {
-            errno = ENOTDIR;
-            return -1;
-        }
-        if (!c)
-            return 0;
-        *p = c;
-    }
-}
-
 int shp_cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -258,9 +231,9 @@ int shp_cmd_run(int argc, char **argv)
     if (dir) {
         /* Missing parents are made, as the preload makes them; a FILE is refused before the
          * command runs, never run untraced. */
-        struct stat dst;
-        if (make_dirs(dir) != 0 || stat(dir, &dst) != 0 || !S_ISDIR(dst.st_mode)) {
-            shp_err("cannot create %s: %s", dir, errno ? strerror(errno) : "not a directory");
+        int rc = shp_make_dirs(dir);
+        if (rc < 0) {
+            shp_err("cannot create %s: %s", dir, strerror(-rc));
             return SHP_EXIT_RUN_FAILED;
         }
         snprintf(dirbuf, sizeof(dirbuf), "%s", dir);
