@@ -3,6 +3,7 @@
 #define SHAPETRACE_ANALYZE_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "tools/analyze/findings.h"
 
@@ -14,9 +15,10 @@ struct an_options {
     bool json;           /* the JSON report, else the text one */
     bool color;          /* the text report in ANSI colours */
     bool stats;          /* time, memory and events on stderr */
+    FILE *out;           /* where the report goes; NULL: stdout */
 };
 
-/* Read the traces, run every pass, print the report on stdout. Returns 0 when nothing was
+/* Read the traces, run every pass, print the report on o->out. Returns 0 when nothing was
  * found, 1 with findings, -1 after printing one line for unreadable input. */
 int an_analyze(const struct an_options *o);
 

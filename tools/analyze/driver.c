@@ -255,9 +255,9 @@ int an_analyze(const struct an_options *o)
     an_findings_compact(&ctx.findings);
     an_findings_order(&ctx.findings);
     if (o->json)
-        an_report_json(&ctx);
+        an_report_json(&ctx, o->out ? o->out : stdout);
     else
-        an_report_text(&ctx, o->color);
+        an_report_text(&ctx, o->out ? o->out : stdout, o->color);
     if (o->stats) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);

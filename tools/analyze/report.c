@@ -22,7 +22,7 @@ static uint64_t count_of(struct an_ctx *ctx, const struct an_ref *r)
 }
 
 /* other: the count the call is compared with (0: none), so both sides read in one factoring. */
-static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *indent,
+static void print_call(FILE *out, struct an_ctx *ctx, const struct an_ref *r, const char *indent,
                        size_t max_frames, uint64_t other)
 {
     struct shp_event e;
@@ -31,33 +31,34 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
     struct an_proc *p = &ctx->procs[r->proc];
     char shape[96] = "";
     if (p->rank >= 0)
-        printf("%srank %d (%s:%" PRIu64 ")  %s", indent, p->rank, p->t.hdr->host, p->t.hdr->pid,
-               shp_op_name(e.op));
+        fprintf(out, "%srank %d (%s:%" PRIu64 ")  %s", indent, p->rank, p->t.hdr->host,
+                p->t.hdr->pid, shp_op_name(e.op));
     else
-        printf("%s%s:%" PRIu64 "  %s", indent, p->t.hdr->host, p->t.hdr->pid, shp_op_name(e.op));
+        fprintf(out, "%s%s:%" PRIu64 "  %s", indent, p->t.hdr->host, p->t.hdr->pid,
+                shp_op_name(e.op));
     if (e.count != SHP_NONE) {
         an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
-        printf(" count %" PRIu64 "%s%s", e.count, shape[0] ? " " : "", shape);
+        fprintf(out, " count %" PRIu64 "%s%s", e.count, shape[0] ? " " : "", shape);
     }
     if (e.dtype >= 0)
-        printf(" %s", shp_dtype_name((unsigned)e.dtype));
+        fprintf(out, " %s", shp_dtype_name((unsigned)e.dtype));
     if (e.redop >= 0)
-        printf(" %s", shp_redop_name((unsigned)e.redop));
+        fprintf(out, " %s", shp_redop_name((unsigned)e.redop));
     if (e.root >= 0)
-        printf(" root %d", e.root);
+        fprintf(out, " root %d", e.root);
     if (e.peer >= 0)
-        printf(" peer %d", e.peer);
+        fprintf(out, " peer %d", e.peer);
     if (e.bytes != SHP_NONE)
-        printf(", %" PRIu64 " bytes", e.bytes);
+        fprintf(out, ", %" PRIu64 " bytes", e.bytes);
     if (e.comm && e.seq != SHP_NONE)
-        printf(", comm %.8" PRIx64 " #%" PRIu64, e.comm >> 32, e.seq);
+        fprintf(out, ", comm %.8" PRIx64 " #%" PRIu64, e.comm >> 32, e.seq);
     if (e.type == SHP_REC_COPY && e.kind >= 0 && e.kind <= 4)
-        printf(" %s 0x%" PRIx64 " -> 0x%" PRIx64, shp_kind_names[e.kind], e.src, e.dst);
+        fprintf(out, " %s 0x%" PRIx64 " -> 0x%" PRIx64, shp_kind_names[e.kind], e.src, e.dst);
     if (e.dur_ns == SHP_NONE)
-        printf(" [in flight]");
+        fprintf(out, " [in flight]");
     else if (e.result)
-        printf(" [error %d]", e.result);
-    printf("\n");
+        fprintf(out, " [error %d]", e.result);
+    fprintf(out, "\n");
     size_t n;
     const char *const *fr = shp_stacks_frames(an_stacks(ctx, r->proc), e.stack, &n);
     /* In a Python program, start at the Python line that made the call: the native frames
@@ -68,7 +69,7 @@ static void print_call(struct an_ctx *ctx, const struct an_ref *r, const char *i
     if (from == n)
         from = 0;
     for (size_t i = from; i < n && i < from + max_frames; i++)
-        printf("%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
+        fprintf(out, "%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
 }
 
 /* Every culprit's rank in the finding's communicator, where its calls say it. */
@@ -80,96 +81,102 @@ static void fill_comm_ranks(struct an_ctx *ctx)
 
 /* "rank 5 is rank 1 of communicator 1234abcd, ..." for the culprits whose two ranks differ;
  * nothing when none does. */
-static void print_comm_ranks(const struct an_finding *f)
+static void print_comm_ranks(FILE *out, const struct an_finding *f)
 {
     bool any = false;
     for (int i = 0; i < f->nranks; i++) {
         if (f->comm_ranks[i] < 0 || f->comm_ranks[i] == f->ranks[i])
             continue;
-        printf("%s%d is rank %d", any ? ", " : "  (global rank ", f->ranks[i], f->comm_ranks[i]);
+        fprintf(out, "%s%d is rank %d", any ? ", " : "  (global rank ", f->ranks[i],
+                f->comm_ranks[i]);
         any = true;
     }
     if (any)
-        printf(" of communicator %.8" PRIx64 ")\n", f->comm >> 32);
+        fprintf(out, " of communicator %.8" PRIx64 ")\n", f->comm >> 32);
 }
 
-void an_report_text(struct an_ctx *ctx, bool color)
+void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
 {
     const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "",
                *off = color ? "\033[0m" : "";
     size_t ncomm = ctx->ncomms;
-    printf("shapetrace analyze: %zu process%s, %zu communicator%s, %" PRIu64
-           " collectives aligned, %" PRIu64 " events\n",
-           ctx->nprocs, ctx->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s",
-           ctx->collectives, ctx->events);
+    fprintf(out,
+            "shapetrace analyze: %zu process%s, %zu communicator%s, %" PRIu64
+            " collectives aligned, %" PRIu64 " events\n",
+            ctx->nprocs, ctx->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s",
+            ctx->collectives, ctx->events);
     /* Holes first: a finding-free report over missing traces or dropped calls would read as
      * clean. */
     for (size_t i = 0; i < ctx->nunreadable; i++)
-        printf("  %sINCOMPLETE%s: %s could not be read: %s; that process is not checked\n",
-               bold, off, ctx->unreadable[i].file, ctx->unreadable[i].why);
+        fprintf(out, "  %sINCOMPLETE%s: %s could not be read: %s; that process is not checked\n",
+                bold, off, ctx->unreadable[i].file, ctx->unreadable[i].why);
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
         if (p->t.hdr->dropped)
-            printf("  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
-                   " call%s: %s; its calls after the first drop are not checked\n",
-                   bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
-                   p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur));
+            fprintf(out,
+                    "  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
+                    " call%s: %s; its calls after the first drop are not checked\n",
+                    bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
+                    p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur));
     }
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
         if (!shp_trace_complete(&p->t, &p->cur) && !p->t.hdr->dropped) {
-            printf("  note: rank %d (%s:%" PRIu64 "): %s; last call:", p->rank, p->t.hdr->host,
-                   p->t.hdr->pid, shp_trace_incomplete_why(&p->t, &p->cur));
+            fprintf(out, "  note: rank %d (%s:%" PRIu64 "): %s; last call:", p->rank,
+                    p->t.hdr->host, p->t.hdr->pid, shp_trace_incomplete_why(&p->t, &p->cur));
             struct shp_event e;
             if (an_decode(ctx, &p->last, &e))
-                printf(" %s%s\n", shp_op_name(e.op), e.dur_ns == SHP_NONE ? " [in flight]" : "");
+                fprintf(out, " %s%s\n", shp_op_name(e.op),
+                        e.dur_ns == SHP_NONE ? " [in flight]" : "");
             else
-                printf(" none\n");
+                fprintf(out, " none\n");
         }
     }
     fill_comm_ranks(ctx);
     const struct an_finding *first = an_findings_nth(&ctx->findings, 0);
     if (!first) {
-        printf("\nno findings: the ranks agree on every collective and send/receive, and every "
-               "read fits the shape its producer wrote.\n");
+        fprintf(out,
+                "\nno findings: the ranks agree on every collective and send/receive, and every "
+                "read fits the shape its producer wrote.\n");
         return;
     }
-    printf("\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red, an_kind_names[first->kind],
-           off, first->error ? "error" : "warning", first->summary);
-    print_comm_ranks(first);
+    fprintf(out, "\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red,
+            an_kind_names[first->kind], off, first->error ? "error" : "warning", first->summary);
+    print_comm_ranks(out, first);
     if (first->nevents) {
-        printf("  diverging call%s:\n", first->nevents > 1 ? "s" : "");
+        fprintf(out, "  diverging call%s:\n", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++) {
             if (first->labels[i])
-                printf("    %s:\n", first->labels[i]);
-            print_call(ctx, &first->events[i], "    ", 4,
+                fprintf(out, "    %s:\n", first->labels[i]);
+            print_call(out, ctx, &first->events[i], "    ", 4,
                        first->has_expected ? count_of(ctx, &first->expected) : 0);
         }
     }
     if (first->has_expected) {
-        printf("  what the others did:\n");
-        print_call(ctx, &first->expected, "    ", 4,
+        fprintf(out, "  what the others did:\n");
+        print_call(out, ctx, &first->expected, "    ", 4,
                    first->nevents ? count_of(ctx, &first->events[0]) : 0);
     }
     if (first->nlineage) {
-        printf("  where its bytes came from (producers, nearest first):\n");
+        fprintf(out, "  where its bytes came from (producers, nearest first):\n");
         for (int i = 0; i < first->nlineage; i++)
-            print_call(ctx, &first->lineage[i], "    ", 2, 0);
+            print_call(out, ctx, &first->lineage[i], "    ", 2, 0);
     }
     if (first->consequences)
-        printf("  %" PRIu64 " later call%s on this communicator disagree%s as a "
-               "consequence (not reported separately).\n",
-               first->consequences, first->consequences == 1 ? "" : "s",
-               first->consequences == 1 ? "s" : "");
+        fprintf(out,
+                "  %" PRIu64 " later call%s on this communicator disagree%s as a "
+                "consequence (not reported separately).\n",
+                first->consequences, first->consequences == 1 ? "" : "s",
+                first->consequences == 1 ? "s" : "");
     if (ctx->findings.n > 1) {
-        printf("\n%sOTHER FINDINGS%s\n", bold, off);
+        fprintf(out, "\n%sOTHER FINDINGS%s\n", bold, off);
         for (size_t o = 1; o < ctx->findings.n; o++) {
             const struct an_finding *f = an_findings_nth(&ctx->findings, o);
-            printf("  %zu. %s: %s\n", o + 1, an_kind_names[f->kind], f->summary);
+            fprintf(out, "  %zu. %s: %s\n", o + 1, an_kind_names[f->kind], f->summary);
             if (f->nevents) {
                 char site[512];
                 an_site(ctx, &f->events[0], site, sizeof(site));
-                printf("     at %s\n", site);
+                fprintf(out, "     at %s\n", site);
             }
         }
     }
@@ -182,35 +189,35 @@ void an_report_text(struct an_ctx *ctx, bool color)
     for (int i = 0; i < first->nranks && off2 < sizeof(ranks); i++)
         off2 += (size_t)snprintf(ranks + off2, sizeof(ranks) - off2, "%s%d", i ? "," : "",
                                  first->ranks[i]);
-    printf("\n%zu finding%s (%zu error%s); first: %s", ctx->findings.n,
-           ctx->findings.n == 1 ? "" : "s", errors, errors == 1 ? "" : "s",
-           an_kind_names[first->kind]);
+    fprintf(out, "\n%zu finding%s (%zu error%s); first: %s", ctx->findings.n,
+            ctx->findings.n == 1 ? "" : "s", errors, errors == 1 ? "" : "s",
+            an_kind_names[first->kind]);
     if (first->comm)
-        printf(" on communicator %.8" PRIx64, first->comm >> 32);
+        fprintf(out, " on communicator %.8" PRIx64, first->comm >> 32);
     if (first->seq != SHP_NONE)
-        printf(" #%" PRIu64, first->seq);
+        fprintf(out, " #%" PRIu64, first->seq);
     if (first->nranks)
-        printf(", rank%s %s", first->nranks > 1 ? "s" : "", ranks);
-    printf("\n");
+        fprintf(out, ", rank%s %s", first->nranks > 1 ? "s" : "", ranks);
+    fprintf(out, "\n");
 }
 
 /* The call at r as dump --json prints it, plus "shape": its count as the text report shows it,
  * in the factoring it shares with other (the count it is compared with, 0: none), null when
  * the dims do not factor it; and, when label is not NULL, "label": what the event is to the
  * finding (*label, null for a plain diverging call). */
-static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other,
+static void json_ref(FILE *out, struct an_ctx *ctx, const struct an_ref *r, uint64_t other,
                      const char *const *label)
 {
     struct shp_event e;
     if (!an_decode(ctx, r, &e)) {
-        fputs("null", stdout);
+        fputs("null", out);
         return;
     }
     char *buf = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&buf, &len);
     if (!mem) {
-        shp_event_json(stdout, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+        shp_event_json(out, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
         return;
     }
     shp_event_json(mem, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
@@ -219,27 +226,27 @@ static void json_ref(struct an_ctx *ctx, const struct an_ref *r, uint64_t other,
     if (e.count != SHP_NONE)
         an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
     if (len && buf[len - 1] == '}') {
-        printf("%.*s,\"shape\":", (int)(len - 1), buf);
+        fprintf(out, "%.*s,\"shape\":", (int)(len - 1), buf);
         if (shape[0])
-            shp_json_str(stdout, shape);
+            shp_json_str(out, shape);
         else
-            fputs("null", stdout);
+            fputs("null", out);
         if (label) {
-            fputs(",\"label\":", stdout);
+            fputs(",\"label\":", out);
             if (*label)
-                shp_json_str(stdout, *label);
+                shp_json_str(out, *label);
             else
-                fputs("null", stdout);
+                fputs("null", out);
         }
-        fputc('}', stdout);
+        fputc('}', out);
     } else {
-        fwrite(buf, 1, len, stdout);
+        fwrite(buf, 1, len, out);
     }
     free(buf);
 }
 
 /* What became of the process, and when and why tracing switched itself off. */
-static void json_fate(const struct shp_trace *t)
+static void json_fate(FILE *out, const struct shp_trace *t)
 {
     static const char *const fates[] = {[SHP_FATE_EXITED] = "exited",
                                         [SHP_FATE_RUNNING] = "running",
@@ -249,108 +256,108 @@ static void json_fate(const struct shp_trace *t)
                                           [SHP_OFF_FD_CLOSED] = "fd_closed",
                                           [SHP_OFF_GROW] = "cannot_grow"};
     const struct shp_file_header *h = t->hdr;
-    printf(",\"ended\":\"%s\",\"switched_off\":", fates[shp_trace_fate(t, NULL, 0)]);
+    fprintf(out, ",\"ended\":\"%s\",\"switched_off\":", fates[shp_trace_fate(t, NULL, 0)]);
     if (!shp_trace_off_why(t)) {
-        printf("null");
+        fprintf(out, "null");
         return;
     }
-    printf("{\"reason\":\"%s\",\"at_s\":",
-           h->off_reason < sizeof(reasons) / sizeof(reasons[0]) && reasons[h->off_reason]
-               ? reasons[h->off_reason]
-               : "unknown");
+    fprintf(out, "{\"reason\":\"%s\",\"at_s\":",
+            h->off_reason < sizeof(reasons) / sizeof(reasons[0]) && reasons[h->off_reason]
+                ? reasons[h->off_reason]
+                : "unknown");
     if (h->off_ns && h->off_ns >= h->monotonic_ns)
-        printf("%.6f", (double)(h->off_ns - h->monotonic_ns) / 1e9);
+        fprintf(out, "%.6f", (double)(h->off_ns - h->monotonic_ns) / 1e9);
     else
-        printf("null");
-    printf(",\"calls_lost\":%" PRIu64 "}", h->calls_lost);
+        fprintf(out, "null");
+    fprintf(out, ",\"calls_lost\":%" PRIu64 "}", h->calls_lost);
 }
 
-void an_report_json(struct an_ctx *ctx)
+void an_report_json(struct an_ctx *ctx, FILE *out)
 {
     fill_comm_ranks(ctx);
-    printf("{\"version\":1,\"processes\":[");
+    fprintf(out, "{\"version\":1,\"processes\":[");
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
-        printf("%s{\"file\":", i ? "," : "");
-        shp_json_str(stdout, p->t.path);
-        printf(",\"host\":");
-        shp_json_str(stdout, p->t.hdr->host);
-        printf(",\"pid\":%" PRIu64 ",\"rank\":", p->t.hdr->pid);
+        fprintf(out, "%s{\"file\":", i ? "," : "");
+        shp_json_str(out, p->t.path);
+        fprintf(out, ",\"host\":");
+        shp_json_str(out, p->t.hdr->host);
+        fprintf(out, ",\"pid\":%" PRIu64 ",\"rank\":", p->t.hdr->pid);
         if (p->rank >= 0)
-            printf("%d", p->rank);
+            fprintf(out, "%d", p->rank);
         else
-            printf("null");
-        printf(",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->index,
-               shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
-        json_fate(&p->t);
-        fputc('}', stdout);
+            fprintf(out, "null");
+        fprintf(out, ",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->index,
+                shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
+        json_fate(out, &p->t);
+        fputc('}', out);
     }
-    printf("],\"comms\":[");
+    fprintf(out, "],\"comms\":[");
     for (size_t i = 0; i < ctx->ncomms; i++) {
         const struct an_comm_summary *c = &ctx->comms[i];
-        printf("%s{\"id\":\"%016" PRIx64 "\",\"nranks\":%d,\"ranks\":[", i ? "," : "", c->id,
-               c->nranks);
+        fprintf(out, "%s{\"id\":\"%016" PRIx64 "\",\"nranks\":%d,\"ranks\":[", i ? "," : "", c->id,
+                c->nranks);
         for (int k = 0; k < c->nmembers; k++)
-            printf("%s%d", k ? "," : "", c->ranks[k]);
-        printf("],\"collectives\":%" PRIu64 "}", c->collectives);
+            fprintf(out, "%s%d", k ? "," : "", c->ranks[k]);
+        fprintf(out, "],\"collectives\":%" PRIu64 "}", c->collectives);
     }
-    printf("],\"findings\":[");
+    fprintf(out, "],\"findings\":[");
     for (size_t o = 0; o < ctx->findings.n; o++) {
         const struct an_finding *f = an_findings_nth(&ctx->findings, o);
-        printf("%s{\"kind\":\"%s\",\"severity\":\"%s\",\"comm\":", o ? "," : "",
-               an_kind_names[f->kind], f->error ? "error" : "warning");
+        fprintf(out, "%s{\"kind\":\"%s\",\"severity\":\"%s\",\"comm\":", o ? "," : "",
+                an_kind_names[f->kind], f->error ? "error" : "warning");
         if (f->comm)
-            printf("\"%016" PRIx64 "\"", f->comm);
+            fprintf(out, "\"%016" PRIx64 "\"", f->comm);
         else
-            printf("null");
+            fprintf(out, "null");
         if (f->seq != SHP_NONE)
-            printf(",\"seq\":%" PRIu64, f->seq);
+            fprintf(out, ",\"seq\":%" PRIu64, f->seq);
         else
-            printf(",\"seq\":null");
-        printf(",\"ranks\":[");
+            fprintf(out, ",\"seq\":null");
+        fprintf(out, ",\"ranks\":[");
         for (int i = 0; i < f->nranks; i++)
-            printf("%s%d", i ? "," : "", f->ranks[i]);
-        printf("],\"summary\":");
-        shp_json_str(stdout, f->summary);
-        printf(",\"events\":[");
+            fprintf(out, "%s%d", i ? "," : "", f->ranks[i]);
+        fprintf(out, "],\"summary\":");
+        shp_json_str(out, f->summary);
+        fprintf(out, ",\"events\":[");
         for (int i = 0; i < f->nevents; i++) {
             if (i)
-                fputc(',', stdout);
-            json_ref(ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0,
+                fputc(',', out);
+            json_ref(out, ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0,
                      &f->labels[i]);
         }
-        printf("],\"lineage\":[");
+        fprintf(out, "],\"lineage\":[");
         for (int i = 0; i < f->nlineage; i++) {
             if (i)
-                fputc(',', stdout);
-            json_ref(ctx, &f->lineage[i], 0, NULL);
+                fputc(',', out);
+            json_ref(out, ctx, &f->lineage[i], 0, NULL);
         }
-        printf("],\"expected\":");
+        fprintf(out, "],\"expected\":");
         if (f->has_expected)
-            json_ref(ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0, NULL);
+            json_ref(out, ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0, NULL);
         else
-            printf("null");
-        printf(",\"consequences\":%" PRIu64 ",\"comm_ranks\":[", f->consequences);
+            fprintf(out, "null");
+        fprintf(out, ",\"consequences\":%" PRIu64 ",\"comm_ranks\":[", f->consequences);
         for (int i = 0; i < f->nranks; i++)
             if (f->comm_ranks[i] >= 0)
-                printf("%s%d", i ? "," : "", f->comm_ranks[i]);
+                fprintf(out, "%s%d", i ? "," : "", f->comm_ranks[i]);
             else
-                printf("%snull", i ? "," : "");
-        printf("]}");
+                fprintf(out, "%snull", i ? "," : "");
+        fprintf(out, "]}");
     }
-    printf("],\"unreadable\":[");
+    fprintf(out, "],\"unreadable\":[");
     for (size_t i = 0; i < ctx->nunreadable; i++) {
-        printf("%s{\"file\":", i ? "," : "");
-        shp_json_str(stdout, ctx->unreadable[i].file);
-        printf(",\"error\":");
-        shp_json_str(stdout, ctx->unreadable[i].why);
-        fputc('}', stdout);
+        fprintf(out, "%s{\"file\":", i ? "," : "");
+        shp_json_str(out, ctx->unreadable[i].file);
+        fprintf(out, ",\"error\":");
+        shp_json_str(out, ctx->unreadable[i].why);
+        fputc('}', out);
     }
-    printf("],\"first\":");
+    fprintf(out, "],\"first\":");
     /* Findings are printed in causal order, so the first is at index 0. */
     if (ctx->findings.n)
-        printf("0");
+        fprintf(out, "0");
     else
-        printf("null");
-    printf("}\n");
+        fprintf(out, "null");
+    fprintf(out, "}\n");
 }

@@ -30,13 +30,7 @@ json_t *shp_analysis_run(int nargs, char **args, int *status)
         shp_err("cannot run the analysis: out of memory");
         return NULL;
     }
-    /* analyze prints its report on stdout; glibc lets stdout be reassigned for the duration. */
-    fflush(stdout);
-    FILE *saved = stdout;
-    stdout = mem;
-    *status = shp_cmd_analyze(nargs + 2, argv);
-    fflush(stdout);
-    stdout = saved;
+    *status = shp_cmd_analyze_to(nargs + 2, argv, mem);
     fclose(mem);
     free(argv);
     json_t *report = NULL;

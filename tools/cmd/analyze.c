@@ -57,6 +57,11 @@ static int parse_dim(struct an_dims *dims, const char *arg)
 
 int shp_cmd_analyze(int argc, char **argv)
 {
+    return shp_cmd_analyze_to(argc, argv, stdout);
+}
+
+int shp_cmd_analyze_to(int argc, char **argv, FILE *out)
+{
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'},         {"dim", required_argument, 0, 'd'},
         {"expect", required_argument, 0, 'e'}, {"stats", no_argument, 0, 's'},
@@ -96,7 +101,8 @@ int shp_cmd_analyze(int argc, char **argv)
         return shp_usage_error("analyze", "no trace given");
     o.paths = argv + optind;
     o.npaths = argc - optind;
-    o.color = !o.json && isatty(1) && !getenv("NO_COLOR");
+    o.out = out;
+    o.color = !o.json && out == stdout && isatty(1) && !getenv("NO_COLOR");
     int rc = an_analyze(&o);
     return rc < 0 ? SHP_EXIT_USAGE : rc ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
 }

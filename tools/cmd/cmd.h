@@ -3,6 +3,7 @@
 #define SHAPETRACE_CMD_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* Exit statuses of the tools (the README lists them). */
 #define SHP_EXIT_OK 0
@@ -26,6 +27,8 @@ int shp_cmd_dump(int argc, char **argv);
 int shp_cmd_attach(int argc, char **argv);
 int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
+/* shp_cmd_analyze with the report printed on out (export and report read it from memory). */
+int shp_cmd_analyze_to(int argc, char **argv, FILE *out);
 int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
 int shp_cmd_symbols(int argc, char **argv);
