@@ -1,7 +1,8 @@
 #!/bin/sh
 # shapetrace bench (make bench): every figure of issue 15's targets table, with the target, met
-# or missed, and the machine's 1-minute load average when it was taken (figures, never asserts).
-# bench/RESULTS.md keeps them with the machine and the date.
+# or missed, and the machine's 1-minute load average when it was taken (figures, never asserts);
+# under a missed figure, a "why:" line measured in the same run. bench/RESULTS.md keeps them with
+# the machine and the date.
 set -eu
 B=${1:-build}
 N=${N:-100000}
