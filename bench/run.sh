@@ -56,22 +56,24 @@ while [ "$r" -le "$ROUNDS" ]; do
     done
     r=$((r + 1))
 done
-# added CONFIG CALL: the median over rounds of CONFIG's ns a call minus untraced's.
-added() {
-    r=1
-    while [ "$r" -le "$ROUNDS" ]; do
+# diffs CONFIG CALL: each round's CONFIG ns a call minus untraced's, one a line.
+diffs() {
+    for r in $(seq 1 "$ROUNDS"); do
         t=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.$r")
         u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/untraced.$r")
         echo "$t $u" | awk '{printf "%.1f\n", $1 - $2}'
-        r=$((r + 1))
-    done | median
+    done
 }
-# spread_u CALL: the untraced figure's smallest and largest round, "MIN..MAX".
-spread_u() {
-    for r in $(seq 1 "$ROUNDS"); do awk -v k="$1" '$1 == k {print $2}' "$tmp/untraced.$r"; done |
-        sort -n | awk 'NR == 1 {a = $1} {b = $1} END {print a ".." b}'
-}
-untraced() { for r in $(seq 1 "$ROUNDS"); do awk -v k="$1" '$1 == k {print $2}' "$tmp/untraced.$r"; done | median; }
+# rounds CALL: each round's untraced ns a call, one a line.
+rounds() { for r in $(seq 1 "$ROUNDS"); do awk -v k="$1" '$1 == k {print $2}' "$tmp/untraced.$r"; done; }
+# minmax: the smallest and the largest of the numbers read, "MIN..MAX".
+minmax() { sort -n | awk 'NR == 1 {a = $1} {b = $1} END {print a ".." b}'; }
+# added CONFIG CALL: the median over rounds of CONFIG's ns a call minus untraced's.
+added() { diffs "$1" "$2" | median; }
+# spread CONFIG CALL / spread_u CALL: the per-round differences' range; the untraced figure's.
+spread() { diffs "$1" "$2" | minmax; }
+spread_u() { rounds "$1" | minmax; }
+untraced() { rounds "$1" | median; }
 echo
 echo "untraced ns a call (the doubles): copy $(untraced copy), all-reduce $(untraced allreduce)," \
     "graph launch $(untraced launch)"
@@ -79,14 +81,6 @@ echo
 printf "%-50s %10s %-9s %-23s %s\n" "figure" "value" "unit" "target" "load"
 # why TEXT: the measured reason under a figure that missed its target.
 why() { echo "    why: $*"; }
-# spread CONFIG CALL: the smallest and largest per-round difference, "MIN..MAX".
-spread() {
-    for r in $(seq 1 "$ROUNDS"); do
-        t=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.$r")
-        u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/untraced.$r")
-        echo "$t $u" | awk '{printf "%.1f\n", $1 - $2}'
-    done | sort -n | awk 'NR == 1 {a = $1} {b = $1} END {print a ".." b}'
-}
 tsc=$(untraced rdtsc)
 # percall CONFIG CALL LABEL TARGET: the figure, and under a miss where its time went.
 percall() {
