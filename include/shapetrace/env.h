@@ -23,6 +23,10 @@
 #define SHP_ENV_FILE_GROWTH                                                                        \
     "SHAPETRACE_FILE_GROWTH" /* chunk, populate or full (bench/RESULTS.md) */
 
+/* Read by the tools: globs (comma-separated) of frames that are framework code, added to the site
+ * rule's built-in list (tools/lib/site.h), as --site-skip does. */
+#define SHP_ENV_SITE_SKIP "SHAPETRACE_SITE_SKIP"
+
 #define SHP_DEFAULT_DIR "shapetrace-trace"
 #define SHP_DEFAULT_STACKS "python"
 #define SHP_DEFAULT_MAX_MB 1024

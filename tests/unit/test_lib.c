@@ -20,6 +20,7 @@
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
 /* ---- building traces ---- */
@@ -37,6 +38,19 @@ static void put(struct buf *b, const void *rec, unsigned type, size_t size, int 
     h->check = shp_rec_check(h, type, size);
     h->word = publish ? SHP_REC_WORD(type, size) : SHP_REC_WORD(SHP_REC_RESERVED, size);
     b->n += size;
+}
+
+/* A module record covering [lo, hi) at load bias 0. */
+static void put_module(struct buf *b, const char *mpath, uint64_t lo, uint64_t hi)
+{
+    size_t plen = strlen(mpath), size = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
+    struct shp_rec_module *m = calloc(1, size);
+    m->lo = lo;
+    m->hi = hi;
+    m->path_len = (uint16_t)plen;
+    memcpy(m + 1, mpath, plen);
+    put(b, m, SHP_REC_MODULE, size, 1);
+    free(m);
 }
 
 static void start(struct buf *b)
@@ -282,22 +296,47 @@ static void test_stacks(void)
     char site[64];
     shp_stacks_site(s, 5, site, sizeof(site));
     test_str("the site is the innermost frame", site, "0x1234");
+    test_cond("without module records no frame is framework code",
+              shp_stacks_site_index(s, 5, NULL) == 0);
+    shp_stacks_free(s);
+    shp_trace_close(&t);
+    unlink(path);
+
+    /* The same stack with its modules: the innermost frame is NCCL's, the next the program's. */
+    start(&b);
+    put_module(&b, "/usr/lib/x86_64-linux-gnu/libnccl.so.2", 0x1000, 0x2000);
+    put_module(&b, "/app/serve", 0x5000, 0x6000);
+    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
+    path = finish(&b, SHP_FILE_COMPLETE, 0);
+    shp_trace_open(&t, path, err, sizeof(err));
+    s = shp_stacks_load(&t, false);
+    size_t nw;
+    const struct shp_site_frame *w = shp_stacks_where(s, 5, &nw);
+    test_cond("each frame has its module", w && nw == 2 && w[0].path && w[1].path);
+    test_cond("the site skips NCCL's frame", shp_stacks_site_index(s, 5, NULL) == 1);
+    struct shp_site_rule rule = {0};
+    shp_site_rule_add(&rule, "/app/*");
+    test_cond("a rule of the user's that skips the program too falls back to frame 0",
+              shp_stacks_site_index(s, 5, &rule) == 0);
+    test_cond("and the cached site of the first rule stays",
+              shp_stacks_site_index(s, 5, NULL) == 1);
+    shp_site_rule_free(&rule);
     shp_stacks_free(s);
     shp_trace_close(&t);
     unlink(path);
 
     char fn[128];
-    shp_stacks_frame_function("generate (x.c:3)", fn, sizeof(fn));
+    shp_frame_function("generate (x.c:3)", fn, sizeof(fn));
     test_str("function of a frame with a line", fn, "generate");
-    shp_stacks_frame_function("generate+0x1f (mod.so)", fn, sizeof(fn));
+    shp_frame_function("generate+0x1f (mod.so)", fn, sizeof(fn));
     test_str("function of a frame with an offset", fn, "generate");
-    shp_stacks_frame_function("py: generate (serve.py:88)", fn, sizeof(fn));
+    shp_frame_function("py: generate (serve.py:88)", fn, sizeof(fn));
     test_str("function of a Python frame", fn, "generate");
-    shp_stacks_frame_function("std::function<void (int)>::operator()(int) const (f.cc:9)", fn,
-                              sizeof(fn));
+    shp_frame_function("std::function<void (int)>::operator()(int) const (f.cc:9)", fn, sizeof(fn));
     test_str("a C++ name keeps its parentheses", fn,
              "std::function<void (int)>::operator()(int) const");
-    shp_stacks_frame_function("0x7f12", fn, sizeof(fn));
+    shp_frame_function("0x7f12", fn, sizeof(fn));
     test_str("a bare address is returned whole", fn, "0x7f12");
 }
 

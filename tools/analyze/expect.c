@@ -20,6 +20,7 @@
 #include "tools/analyze/findings.h"
 #include "tools/analyze/pass.h"
 #include "tools/lib/out.h"
+#include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
 #define MAX_EXTENTS 8
@@ -354,7 +355,7 @@ out:
 static bool site_matches(const char *glob, const char *frame)
 {
     char fn[512];
-    shp_stacks_frame_function(frame, fn, sizeof(fn));
+    shp_frame_function(frame, fn, sizeof(fn));
     return fnmatch(glob, fn, 0) == 0;
 }
 
