@@ -3,7 +3,7 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets bench (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets llama cupy bench (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +11,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets bench}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets llama cupy bench}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -91,6 +91,19 @@ for n in $RANKS; do
         rm -f "$W/uid$n"
         traced "pynccl$n" 120 $(tr_run "$n") "$here/pynccl_ranks.py" "$W/uid$n" --share-gpu
     fi
+    if has llama; then
+        for plant in none prompt fp16 leave; do
+            traced "llama${n}_$plant" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+                --timeout 20 --plant "$plant"
+        done
+    fi
+    if has cupy; then
+        for plant in none count dtype; do
+            rm -f "$W/cupy_uid${n}_$plant"
+            traced "cupy${n}_$plant" 120 $(tr_run "$n") "$here/cupy_ranks.py" \
+                "$W/cupy_uid${n}_$plant" --share-gpu --plant "$plant"
+        done
+    fi
     wait
 done
 wait
@@ -137,6 +150,30 @@ for n in $RANKS; do
         for plant in none desync stall kill pipeline hidden; do
             note "INFO tp${n}_$plant: exit status $(rc_of "tp${n}_$plant")"
         done
+    fi
+    if has llama; then
+        # A Hugging Face Llama under DTensor: the site of the diverging all-reduce is the
+        # model's forward in modeling_llama.py, never torch's dispatch.
+        verdict analyze "llama${n}_none" "$W/traces/llama${n}_none" "$n" none
+        verdict analyze "llama${n}_prompt" "$W/traces/llama${n}_prompt" "$n" \
+            count_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_fp16" "$W/traces/llama${n}_fp16" "$n" \
+            dtype_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_leave" "$W/traces/llama${n}_leave" "$n" \
+            missing_collective:$last
+        for plant in none prompt fp16 leave; do
+            note "INFO llama${n}_$plant: exit status $(rc_of "llama${n}_$plant")"
+        done
+    fi
+    if has cupy; then
+        [ "$(grep -c ': cupy ok' "$W/logs/cupy${n}_none.log")" -eq "$n" ] &&
+            note "PASS cupy$n/data: $n ranks checked their sums" ||
+            note "FAIL cupy$n/data: $(grep -h ': cupy' "$W/logs/cupy${n}_none.log" | head -3)"
+        verdict analyze "cupy${n}_none" "$W/traces/cupy${n}_none" "$n" none
+        verdict analyze "cupy${n}_count" "$W/traces/cupy${n}_count" "$n" \
+            count_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
+        verdict analyze "cupy${n}_dtype" "$W/traces/cupy${n}_dtype" "$n" \
+            dtype_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
     fi
     if has pynccl; then
         [ "$(grep -c ': pynccl ok' "$W/logs/pynccl$n.log")" -eq "$n" ] &&
