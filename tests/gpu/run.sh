@@ -3,7 +3,7 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets llama cupy bench (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets llama cupy bench decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +11,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets llama cupy bench}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets llama cupy bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -219,11 +219,45 @@ if has bench; then
     cp "$res" "$OUT/bench.jsonl"
 fi
 
+if has decode; then
+    # A serving loop's step, traced at each stack setting against dormant in one process; the
+    # untraced process, NCCL's log and the Flight Recorder (not switchable in a process) beside.
+    res=$W/decode.jsonl
+    : >"$res"
+    port=29700
+    pin=""
+    command -v taskset >/dev/null && pin="taskset -c 4-7"
+    for stacks in python native none; do
+        port=$((port + 1))
+        rm -rf "$W/traces/decode_$stacks"
+        $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" \
+            --dir "$W/traces/decode_$stacks" -- $JOB_ENV python3 "$here/bench_decode.py" "$res" \
+            "stacks $stacks" "$port" --attach "$W/traces/decode_$stacks" --tool "$SHP_TOOL" \
+            --tool-ld "${SHP_TOOL_LD:-}" \
+            >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
+    done
+    for cfg in untraced nccl_debug flight_recorder; do
+        port=$((port + 1))
+        case $cfg in
+        untraced) set -- ;;
+        nccl_debug) set -- NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL \
+            NCCL_DEBUG_FILE="$W/logs/decode_nccl_debug.%p.txt" ;;
+        flight_recorder) set -- TORCH_FR_BUFFER_SIZE=2000 ;;
+        esac
+        $pin env "$@" timeout -k 5 180 python3 "$here/bench_decode.py" "$res" "$cfg" "$port" \
+            >>"$W/logs/decode_$cfg.log" 2>&1 || note "FAIL decode $cfg: see its log"
+    done
+    python3 "$here/decode_table.py" "$res" >"$W/decode_table.txt" 2>&1
+    cp "$res" "$OUT/decode.jsonl"
+fi
+
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs
-tar -C "$W" --exclude="traces/bench_*" -czf "$OUT/traces.tar.gz" traces
+tar -C "$W" --exclude="traces/bench_*" --exclude="traces/decode_*" -czf "$OUT/traces.tar.gz" traces
 cp "$SUMMARY" "$OUT/summary.txt"
 [ -f "$W/bench_table.txt" ] && cp "$W/bench_table.txt" "$OUT/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cp "$W/decode_table.txt" "$OUT/decode_table.txt"
 echo "== check-gpu summary ($(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - start)) s)"
 [ -f "$W/bench_table.txt" ] && cat "$W/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cat "$W/decode_table.txt"
 cat "$SUMMARY"
 ! grep -q '^FAIL' "$SUMMARY"
