@@ -286,6 +286,32 @@ def test_warnings_never_go_into_a_file_on_descriptor_2():
     assert len(marks) == 1 and marks[0].startswith("shapetrace WARN trace cap of 1 MiB"), marks
 
 
+def test_umask_0777_still_gives_private_readable_files():
+    u, t, d, uf, tf = both("umask", [f"{T}/hostile", "umask", "3"])
+    same(u, t, uf, tf)
+    assert "shapetrace: 1 trace in" in t.stderr, t.stderr
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    for f in os.listdir(d):
+        assert stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) == 0o600, f
+    # And when `run` itself runs under umask 0777: the directory it makes, the symbol file.
+    d2 = os.path.join(fresh("umask-run"), "run")
+    p = subprocess.run([TOOL, "run", "--dir", d2, "--", f"{T}/hostile", "calls", "3"],
+                       capture_output=True, text=True, timeout=60, env=env(),
+                       preexec_fn=lambda: os.umask(0o777))
+    assert p.returncode == 0, p.stderr
+    assert stat.S_IMODE(os.stat(d2).st_mode) == 0o700
+    modes = {f: stat.S_IMODE(os.stat(os.path.join(d2, f)).st_mode) for f in os.listdir(d2)}
+    assert len(modes) == 2 and set(modes.values()) == {0o600}, modes
+    assert run([TOOL, "dump", d2]).returncode == 0
+    # The directory `run` names itself, in the current one.
+    here = fresh("umask-default")
+    p = subprocess.run([TOOL, "run", "--", f"{T}/hostile", "calls", "3"], capture_output=True,
+                       text=True, timeout=60, env=env(), cwd=here,
+                       preexec_fn=lambda: os.umask(0o777))
+    [made] = os.listdir(here)
+    assert p.returncode == 0 and stat.S_IMODE(os.stat(os.path.join(here, made)).st_mode) == 0o700
+
+
 def test_paths_from_the_environment_are_checked_before_use():
     """SHAPETRACE_LIBUNWIND naming a FIFO hung the application in dlopen; a 4,199-byte
     SHAPETRACE_DIR was cut at PATH_MAX and 1,365 directories were made."""
@@ -310,6 +336,64 @@ def test_paths_from_the_environment_are_checked_before_use():
         p.stderr
     assert os.listdir(top) == [], os.listdir(top)
 
+
+def test_symbol_file_is_never_written_through_a_planted_link():
+    """`run` wrote <host>.symbols.tmp with O_CREAT|O_TRUNC through a link planted there: a file
+    outside the run directory got the symbol text."""
+    top = fresh("symlink")
+    victim = os.path.join(top, "victim")
+    open(victim, "w").write("precious\n")
+    d = os.path.join(top, "run")
+    os.makedirs(d, mode=0o700)
+    host = socket.gethostname()
+    for name in (f"{host}.symbols.tmp", f".{host}.symbols.tmp", f"{host}.symbols"):
+        os.symlink(victim, os.path.join(d, name))
+    os.link(victim, os.path.join(d, "control.tmp"))
+    p = run([TOOL, "run", "--dir", d, "--stacks", "native", "--", f"{T}/hostile", "calls", "3"])
+    assert p.returncode == 0 and "native frames symbolized" in p.stderr, p.stderr
+    assert run([TOOL, "attach", d, "--off"]).returncode == 0
+    assert open(victim).read() == "precious\n"
+    sym = os.path.join(d, f"{host}.symbols")
+    assert not os.path.islink(sym) and stat.S_IMODE(os.stat(sym).st_mode) == 0o600
+    assert open(sym, "rb").read(4) != b"prec"
+    left = sorted(f for f in os.listdir(d) if f.startswith("."))
+    assert left == [f".{host}.symbols.tmp"], left
+
+
+def test_run_directory_that_others_can_write_is_refused():
+    """An existing --dir of mode 0777 was used silently; the preload alone did the same."""
+    for mode in (0o777, 0o770, 0o1777):
+        d = fresh(f"open-dir-{mode:o}")
+        os.chmod(d, mode)
+        marker = os.path.join(TMP, "ran")
+        p = run([TOOL, "run", "--dir", d, "--", "touch", marker])
+        assert p.returncode == 125 and not os.path.exists(marker), (p.returncode, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and "writable by others" in p.stderr, \
+            p.stderr
+        u, t, _, uf, tf = both(f"open-alone-{mode:o}", [f"{T}/hostile", "calls", "3"], alone={})
+        e = preload_env(d)
+        t = subprocess.run([f"{T}/hostile", "calls", "3"], capture_output=True, text=True,
+                           timeout=30, env=e)
+        assert (t.returncode, t.stdout) == (u.returncode, u.stdout), t.stderr
+        w = warnings_of(t)
+        assert len(w) == 1 and f"the run directory {d} is writable by others" in w[0], t.stderr
+        assert os.listdir(d) == [], os.listdir(d)
+
+
+def test_run_directory_of_another_user_is_refused():
+    need_root()
+    d = fresh("other-user-dir")
+    os.chmod(d, 0o700)
+    os.chown(d, NOBODY, NOBODY)
+    p = run([TOOL, "run", "--dir", d, "--", f"{T}/hostile", "calls", "2"])
+    assert p.returncode == 125 and "owned by another user" in p.stderr, p.stderr
+    t = subprocess.run([f"{T}/hostile", "calls", "3"], capture_output=True, text=True,
+                       timeout=30, env=preload_env(d))
+    assert t.returncode == 0 and "owned by another user" in t.stderr, t.stderr
+    assert os.listdir(d) == [], os.listdir(d)
+
+
+# ---- nothing missed in silence ----
 
 def test_capped_trace_is_reported_incomplete_first():
     d = fresh("capped")
@@ -762,7 +846,11 @@ HARM = {
     "test_unwinder_holds_no_descriptor_that_the_application_reuses",
     "test_descriptor_limit_is_the_applications_alone",
     "test_warnings_never_go_into_a_file_on_descriptor_2",
-    "test_paths_from_the_environment_are_checked_before_use"}
+    "test_umask_0777_still_gives_private_readable_files",
+    "test_paths_from_the_environment_are_checked_before_use",
+    "test_symbol_file_is_never_written_through_a_planted_link",
+    "test_run_directory_that_others_can_write_is_refused",
+    "test_run_directory_of_another_user_is_refused"}
 assert HARM <= set(globals()), HARM - set(globals())
 
 if __name__ == "__main__":
