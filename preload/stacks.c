@@ -148,12 +148,13 @@ static int relro_cb(struct dl_phdr_info *info, size_t size, void *data)
 }
 
 /* Point the object's imports of `name` (its PLT and GOT slots) at `to`. The object is one we
- * loaded with RTLD_LOCAL; the slots are written once, before it runs. Returns how many. */
+ * loaded with RTLD_LOCAL; the slots are written once, before it runs. Returns how many, or -1
+ * when one of them could not be written (or the object's tables not be read). */
 static int redirect_import(void *handle, const char *name, void *to)
 {
     struct link_map *lm;
     if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_ld)
-        return 0;
+        return -1;
     const ElfW(Sym) *symtab = NULL;
     const char *strtab = NULL;
     const ElfW(Rela) * rel[2] = {NULL, NULL};
@@ -173,7 +174,7 @@ static int redirect_import(void *handle, const char *name, void *to)
             relsz[1] = d->d_un.d_val;
     }
     if (!symtab || !strtab)
-        return 0;
+        return -1;
     struct relro ro = {lm->l_addr, 0, 0};
     dl_iterate_phdr(relro_cb, &ro);
     int n = 0;
@@ -188,7 +189,7 @@ static int redirect_import(void *handle, const char *name, void *to)
             uintptr_t page = (uintptr_t)slot & ~(uintptr_t)4095;
             bool ro_slot = (uintptr_t)slot >= ro.lo && (uintptr_t)slot < ro.hi;
             if (ro_slot && mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) != 0)
-                continue;
+                return -1;
             __atomic_store_n(slot, to, __ATOMIC_RELEASE);
             if (ro_slot)
                 mprotect((void *)page, 4096, PROT_READ);
@@ -208,8 +209,9 @@ static bool tame_unwinder(void *h)
         (int (*)(void *, void *))shp_libc_dlsym(h, "_ULx86_64_init_local");
     if (!local_as || !getcontext_fn || !init_local)
         return false;
-    redirect_import(h, "pipe2", (void *)no_pipe2);
-    redirect_import(h, "pipe", (void *)no_pipe);
+    if (redirect_import(h, "pipe2", (void *)no_pipe2) < 0 ||
+        redirect_import(h, "pipe", (void *)no_pipe) < 0)
+        return false;
     /* Its first cursor initialises it, pipe and local address space included; the probe
      * tells the accessor's argument apart: the context (1.6 on) or the cursor (before). The
      * sizes are libunwind's unw_context_t (a ucontext_t) and unw_cursor_t (127 words), with
