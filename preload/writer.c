@@ -55,6 +55,7 @@ static struct {
     char path[PATH_MAX + 256];
     char why[PATH_MAX + 320]; /* why the trace could not be made */
     char pending[128];        /* a warning said before the trace existed, for it */
+    _Atomic int pending_taken;
 } w = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 #define CHUNK_MIN (1ull << 20)
@@ -658,7 +659,7 @@ void shp_writer_note(const char *text)
     struct shp_file_header *h = shp_writer_header();
     if (h)
         write_note(h, text);
-    else if (!w.pending[0])
+    else if (!atomic_exchange(&w.pending_taken, 1))
         snprintf(w.pending, sizeof(w.pending), "%s", text);
     inside = 0;
 }
@@ -713,6 +714,7 @@ void shp_writer_atfork_child(void)
     w.as_mapped = 0;
     w.hdr = NULL;
     w.pending[0] = 0;
+    atomic_store(&w.pending_taken, 0);
     atomic_store(&w.ready, 0);
     w.gen++;
     pthread_mutex_init(&w.mu, NULL);
