@@ -3,7 +3,7 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets llama cupy bench decode (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy bench decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +11,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets llama cupy bench decode}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -184,6 +184,36 @@ for n in $RANKS; do
         verdict analyze "pynccl$n/analyze" "$W/traces/pynccl$n" "$n" none
     fi
 done
+
+if has harm; then
+    # One torch process untraced, then traced with native and with Python stacks: the same
+    # output, line for line (its descriptors by kind, how many it holds, how many files it can
+    # still open at its limit). Before issue 22's fixes the traced ones held 3 more (libunwind's
+    # pipe, the trace's descriptor).
+    port=29640
+    $JOB_ENV timeout -k 5 120 python3 "$here/harm.py" "$port" >"$W/logs/harm_untraced.log" \
+        2>"$W/logs/harm_untraced.err"
+    base=$(awk '$1 == "held" {print $2}' "$W/logs/harm_untraced.log")
+    grep -q '^done' "$W/logs/harm_untraced.log" || note "FAIL harm/untraced: see its log"
+    for stacks in native python; do
+        port=$((port + 1))
+        rm -rf "$W/traces/harm_$stacks"
+        timeout -k 5 120 "$SHP_TOOL_RUN" --dir "$W/traces/harm_$stacks" --stacks "$stacks" \
+            --debug INFO -- $JOB_ENV python3 "$here/harm.py" "$port" "${base:-0}" \
+            >"$W/logs/harm_$stacks.log" 2>"$W/logs/harm_$stacks.err"
+        if cmp -s "$W/logs/harm_untraced.log" "$W/logs/harm_$stacks.log"; then
+            note "PASS harm/$stacks: output as untraced ($(grep '^fds' "$W/logs/harm_$stacks.log");" \
+                "$(grep '^opens' "$W/logs/harm_$stacks.log"))"
+        else
+            note "FAIL harm/$stacks: untraced '$(tr '\n' ';' <"$W/logs/harm_untraced.log")'," \
+                "traced '$(tr '\n' ';' <"$W/logs/harm_$stacks.log")'"
+        fi
+        note "INFO harm/$stacks: $(grep -o 'stacks through.*' "$W/logs/harm_$stacks.err" |
+            head -n 1); $(st dump --json "$W/traces/harm_$stacks" 2>/dev/null |
+            grep -c '"op":"ncclAllReduce"') all-reduces traced;" \
+            "$(grep -c ' WARN ' "$W/logs/harm_$stacks.err") warnings"
+    done
+fi
 
 if has bench; then
     res=$W/bench.jsonl
