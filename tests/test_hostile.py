@@ -629,6 +629,52 @@ def test_one_rule_of_completeness_for_every_command():
     assert "2 processes, 1 of them incomplete" in page, page
 
 
+def small_copies(name, n):
+    """n traces of 2 events (a cudaMalloc and a copy, with native call sites in libc and the
+    test program), copies of one with distinct pids, beside that run's symbol file."""
+    src = fresh(name + "-src")
+    p = run([TOOL, "run", "--dir", src, "--", f"{T}/hostile", "calls", "1"])
+    assert p.returncode == 0, p.stderr
+    one = next(f for f in os.listdir(src) if f.endswith(".shptrace"))
+    data = open(os.path.join(src, one), "rb").read()
+    data = bytearray(data[:struct.unpack_from("<Q", data, 72)[0]])
+    d = fresh(name)
+    for f in os.listdir(src):
+        if f.endswith(".symbols"):
+            shutil.copy(os.path.join(src, f), d)
+    for i in range(n):
+        struct.pack_into("<Q", data, 24, 1000000 + i)  # pid
+        open(os.path.join(d, f"copy-{1000000 + i}.shptrace"), "wb").write(data)
+    return d
+
+
+def test_export_and_report_of_many_small_traces_fit_a_memory_cap():
+    """export symbolized every trace's stacks on its own: 100 traces of 2 events took 1.6 GiB
+    and 7 s, 500 took 8 GiB. The session symbolizes each module once for the command: 200
+    traces export (and report) within an address space of 256 MiB (under a sanitizer, which
+    reserves its own address space, a peak RSS of 256 MiB)."""
+    d = small_copies("many-small", 200)
+    cap = 256 << 20
+    sanitized = os.environ.get("SHAPETRACE_SANITIZED") == "1"
+
+    def capped():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    for cmd in (["export", "-o", "out.json", d], ["report", "--html", "out.html", d]):
+        p = subprocess.Popen([TOOL, *cmd], cwd=d, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env(),
+                             preexec_fn=None if sanitized else capped)
+        _, status, ru = os.wait4(p.pid, 0)
+        err = p.stderr.read().decode()
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (cmd, status, err[-500:])
+        assert "200 processes" in err, err[-500:]
+        if sanitized:
+            assert ru.ru_maxrss * 1024 < cap, (cmd, ru.ru_maxrss)
+    names = [e for e in json.load(open(os.path.join(d, "out.json")))["traceEvents"]
+             if e.get("name") == "process_name"]
+    assert len(names) == 200, len(names)
+
+
 # ---- options ----
 
 def test_json_shows_both_sides_of_a_count_finding_in_one_factoring():
