@@ -429,6 +429,18 @@ static void test_session(void)
               shp_session_open(&s, missing, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 0);
     shp_session_close(&s);
 
+    /* status --watch: a file being created joins once it is a trace, a new trace is added, and
+     * neither is named again. */
+    test_cond("a run directory is watched",
+              shp_session_open(&s, run, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 2);
+    trace_at(dir, "zero.shptrace", 103, 0);
+    trace_at(dir, "c.shptrace", 104, 0);
+    test_cond("it is looked at again", shp_session_update(&s) == 0);
+    test_cond("the file now a trace, and the new one, are processes",
+              s.nprocs == 4 && s.procs[2].t.hdr->pid == 104 && s.procs[3].t.hdr->pid == 103);
+    test_cond("what is still unreadable stays listed once", s.nunreadable == 2);
+    shp_session_close(&s);
+
     /* One rule of completeness: a file cut short of its header's tail is incomplete, walked
      * or not, whatever its header's flag says. */
     trace_at(empty, "cut.shptrace", 102, SHP_HEADER_SIZE + 400);

@@ -234,7 +234,7 @@ static int build_result(struct an_ctx *ctx, struct an_result *res)
     /* at[o]: the finding at causal position o, as an_findings_order numbered them (when it
      * had no memory to, they stay in the order they were added). */
     size_t n = ctx->findings.n, *at = malloc((n ? n : 1) * sizeof(*at));
-    bool numbered = at != NULL;
+    bool numbered = true;
     if (!at)
         return -1;
     for (size_t o = 0; o < n; o++)

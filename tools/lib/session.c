@@ -213,8 +213,10 @@ int shp_session_open(struct shp_session *s, char *const *paths, int npaths, unsi
         for (int i = 0; i < npaths; i++)
             if (empties[i])
                 shp_err("note: %s: no traces in it", paths[i]);
-    if (rc >= 0 && (flags & SHP_SESSION_UNIQUE))
-        rc = refuse_twice(s) < 0 ? -1 : rc;
+    if (rc >= 0 && (flags & SHP_SESSION_UNIQUE)) {
+        int u = refuse_twice(s);
+        rc = u == -ENOMEM ? u : u < 0 ? -1 : rc;
+    }
     if (rc == 1 && !partial)
         rc = -1;
 out:
