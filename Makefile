@@ -344,7 +344,7 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
-	$(DOUBLE_CUDART)
+	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
 check-gpu: all

@@ -1,7 +1,8 @@
 /* Unit tests of tools/lib, linked without the command's main: the reader on traces built here
  * (whole, torn, cut, still being written, read by two walks at once), events and the byte ranges
- * they read and write, stacks, the allocation tracker and the output helpers; and common/fs.c,
- * which the preload and `run` share (the run directory, private files, writes without signals). */
+ * they read and write, stacks, the session's policy and its stacks from several threads, the
+ * allocation tracker and the output helpers; and common/fs.c, which the preload and `run` share
+ * (the run directory, private files, writes without signals). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,7 @@
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
@@ -127,6 +130,16 @@ static int count_records(const struct shp_trace *t, struct shp_cursor *c)
     while (shp_trace_next(t, c, &type, &size))
         n++;
     return n;
+}
+
+/* Stack 5: two frames, 0x1234 then 0x5678. */
+static void put_stack5(struct buf *b)
+{
+    struct {
+        struct shp_rec_stack s;
+        uint64_t frames[2];
+    } st = {.s = {.id = 5, .nframes = 2}, .frames = {0x1234, 0x5678}};
+    put(b, &st, SHP_REC_STACK, sizeof(st), 1);
 }
 
 /* ---- tests ---- */
@@ -280,11 +293,7 @@ static void test_stacks(void)
     test_group("stacks");
     struct buf b;
     start(&b);
-    struct {
-        struct shp_rec_stack s;
-        uint64_t frames[2];
-    } st = {.s = {.id = 5, .nframes = 2}, .frames = {0x1234, 0x5678}};
-    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    put_stack5(&b);
     struct shp_rec_coll c0 = coll(SHP_OP_ncclAllReduce, 0, 64, 0x1000, 0x1000);
     c0.ev.stack = 5;
     put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
@@ -343,6 +352,166 @@ static void test_stacks(void)
              "std::function<void (int)>::operator()(int) const");
     shp_frame_function("0x7f12", fn, sizeof(fn));
     test_str("a bare address is returned whole", fn, "0x7f12");
+}
+
+/* ---- the session ---- */
+
+/* A trace of pid with a stacked all-reduce, written as dir/name, cut to its first `keep` bytes
+ * when keep is not 0. */
+static void trace_at(const char *dir, const char *name, uint64_t pid, size_t keep)
+{
+    struct buf b;
+    start(&b);
+    put_stack5(&b);
+    for (uint64_t seq = 0; seq < 4; seq++) {
+        struct shp_rec_coll c = coll(SHP_OP_ncclAllReduce, seq, 64, 0x1000, 0x1000);
+        c.ev.stack = 5;
+        put(&b, &c, SHP_REC_COLL, sizeof(c), 1);
+    }
+    size_t n = b.n;
+    const char *tmp = finish(&b, SHP_FILE_COMPLETE, 0);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(tmp, "r+b");
+    if (!f || fseek(f, offsetof(struct shp_file_header, pid), SEEK_SET) ||
+        fwrite(&pid, sizeof(pid), 1, f) != 1 || fclose(f) || rename(tmp, path) ||
+        (keep && truncate(path, (off_t)(keep < n ? keep : n))))
+        abort();
+}
+
+struct sites {
+    struct shp_session *s;
+    char site[4][64];
+};
+
+static void *sites_of(void *arg)
+{
+    struct sites *x = arg;
+    /* Both processes, in turns: each one's stacks load on the first call of any thread. */
+    for (int round = 0; round < 200; round++)
+        for (size_t i = 0; i < x->s->nprocs; i++) {
+            size_t n;
+            shp_session_site(x->s, i, 5, x->site[i], sizeof(x->site[i]));
+            if (!shp_session_frames(x->s, i, 5, &n) || n != 2)
+                x->site[i][0] = 0;
+        }
+    return NULL;
+}
+
+static void test_session(void)
+{
+    test_group("session");
+    char top[] = "/tmp/shp_session.XXXXXX", dir[64], empty[64], one[128], junk[128], cmd[128];
+    if (!mkdtemp(top)) {
+        test_cond("a temporary directory", 0);
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s/run", top);
+    snprintf(empty, sizeof(empty), "%s/empty", top);
+    mkdir(dir, 0700);
+    mkdir(empty, 0700);
+    trace_at(dir, "a.shptrace", 100, 0);
+    trace_at(dir, "b.shptrace", 101, 0);
+    snprintf(one, sizeof(one), "%s/a.shptrace", dir);
+    snprintf(junk, sizeof(junk), "%s/zero.shptrace", dir);
+    fclose(fopen(junk, "w"));
+    snprintf(junk, sizeof(junk), "%s/fifo.shptrace", dir);
+    mkfifo(junk, 0600);
+    snprintf(junk, sizeof(junk), "%s/junk.shptrace", dir);
+    FILE *f = fopen(junk, "w");
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f); /* longer than a header: refused by its magic */
+    fclose(f);
+
+    struct shp_session s;
+    char *run[] = {dir}, *named[] = {junk}, *none[] = {empty}, *both[] = {empty, dir},
+         *twice[] = {dir, one}, *missing[] = {top, dir};
+    snprintf(cmd, sizeof(cmd), "%s/nowhere", top);
+    missing[0] = cmd;
+    test_cond("a run directory opens", shp_session_open(&s, run, 1, 0, "the test") == 0);
+    test_cond("its two traces are processes", s.nprocs == 2 && s.procs[0].t.hdr->pid == 100);
+    test_cond("the empty, junk and FIFO files are named and skipped, never processes",
+              s.nunreadable == 3 && strstr(s.unreadable[0].file, "fifo") &&
+                  strstr(s.unreadable[1].why, "bad magic") && strstr(s.unreadable[2].why, "0 "));
+    test_cond("the global rank is the header's", s.procs[1].rank == 3);
+    test_cond("not walked yet: no events", !s.procs[0].walked && s.procs[0].events == 0);
+
+    /* The analyzer's threads ask for call sites at once: one lock, one load of each. */
+    struct sites x[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&x[i], 0, sizeof(x[i]));
+        x[i].s = &s;
+        pthread_create(&th[i], NULL, sites_of, &x[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    test_cond("three threads read the same sites", !strcmp(x[0].site[0], "0x1234") &&
+                                                       !strcmp(x[1].site[1], "0x1234") &&
+                                                       !strcmp(x[2].site[0], x[2].site[1]));
+    shp_session_close(&s);
+
+    test_cond("a named junk file is refused", shp_session_open(&s, named, 1, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("an empty directory alone is refused", shp_session_open(&s, none, 1, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("an empty directory beside traces is a note",
+              shp_session_open(&s, both, 2, 0, "t") == 0 && s.nprocs == 2);
+    shp_session_close(&s);
+    test_cond("the same trace twice is refused when asked",
+              shp_session_open(&s, twice, 2, SHP_SESSION_UNIQUE, "t") < 0);
+    shp_session_close(&s);
+    test_cond("and kept otherwise", shp_session_open(&s, twice, 2, 0, "t") == 0 && s.nprocs == 3);
+    shp_session_close(&s);
+    test_cond("a missing PATH refuses the whole set", shp_session_open(&s, missing, 2, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("or, partial, leaves the others open",
+              shp_session_open(&s, missing, 2, SHP_SESSION_PARTIAL, "t") == 1 && s.nprocs == 2);
+    shp_session_close(&s);
+    test_cond("a missing PATH is no refusal when no trace yet is fine",
+              shp_session_open(&s, missing, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 0);
+    shp_session_close(&s);
+
+    /* status --watch: a file being created joins once it is a trace, a new trace is added, and
+     * neither is named again. */
+    test_cond("a run directory is watched",
+              shp_session_open(&s, run, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 2);
+    trace_at(dir, "zero.shptrace", 103, 0);
+    trace_at(dir, "c.shptrace", 104, 0);
+    test_cond("it is looked at again", shp_session_update(&s) == 0);
+    test_cond("the file now a trace, and the new one, are processes",
+              s.nprocs == 4 && s.procs[2].t.hdr->pid == 104 && s.procs[3].t.hdr->pid == 103);
+    test_cond("what is still unreadable stays listed once", s.nunreadable == 2);
+    shp_session_close(&s);
+
+    /* One rule of completeness: a file cut short of its header's tail is incomplete, walked
+     * or not, whatever its header's flag says. */
+    trace_at(empty, "cut.shptrace", 102, SHP_HEADER_SIZE + 400);
+    test_cond("a cut trace opens", shp_session_open(&s, none, 1, 0, "t") == 0 && s.nprocs == 1);
+    test_cond("a cut trace is incomplete before a walk",
+              s.nprocs && !shp_proc_complete(&s.procs[0]));
+    struct shp_cursor cur = {0};
+    uint64_t events = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    while (s.nprocs && (r = shp_trace_next(&s.procs[0].t, &cur, &type, &size))) {
+        struct shp_event e;
+        if (shp_event_decode(&s.procs[0].t, r, type, &e)) {
+            events++;
+            shp_proc_saw(&s.procs[0], &e);
+        }
+    }
+    if (s.nprocs)
+        shp_proc_walked(&s.procs[0], &cur, events);
+    test_cond("and after it, with its events and time span",
+              s.nprocs && !shp_proc_complete(&s.procs[0]) && s.procs[0].events == events &&
+                  s.procs[0].first_ns && s.procs[0].last_ns >= s.procs[0].first_ns);
+    test_cond("its reason names the cut", s.nprocs && strstr(shp_proc_incomplete_why(&s.procs[0]),
+                                                             "shorter than its header says"));
+    shp_session_close(&s);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
+    test_cond("clean up", system(cmd) == 0);
 }
 
 static void test_allocs(void)
@@ -604,5 +773,6 @@ int main(void)
     test_out();
     test_make_dirs();
     test_fs_private();
+    test_session();
     return test_report();
 }
