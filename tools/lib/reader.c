@@ -74,8 +74,8 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
     t->end = tail < t->size ? tail : t->size;
     /* A writer that switched itself off because the file could not grow may have reserved
      * space it never had: not a cut file. */
-    t->truncated = tail > t->size && (h->flags & SHP_FILE_COMPLETE) &&
-                   !(h->flags & SHP_FILE_DISABLED);
+    t->truncated =
+        tail > t->size && (h->flags & SHP_FILE_COMPLETE) && !(h->flags & SHP_FILE_DISABLED);
     if (t->end < SHP_HEADER_SIZE)
         t->end = SHP_HEADER_SIZE;
     shp_trace_clock_setup(t, h);
@@ -104,6 +104,28 @@ void shp_trace_close(struct shp_trace *t)
 /* Bytes a resync may hash for each byte it scans (see shp_trace_next). */
 #define RESYNC_HASH_PER_BYTE 16
 
+/* shp_rec_check of a record, with the frequent compact records' type and size as constants,
+ * so that the sum over their words is unrolled with the skipped word left out at compile time:
+ * every record of every walk is checked. */
+static inline uint32_t check_of(const struct shp_rec *r, unsigned ty, size_t sz)
+{
+#define CHECK_AS(type, st)                                                                         \
+    case type:                                                                                     \
+        if (sz == sizeof(st))                                                                      \
+            return shp_rec_check(r, type, sizeof(st));                                             \
+        break;
+    switch (ty) {
+        CHECK_AS(SHP_REC_COPY_C, struct shp_rec_copy_c)
+        CHECK_AS(SHP_REC_COLL_C, struct shp_rec_coll_c)
+        CHECK_AS(SHP_REC_P2P_C, struct shp_rec_coll_c)
+        CHECK_AS(SHP_REC_LAUNCH_C, struct shp_rec_launch_c)
+    default:
+        break;
+    }
+#undef CHECK_AS
+    return shp_rec_check(r, ty, sz);
+}
+
 /* A published record of a known type whose size fits and whose check matches. */
 static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
 {
@@ -118,7 +140,7 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
     if (ty == SHP_REC_RESERVED || ty >= SHP_REC_TYPE_COUNT || sz < shp_rec_min_size(ty) ||
         off + sz > t->end)
         return false;
-    if (r->check != shp_rec_check(r, ty, sz))
+    if (r->check != check_of(r, ty, sz))
         return false;
     *type = ty;
     *size = sz;
@@ -236,8 +258,8 @@ const char *shp_trace_cap_why(const struct shp_trace *t)
 static bool running_here(const struct shp_file_header *h)
 {
     char me[sizeof(h->host)] = "";
-    if (gethostname(me, sizeof(me) - 1) != 0 || strncmp(me, h->host, sizeof(me)) ||
-        h->pid == 0 || h->pid > INT32_MAX)
+    if (gethostname(me, sizeof(me) - 1) != 0 || strncmp(me, h->host, sizeof(me)) || h->pid == 0 ||
+        h->pid > INT32_MAX)
         return false;
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%" PRIu64 "/stat", h->pid);
@@ -254,9 +276,12 @@ static bool running_here(const struct shp_file_header *h)
     const char *p = strrchr(buf, ')');
     char state = 0;
     unsigned long long start = 0;
-    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
-                            "%*s %*s %llu",
-                     &state, &start) != 2 || state == 'Z' || state == 'X')
+    if (!p ||
+        sscanf(p + 1,
+               " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+               "%*s %*s %llu",
+               &state, &start) != 2 ||
+        state == 'Z' || state == 'X')
         return false;
     long hz = sysconf(_SC_CLK_TCK);
     struct timespec boot, mono;
@@ -264,8 +289,8 @@ static bool running_here(const struct shp_file_header *h)
         return false;
     /* The trace's creation on the boot clock: the boot clock runs ahead of the monotonic one
      * by the time the host was suspended. */
-    int64_t ahead = ((int64_t)boot.tv_sec - mono.tv_sec) * 1000000000ll +
-                    (boot.tv_nsec - mono.tv_nsec);
+    int64_t ahead =
+        ((int64_t)boot.tv_sec - mono.tv_sec) * 1000000000ll + (boot.tv_nsec - mono.tv_nsec);
     double created_s = ((double)h->monotonic_ns + (double)ahead) / 1e9;
     return (double)start / (double)hz <= created_s + 2.0 / (double)hz;
 }
@@ -386,12 +411,12 @@ int shp_trace_rank(const struct shp_trace *t)
     return t->hdr->env_rank >= 0 ? t->hdr->env_rank : t->hdr->first_comm_rank;
 }
 
-#define CLOCK_FRAC 40
-
 void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h)
 {
+    t->realtime_ns = h->realtime_ns;
+    t->monotonic_ns = h->monotonic_ns;
     t->base_t = t->base_ns = 0;
-    t->mult = 1ull << CLOCK_FRAC;
+    t->mult = 1ull << SHP_CLOCK_FRAC;
     t->clock_guessed = false;
     if (h->clock != SHP_CLOCK_TSC)
         return;
@@ -418,26 +443,9 @@ void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h)
     t->base_t = f->tsc;
     t->base_ns = f->ns;
     unsigned __int128 m =
-        ((unsigned __int128)(best->ns - f->ns) << CLOCK_FRAC) / (best->tsc - f->tsc);
+        ((unsigned __int128)(best->ns - f->ns) << SHP_CLOCK_FRAC) / (best->tsc - f->tsc);
     /* A rate no clock has (over 2^24 ns a tick) is damage: keep 1 ns a tick. */
-    t->mult = m >> 64 || !m ? 1ull << CLOCK_FRAC : (uint64_t)m;
-}
-
-uint64_t shp_trace_mono_ns(const struct shp_trace *t, uint64_t clock_t)
-{
-    /* Signed: a call's entry is read before the trace (and its first pair) exists. */
-    __int128 d = (__int128)(int64_t)(clock_t - t->base_t) * t->mult;
-    return t->base_ns + (uint64_t)(int64_t)(d >> CLOCK_FRAC);
-}
-
-uint64_t shp_trace_dur_ns(const struct shp_trace *t, uint64_t clock_dur)
-{
-    return (uint64_t)(((unsigned __int128)clock_dur * t->mult) >> CLOCK_FRAC);
-}
-
-uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t mono_ns)
-{
-    return t->hdr->realtime_ns + (mono_ns - t->hdr->monotonic_ns);
+    t->mult = m >> 64 || !m ? 1ull << SHP_CLOCK_FRAC : (uint64_t)m;
 }
 
 static int push(char ***files, size_t *n, const char *path)
