@@ -6,18 +6,20 @@
 
 #include "common/ops.h"
 
-/* Index of the last block starting at or below ptr, or -1. */
+/* Index of the last block starting at or below ptr, or -1. Branch-free, as the range map's
+ * search (ranges.c): the buffers pass looks up every copy's and collective's two buffers. */
 static long last_at_or_below(const struct shp_allocs *a, uint64_t ptr)
 {
-    size_t lo = 0, hi = a->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (a->v[mid].ptr <= ptr)
-            lo = mid + 1;
-        else
-            hi = mid;
+    size_t n = a->n;
+    if (!n)
+        return -1;
+    const struct shp_alloc *base = a->v;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = base[half].ptr <= ptr ? base + half : base;
+        n -= half;
     }
-    return (long)lo - 1;
+    return (long)(base - a->v) - (base->ptr > ptr);
 }
 
 static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)

@@ -64,30 +64,34 @@ static bool add_chunk(struct shp_ranges *m, size_t ci, struct shp_rchunk *c)
     return true;
 }
 
+/* How many of the n sorted values a[0], a[stride], ... are below s (below or equal with
+ * `equal`). Branch-free: the comparisons of a binary search over addresses that the pattern
+ * of writes makes unpredictable cost a mispredicted branch each, and were most of the time of
+ * the lineage pass's lookups. */
+static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uint64_t s, bool equal)
+{
+    if (!n)
+        return 0;
+    const uint64_t *base = a;
+    while (n > 1) {
+        size_t half = n / 2;
+        const uint64_t *mid = base + half * stride;
+        base = (equal ? *mid <= s : *mid < s) ? mid : base;
+        n -= half;
+    }
+    return (size_t)(base - a) / stride + (equal ? *base <= s : *base < s);
+}
+
 /* The place of the first range starting at or after s. */
 static struct pos find(const struct shp_ranges *m, uint64_t s)
 {
-    size_t lo = 0, hi = m->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (m->first[mid] <= s)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = count_below(m->first, 1, m->n, s, true);
     struct pos p = {lo ? lo - 1 : 0, 0};
     if (!m->n)
         return p;
     const struct shp_rchunk *c = m->c[p.ci];
-    lo = 0, hi = c->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (c->v[mid].start < s)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    p.j = lo;
+    _Static_assert(sizeof(c->v[0]) % sizeof(uint64_t) == 0, "ranges are whole words");
+    p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
     return p;
 }
 
