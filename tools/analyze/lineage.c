@@ -244,9 +244,9 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
         report_stale(L, st, &rc);
     if (rc.best && !st->nproducers) {
         const struct an_region *r = &L->regions[rc.best - 1];
-        st->producers[st->nproducers++] = r->ref;
-        for (int i = 0; i < r->nanc && st->nproducers < AN_MAX_LINEAGE; i++)
-            st->producers[st->nproducers++] = r->anc[i];
+        st->producers[0] = r->ref;
+        memcpy(st->producers + 1, r->anc, r->nanc * sizeof(r->anc[0]));
+        st->nproducers = 1 + r->nanc;
     }
     return rc.best;
 }
@@ -275,21 +275,26 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
         id = (uint32_t)++L->nregions;
     }
     struct an_region *r = &L->regions[id - 1];
-    *r = (struct an_region){.ref = *ref,
-                            .start = s,
-                            .len = len,
-                            .pitch = pitch,
-                            .width = width,
-                            .dtype = dtype,
-                            .site = site,
-                            .launch = st->launch ? *st->launch : (struct an_ref){0},
-                            .replay = st->replay};
+    /* Field by field: the ancestors past nanc are never read, and clearing the whole region
+     * for every write showed in the profile. */
+    r->ref = *ref;
+    r->start = s;
+    r->len = len;
+    r->pitch = pitch;
+    r->width = width;
+    r->dtype = dtype;
+    r->esize = 0;
+    r->site = site;
+    r->launch = st->launch ? *st->launch : (struct an_ref){0};
+    r->replay = st->replay;
+    r->nodes = r->groups = r->next_free = 0;
+    r->nanc = 0;
     if (parent) {
         const struct an_region *pr = &L->regions[parent - 1];
+        size_t n = pr->nanc < AN_MAX_LINEAGE - 2 ? pr->nanc : AN_MAX_LINEAGE - 2;
         r->anc[0] = pr->ref;
-        r->nanc = 1;
-        for (int i = 0; i < pr->nanc && r->nanc < AN_MAX_LINEAGE - 1; i++)
-            r->anc[r->nanc++] = pr->anc[i];
+        memcpy(r->anc + 1, pr->anc, n * sizeof(r->anc[0]));
+        r->nanc = (uint8_t)(1 + n);
     }
     /* A copy keeps the datatype of what it copies. */
     if (dtype >= 0)
