@@ -20,11 +20,6 @@ struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref)
                              .op = e->op};
 }
 
-struct an_entry *an_queue_at(struct an_queue *q, size_t i)
-{
-    return &q->v[(q->head + i) % q->cap];
-}
-
 int an_queue_push(struct an_queue *q, const struct an_entry *e)
 {
     if (q->n == q->cap) {
@@ -39,15 +34,9 @@ int an_queue_push(struct an_queue *q, const struct an_entry *e)
         q->head = 0;
         q->cap = ncap;
     }
-    q->v[(q->head + q->n) % q->cap] = *e;
+    q->v[(q->head + q->n) & (q->cap - 1)] = *e;
     q->n++;
     return 0;
-}
-
-void an_queue_pop(struct an_queue *q)
-{
-    q->head = (q->head + 1) % q->cap;
-    q->n--;
 }
 
 uint64_t an_mix(uint64_t h)

@@ -158,16 +158,25 @@ struct an_entry an_replay_entry(const struct an_captured *c, const struct an_ste
                                 uint64_t replay);
 void an_graphs_free(struct an_graphs *g);
 
-/* A FIFO of entries (a ring buffer). */
+/* A FIFO of entries (a ring buffer). Its capacity is a power of two, so that a place is a mask,
+ * not a division: the alignment pass looks at every member's head for every collective. */
 struct an_queue {
     struct an_entry *v;
     size_t head, n, cap;
 };
-struct an_entry *an_queue_at(struct an_queue *q, size_t i);
+/* The i-th entry from the head (i < n). */
+static inline struct an_entry *an_queue_at(struct an_queue *q, size_t i)
+{
+    return &q->v[(q->head + i) & (q->cap - 1)];
+}
 /* 0, or -1 when out of memory (q unchanged). */
 int an_queue_push(struct an_queue *q, const struct an_entry *e);
 /* Drop the head; q must not be empty. */
-void an_queue_pop(struct an_queue *q);
+static inline void an_queue_pop(struct an_queue *q)
+{
+    q->head = (q->head + 1) & (q->cap - 1);
+    q->n--;
+}
 
 /* A table of pointers with an open-addressing index from 64-bit keys to positions. */
 struct an_table {
