@@ -83,8 +83,10 @@ static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uin
 }
 
 /* The place of the first range starting at or after s. */
-static struct pos find(const struct shp_ranges *m, uint64_t s)
+static struct pos find(struct shp_ranges *m, uint64_t s)
 {
+    if (m->hint.s == s && m->hint.version == m->version && m->version)
+        return (struct pos){m->hint.ci, m->hint.j};
     size_t lo = count_below(m->first, 1, m->n, s, true);
     struct pos p = {lo ? lo - 1 : 0, 0};
     if (!m->n)
@@ -92,6 +94,10 @@ static struct pos find(const struct shp_ranges *m, uint64_t s)
     const struct shp_rchunk *c = m->c[p.ci];
     _Static_assert(sizeof(c->v[0]) % sizeof(uint64_t) == 0, "ranges are whole words");
     p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
+    m->hint.s = s;
+    m->hint.version = m->version;
+    m->hint.ci = p.ci;
+    m->hint.j = p.j;
     return p;
 }
 
@@ -155,12 +161,13 @@ static bool insert(struct shp_ranges *m, struct pos p, const struct shp_range *r
     return true;
 }
 
-int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
-                      shp_ranges_ref_fn ref, void *arg)
+static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                  shp_ranges_ref_fn ref, void *arg)
 {
     if (s >= e)
         return 0;
     struct pos p = find(m, s);
+    m->version++; /* what follows changes m */
     struct shp_range *r = at(m, p);
     /* The common case: a buffer written again whole (a caching allocator's block, an in-place
      * collective) replaces one range exactly. */
@@ -231,7 +238,16 @@ int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t val
     return 0;
 }
 
-void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
+int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                      shp_ranges_ref_fn ref, void *arg)
+{
+    int rc = assign(m, s, e, value, ref, arg);
+    /* The places found inside are the changed map's no more. */
+    m->version++;
+    return rc;
+}
+
+void shp_ranges_visit(struct shp_ranges *m, uint64_t s, uint64_t e,
                       void (*fn)(void *arg, const struct shp_range *r), void *arg)
 {
     if (s >= e || !m->n)
@@ -252,6 +268,7 @@ void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
 
 void shp_ranges_clear(struct shp_ranges *m, shp_ranges_ref_fn ref, void *arg)
 {
+    m->version++;
     for (size_t ci = 0; ci < m->n; ci++) {
         struct shp_rchunk *c = m->c[ci];
         for (size_t j = 0; ref && j < c->n; j++)
