@@ -7,7 +7,8 @@
 # and a last line "analyze_same: N outputs compared, D differ"; exits 1 when some differ.
 #
 # Usage: bench/analyze_same.sh OLD_TOOL NEW_TOOL [BUILD]   (BUILD: the tree with the test
-# programs, default build; CORPUS=DIR keeps the traces there and reuses them on the next run)
+# programs, default build; CORPUS=DIR keeps the traces there and reuses them on the next run;
+# THREADS="1 2 5" runs NEW with each --threads N, against OLD as it runs by default)
 set -u
 OLD=$1
 NEW=$2
@@ -66,6 +67,9 @@ gen gen-stop 8 20000 --diverge stop:2:1500
 gen gen-many 64 2000 --diverge count:40:100 --diverge skip:7:300
 gen gen-wide 300 500 --diverge stop:299:50
 gen gen-one 1 30000
+# Hundreds of ranks: events of different ranks at the same nanosecond are common there.
+gen gen-512 512 2000 --diverge count:300:100 --diverge dtype:17:150
+gen gen-2048 2048 300 --diverge skip:1000:20 --diverge stop:2047:30
 
 # tests/test_analyze.py's expectation for the replay_shapes pattern.
 cat >"$tmp/replay_shapes.json" <<'JSON'
@@ -84,17 +88,21 @@ same() {
         [ "$mode" = json ] && j=--json
         "$OLD" analyze $j "$@" "$dir/$in" >"$tmp/old" 2>"$tmp/old.err"
         ro=$?
-        "$NEW" analyze $j "$@" "$dir/$in" >"$tmp/new" 2>"$tmp/new.err"
-        rn=$?
-        n=$((n + 1))
-        # stderr names the corpus directory only; the progress line is for terminals.
-        if [ "$ro" != "$rn" ] || ! cmp -s "$tmp/old" "$tmp/new" ||
-            ! cmp -s "$tmp/old.err" "$tmp/new.err"; then
-            bad=$((bad + 1))
-            echo "DIFFERS: analyze $j $* $in (exit $ro, $rn)"
-            diff "$tmp/old" "$tmp/new" | head -n 6
-            diff "$tmp/old.err" "$tmp/new.err" | head -n 4
-        fi
+        for t in ${THREADS:-default}; do
+            th=
+            [ "$t" = default ] || th="--threads $t"
+            "$NEW" analyze $j $th "$@" "$dir/$in" >"$tmp/new" 2>"$tmp/new.err"
+            rn=$?
+            n=$((n + 1))
+            # stderr names the corpus directory only; the progress line is for terminals.
+            if [ "$ro" != "$rn" ] || ! cmp -s "$tmp/old" "$tmp/new" ||
+                ! cmp -s "$tmp/old.err" "$tmp/new.err"; then
+                bad=$((bad + 1))
+                echo "DIFFERS: analyze $j $th $* $in (exit $ro, $rn)"
+                diff "$tmp/old" "$tmp/new" | head -n 6
+                diff "$tmp/old.err" "$tmp/new.err" | head -n 4
+            fi
+        done
     done
 }
 for in in $(ls "$dir"); do

@@ -709,6 +709,7 @@ static void align_free(void *st)
 
 const struct an_pass an_pass_align = {
     .name = "align",
+    .types = AN_TYPE(COMM) | AN_TYPE(COLL) | AN_TYPE(GRAPH),
     .init = align_init,
     .event = align_event,
     .proc_end = align_proc_end,

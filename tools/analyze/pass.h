@@ -17,20 +17,13 @@
 #include "tools/lib/session.h"
 
 /* A process as the analyzer walks it: the session's description (its trace, its global rank),
- * and the merged stream's place in it. */
+ * and the merged stream's place in it (the merging thread's: a pass of one process reads sp
+ * only). */
 struct an_proc {
-    struct shp_proc *sp;   /* the session's (tools/lib/session.h): sp->t, sp->rank */
-    struct shp_cursor cur; /* the merged stream's walk (load.c) */
-    uint64_t index;        /* events handed out so far */
-    uint64_t released;     /* bytes of the mapping given back (load.c) */
-    bool ended;
-    /* the next event, read ahead for the merge into one of two buffers, so that the event
-     * handed out is not copied */
-    struct shp_event ahead[2];
-    struct shp_event *next;
-    struct an_ref next_ref;
-    bool has_next;
-    /* the last call seen, for the hang report */
+    struct shp_proc *sp; /* the session's (tools/lib/session.h): sp->t, sp->rank */
+    uint64_t index;      /* events the merged stream handed out so far */
+    bool ended;          /* the merged stream handed out its last event */
+    /* the last call the merged stream handed out, for the hang report */
     struct an_ref last;
 };
 
@@ -58,7 +51,7 @@ struct an_ctx {
     uint64_t events, collectives;
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
-    uint64_t bytes_total, bytes_done;
+    uint64_t bytes_total;
 };
 
 /* One event as the passes see it. */
@@ -79,9 +72,15 @@ struct an_step {
     uint64_t replay;
 };
 
+/* A bit of an_pass.types. */
+#define AN_TYPE(name) (1u << SHP_REC_##name)
+
 /* A pass. Every hook but event may be NULL. */
 struct an_pass {
     const char *name;
+    /* Merged stream: the record types (AN_TYPE(COLL) | ...) of the events it is handed, 0 for
+     * all of them; the merge decodes only what some pass asks for. */
+    unsigned types;
     /* Its state for one walk: the merged stream, or one worker's processes. NULL: the pass has
      * nothing to do (or no memory) and is skipped. */
     void *(*init)(struct an_ctx *ctx);

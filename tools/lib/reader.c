@@ -107,7 +107,8 @@ void shp_trace_close(struct shp_trace *t)
 /* shp_rec_check of a record, with the frequent compact records' type and size as constants,
  * so that the sum over their words is unrolled with the skipped word left out at compile time:
  * every record of every walk is checked. */
-static inline uint32_t check_of(const struct shp_rec *r, unsigned ty, size_t sz)
+__attribute__((optimize("unroll-loops"))) static inline uint32_t
+check_of(const struct shp_rec *r, unsigned ty, size_t sz)
 {
 #define CHECK_AS(type, st)                                                                         \
     case type:                                                                                     \
