@@ -82,18 +82,38 @@ static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uin
     return (size_t)(base - a) / stride + (equal ? *base <= s : *base < s);
 }
 
+#define NSTARTS                                                                                    \
+    (sizeof(((struct shp_ranges *)0)->starts) / sizeof(((struct shp_ranges *)0)->starts[0]))
+
+static inline size_t start_slot(uint64_t s)
+{
+    return (size_t)((s * 0x9e3779b97f4a7c15ull) >> 58) & (NSTARTS - 1);
+}
+
 /* The place of the first range starting at or after s. */
 static struct pos find(struct shp_ranges *m, uint64_t s)
 {
     if (m->hint.s == s && m->hint.version == m->version && m->version)
         return (struct pos){m->hint.ci, m->hint.j};
+    /* A range that begins at s is the first at or after it: where one was found, if it is
+     * still there. */
+    size_t k = start_slot(s);
+    struct pos p = {m->starts[k].ci, m->starts[k].j};
+    if (m->starts[k].s == s && p.ci < m->n && p.j < m->c[p.ci]->n && m->c[p.ci]->v[p.j].start == s)
+        goto found;
     size_t lo = count_below(m->first, 1, m->n, s, true);
-    struct pos p = {lo ? lo - 1 : 0, 0};
+    p = (struct pos){lo ? lo - 1 : 0, 0};
     if (!m->n)
         return p;
     const struct shp_rchunk *c = m->c[p.ci];
     _Static_assert(sizeof(c->v[0]) % sizeof(uint64_t) == 0, "ranges are whole words");
     p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
+    if (p.j < c->n && c->v[p.j].start == s) {
+        m->starts[k].s = s;
+        m->starts[k].ci = (uint32_t)p.ci;
+        m->starts[k].j = (uint32_t)p.j;
+    }
+found:
     m->hint.s = s;
     m->hint.version = m->version;
     m->hint.ci = p.ci;

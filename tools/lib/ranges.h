@@ -27,6 +27,13 @@ struct shp_ranges {
         uint64_t s, version;
         size_t ci, j;
     } hint;
+    /* Where ranges that searches found begin, by a hash of the start: a buffer is read and
+     * written again from its start (a caching allocator's block, a step's activations), and a
+     * place that still holds a range of that start is the place a search would find. */
+    struct {
+        uint64_t s;
+        uint32_t ci, j;
+    } starts[64];
 };
 
 /* Told each time a range holding value appears (delta +1) or goes (-1). Within one call, the
