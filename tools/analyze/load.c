@@ -81,12 +81,13 @@ struct reader {
  * out an event, where a binary heap took two and moved the slots (a seventh of the merge's
  * instructions on 512 traces). Leaves are the processes, padded to a power of two. */
 struct an_tree {
-    uint64_t *key;  /* by leaf: its next event's time (at most OUT - 1), OUT when it has none (a
-                       padding leaf, or a process that ended) */
+    /* by leaf: its next event's time and its own number, so that keys are never equal; all
+     * ones when it has none (a padding leaf, or a process that ended) */
+    unsigned __int128 *key;
     uint32_t *node; /* node[1 .. size): the loser of the match there; node[0]: the winner */
     size_t size;    /* leaves: a power of two */
 };
-#define OUT UINT64_MAX
+#define OUT (~(unsigned __int128)0)
 
 struct an_load {
     struct an_ctx *ctx;
@@ -121,30 +122,32 @@ static double clock_s(clockid_t clock)
 /* Whether leaf a's next event comes before leaf b's. */
 static inline bool before(const struct an_tree *T, uint32_t a, uint32_t b)
 {
-    return T->key[a] < T->key[b] || (T->key[a] == T->key[b] && a < b);
+    return T->key[a] < T->key[b];
 }
 
-/* The key of a time: a leaf with an event always comes before one without. */
-static inline uint64_t key_of(uint64_t t_ns)
+/* Leaf j's key: time t_ns. */
+static inline unsigned __int128 key_of(uint64_t t_ns, uint32_t j)
 {
-    return t_ns < OUT ? t_ns : OUT - 1;
+    return (unsigned __int128)t_ns << 32 | j;
 }
 
-/* Leaf j's key changed: it plays its way up again; the winner lands in node[0]. */
+/* Leaf j's key changed: it plays its way up again; the winner lands in node[0]. A comparison
+ * of two 128-bit keys is branch-free, and who wins each match is as unpredictable as the
+ * times. */
 static void tree_replay(struct an_tree *T, uint32_t j)
 {
     uint32_t x = j;
-    uint64_t kx = T->key[j];
+    unsigned __int128 kx = T->key[j];
     for (size_t n = (T->size + j) / 2; n > 0; n /= 2) {
-        /* Branch-free (masks: the compiler would branch): who wins each match is as
-         * unpredictable as the times, and 512 traces took 10% less CPU so. */
         uint32_t l = T->node[n];
-        uint64_t kl = T->key[l];
-        uint64_t m = -((uint64_t)(kl < kx) | ((uint64_t)(kl == kx) & (uint64_t)(l < x)));
-        uint32_t m32 = (uint32_t)m; /* all ones when the loser kept here wins */
-        T->node[n] = (x & m32) | (l & ~m32);
-        x = (l & m32) | (x & ~m32);
-        kx = (kl & m) | (kx & ~m);
+        unsigned __int128 kl = T->key[l];
+        /* Chosen by index, not by branch (the compiler branches on a condition here). */
+        unsigned lw = kl < kx;
+        uint32_t who[2] = {l, x};
+        unsigned __int128 key[2] = {kl, kx};
+        T->node[n] = who[lw];
+        x = who[lw ^ 1];
+        kx = key[lw ^ 1];
     }
     T->node[0] = x;
 }
@@ -479,7 +482,7 @@ void an_load_start(struct an_ctx *ctx)
     for (size_t i = 0; i < L->nfeeds; i++) {
         struct an_feed *f = &L->feeds[i];
         if (wait_for(L, f, 1)) {
-            L->tree.key[i] = key_of(f->v[0].t_ns);
+            L->tree.key[i] = key_of(f->v[0].t_ns, (uint32_t)i);
             L->live++;
         } else {
             ctx->procs[i].ended = true;
@@ -524,7 +527,7 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
     L->held = i;
     if (atomic_load_explicit(&f->head, memory_order_acquire) >= f->mtail + 2 ||
         wait_for(L, f, f->mtail + 2)) {
-        L->tree.key[i] = key_of(f->v[(f->mtail + 1) & f->mask].t_ns);
+        L->tree.key[i] = key_of(f->v[(f->mtail + 1) & f->mask].t_ns, i);
         tree_replay(&L->tree, i);
     } else {
         L->tree.key[i] = OUT;
