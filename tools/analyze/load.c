@@ -382,12 +382,13 @@ static void give_back(struct an_load *L, struct an_feed *f)
         wake_reader(&L->readers[f->reader]);
 }
 
-/* The capacity of a reader's feed: a power of two, 1024 items at most and 16 at least, about
- * 16 MiB in all. */
+/* The capacity of a reader's feed: a power of two, 4096 items at most and 16 at least, about
+ * 32 MiB in all. A reader fills half of it at a time: the longer it stays with one process,
+ * the more of that process's lineage state stays in its cache. */
 static uint64_t feed_capacity(size_t n)
 {
-    uint64_t per = (16ull << 20) / ((n ? n : 1) * sizeof(struct an_item)), cap = 16;
-    while (cap * 2 <= per && cap < 1024)
+    uint64_t per = (32ull << 20) / ((n ? n : 1) * sizeof(struct an_item)), cap = 16;
+    while (cap * 2 <= per && cap < 4096)
         cap *= 2;
     return cap;
 }
