@@ -374,12 +374,15 @@ static void give_back(struct an_load *L, struct an_feed *f)
         atomic_store_explicit(&f->tail, tail, memory_order_relaxed);
         return;
     }
-    /* Ordered before the look at its reader's flag, as the reader's flag is before its look
-     * at tail: one of the two sees the other. */
-    atomic_store_explicit(&f->tail, tail, memory_order_seq_cst);
-    /* A reader sleeps when none of its feeds has room for a batch: this one has one now. */
-    if (f->mask + 1 - (atomic_load_explicit(&f->head, memory_order_acquire) - tail) == f->batch)
+    atomic_store_explicit(&f->tail, tail, memory_order_release);
+    /* A reader sleeps when none of its feeds has room for a batch: this one has one now. The
+     * fence orders the store before the look at the reader's flag, as the reader's flag is
+     * before its look at tail, so that one of the two sees the other; only here, since a
+     * fence (or a seq_cst store) for every event was the merge's costliest instruction. */
+    if (f->mask + 1 - (atomic_load_explicit(&f->head, memory_order_acquire) - tail) == f->batch) {
+        atomic_thread_fence(memory_order_seq_cst);
         wake_reader(&L->readers[f->reader]);
+    }
 }
 
 /* The capacity of a reader's feed: a power of two, 4096 items at most and 16 at least, about
