@@ -131,9 +131,9 @@ static inline unsigned __int128 key_of(uint64_t t_ns, uint32_t j)
     return (unsigned __int128)t_ns << 32 | j;
 }
 
-/* Leaf j's key changed: it plays its way up again; the winner lands in node[0]. A comparison
- * of two 128-bit keys is branch-free, and who wins each match is as unpredictable as the
- * times. */
+/* Leaf j's key changed: it plays its way up again; the winner lands in node[0]. (A winner
+ * chosen without a branch took three times the instructions, for the same time on 512
+ * traces.) */
 static void tree_replay(struct an_tree *T, uint32_t j)
 {
     uint32_t x = j;
@@ -141,13 +141,11 @@ static void tree_replay(struct an_tree *T, uint32_t j)
     for (size_t n = (T->size + j) / 2; n > 0; n /= 2) {
         uint32_t l = T->node[n];
         unsigned __int128 kl = T->key[l];
-        /* Chosen by index, not by branch (the compiler branches on a condition here). */
-        unsigned lw = kl < kx;
-        uint32_t who[2] = {l, x};
-        unsigned __int128 key[2] = {kl, kx};
-        T->node[n] = who[lw];
-        x = who[lw ^ 1];
-        kx = key[lw ^ 1];
+        if (kl < kx) {
+            T->node[n] = x;
+            x = l;
+            kx = kl;
+        }
     }
     T->node[0] = x;
 }
