@@ -84,6 +84,9 @@ struct an_tree {
     /* by leaf: its next event's time and its own number, so that keys are never equal; all
      * ones when it has none (a padding leaf, or a process that ended) */
     unsigned __int128 *key;
+    /* by leaf: where its next event is (its item, and its decoded event when its feed keeps
+     * them), to be fetched as soon as it is known to come next */
+    const void **next_item, **next_ev;
     uint32_t *node; /* node[1 .. size): the loser of the match there; node[0]: the winner */
     size_t size;    /* leaves: a power of two */
 };
@@ -416,12 +419,14 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigne
     for (L->tree.size = 1; L->tree.size < n; L->tree.size *= 2)
         ;
     L->tree.key = malloc(L->tree.size * sizeof(*L->tree.key));
+    L->tree.next_item = calloc(L->tree.size, sizeof(*L->tree.next_item));
+    L->tree.next_ev = calloc(L->tree.size, sizeof(*L->tree.next_ev));
     L->tree.node = calloc(L->tree.size, sizeof(*L->tree.node));
     L->feeds = calloc(n ? n : 1, sizeof(*L->feeds));
     if (L->feeds)
         L->nfeeds = n;
     uint64_t cap = readers ? feed_capacity(n) : INLINE_CAP;
-    bool ok = L->tree.key && L->tree.node && L->feeds;
+    bool ok = L->tree.key && L->tree.next_item && L->tree.next_ev && L->tree.node && L->feeds;
     for (size_t j = 0; ok && j < L->tree.size; j++)
         L->tree.key[j] = OUT;
     for (size_t i = 0; ok && i < n; i++) {
@@ -485,6 +490,8 @@ void an_load_start(struct an_ctx *ctx)
         struct an_feed *f = &L->feeds[i];
         if (wait_for(L, f, 1)) {
             L->tree.key[i] = key_of(f->v[0].t_ns, (uint32_t)i);
+            L->tree.next_item[i] = &f->v[0];
+            L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[0] : f->v[0].ref.rec;
             L->live++;
         } else {
             ctx->procs[i].ended = true;
@@ -529,7 +536,10 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
     L->held = i;
     if (atomic_load_explicit(&f->head, memory_order_acquire) >= f->mtail + 2 ||
         wait_for(L, f, f->mtail + 2)) {
-        L->tree.key[i] = key_of(f->v[(f->mtail + 1) & f->mask].t_ns, i);
+        uint64_t ns = (f->mtail + 1) & f->mask;
+        L->tree.key[i] = key_of(f->v[ns].t_ns, i);
+        L->tree.next_item[i] = &f->v[ns];
+        L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[ns] : f->v[ns].ref.rec;
         tree_replay(&L->tree, i);
     } else {
         L->tree.key[i] = OUT;
@@ -538,6 +548,19 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         /* The caller learns that p ended with its last event: flagged here, acted on by the
          * driver after it has handed this event on. */
         p->ended = true;
+    }
+    /* The next event's process is known now, and its feed is long out of the cache with
+     * hundreds of traces: fetched while the passes work on this one. */
+    if (L->live && L->nfeeds > 16) {
+        uint32_t w = L->tree.node[0];
+        const struct an_feed *nf = &L->feeds[w];
+        const char *ev = L->tree.next_ev[w];
+        __builtin_prefetch(nf);
+        __builtin_prefetch((const char *)nf + 128);
+        __builtin_prefetch(&ctx->procs[w]);
+        __builtin_prefetch(L->tree.next_item[w]);
+        for (int k = 0; ev && k < 5; k++)
+            __builtin_prefetch(ev + 64 * k);
     }
     return true;
 }
@@ -599,6 +622,8 @@ void an_unload(struct an_ctx *ctx)
         free(L->feeds);
         free(L->readers);
         free(L->tree.key);
+        free(L->tree.next_item);
+        free(L->tree.next_ev);
         free(L->tree.node);
         free(L);
     }
