@@ -29,11 +29,18 @@ static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
         a->v[i].size = size; /* the same address handed out again */
         return;
     }
+    if (!a->cap) {
+        a->v = a->inl;
+        a->cap = sizeof(a->inl) / sizeof(a->inl[0]);
+    }
     if (a->n == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 64;
-        struct shp_alloc *n = realloc(a->v, ncap * sizeof(*n));
+        size_t ncap = a->cap * 2 < 64 ? 64 : a->cap * 2;
+        struct shp_alloc *n = malloc(ncap * sizeof(*n));
         if (!n)
             return;
+        memcpy(n, a->v, a->n * sizeof(*n));
+        if (a->v != a->inl)
+            free(a->v);
         a->v = n;
         a->cap = ncap;
     }
@@ -83,6 +90,7 @@ void shp_allocs_clear(struct shp_allocs *a)
 
 void shp_allocs_free(struct shp_allocs *a)
 {
-    free(a->v);
+    if (a->v != a->inl)
+        free(a->v);
     memset(a, 0, sizeof(*a));
 }
