@@ -31,17 +31,16 @@ cpu() {
         /worker [0-9]+ / {for (i = 1; i <= NF; i++) if ($i == "CPU") w += $(i + 1)}
         END {printf "%.2f %.2f %.2f\n", m, r, w}' "$1"
 }
-# instructions NRANKS NEVENTS: callgrind's instructions an event, "MERGE OTHERS" (the readers'
-# or the workers', summed), of the analysis of a tenth of the shape; empty without valgrind.
+# instructions NRANKS NEVENTS: callgrind's instructions an event of the analysis with one
+# thread (the same work as with several, without their waits, which depend on the machine);
+# empty without valgrind.
 instructions() {
     command -v valgrind >/dev/null 2>&1 || return 0
     rm -rf "$tmp/cg" && mkdir "$tmp/cg"
     "$GEN" "$tmp/cg/t" "$1" "$2" >/dev/null
-    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$tmp/cg/out" \
-        "$TOOL" analyze "$tmp/cg/t" >/dev/null 2>&1 || true
-    for f in "$tmp"/cg/out-*; do awk '/^summary:/ {print $2}' "$f"; done |
-        awk -v e="$(($1 * $2))" 'NR == 1 {m = $1} NR > 1 {o += $1}
-            END {if (NR) printf "%.0f %.0f\n", m / e, o / e}'
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg/out" \
+        "$TOOL" analyze --threads 1 "$tmp/cg/t" >/dev/null 2>&1 || true
+    awk -v e="$(($1 * $2))" '/^summary:/ {printf "%.0f\n", $2 / e}' "$tmp/cg/out"
 }
 
 echo "analyze at scale: $cores cores, load at start $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -86,11 +85,9 @@ for shape in "8 1000000 count:3:5000 1.0 -" "8 1000000 none 1.0 -" \
     if [ "$1" = 8 ] && [ "$2" = 1000000 ] && [ "$3" = none ]; then
         ins=$(instructions 8 100000)
         if [ -n "$ins" ]; then
-            set -- $ins
-            info "callgrind 8x100000: merge thread" "$1" "ins/event"
-            info "callgrind 8x100000: the other threads" "$2" "ins/event"
-            echo "    $(echo "$1 $2" | awk '{printf "x 8,000,000 events: %.1f G instructions", \
-                ($1 + $2) * 8e6 / 1e9}')"
+            info "callgrind 8x100000, --threads 1" "$ins" "ins/event"
+            echo "    $(echo "$ins" | awk '{printf "x 8,000,000 events: %.1f G instructions", \
+                $1 * 8e6 / 1e9}')"
         fi
     fi
     echo "    $(tail -n 1 "$tmp/report")"

@@ -32,9 +32,11 @@ struct an_item {
 #define PUBLISH 16
 /* How many times the merge looks at an empty feed before it sleeps (a pause each). */
 #define SPIN 64
-/* Items of a feed the merge fills itself: it decodes them as it needs them, so they stay in
- * its cache, and keeps the decoded events (one slot is the event handed out, one the next). */
-#define INLINE_CAP 4
+/* Items of a feed the merge fills itself, and keeps decoded (a slot for the event handed out,
+ * one for the next, the rest filled a batch at a time): with up to 64 processes 32 (10 KiB of
+ * events a process), beyond 4, so that what it decoded is still in its cache when it is
+ * handed out. */
+#define INLINE_CAP(n) ((n) <= 64 ? 32 : 4)
 
 /* One process's items, from its filler to the merge. head and tail only grow: the filler
  * publishes the items before head (release) after writing them, the merge gives an item back
@@ -425,7 +427,7 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigne
     L->feeds = calloc(n ? n : 1, sizeof(*L->feeds));
     if (L->feeds)
         L->nfeeds = n;
-    uint64_t cap = readers ? feed_capacity(n) : INLINE_CAP;
+    uint64_t cap = readers ? feed_capacity(n) : INLINE_CAP(n);
     bool ok = L->tree.key && L->tree.next_item && L->tree.next_ev && L->tree.node && L->feeds;
     for (size_t j = 0; ok && j < L->tree.size; j++)
         L->tree.key[j] = OUT;

@@ -135,7 +135,7 @@ static void exec_add(struct an_graphs *g, uint32_t proc, uint64_t exec, size_t g
     g->execs[g->nexecs++] = (struct an_exec){.proc = proc, .exec = exec, .graph = graph};
 }
 
-bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep)
+bool an_graphs_event_of(struct an_graphs *g, const struct an_step *s, unsigned keep)
 {
     const struct shp_event *e = s->e;
     uint32_t proc = s->ref->proc;
@@ -177,7 +177,7 @@ bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep
     return false;
 }
 
-struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay)
+struct an_graph *an_graphs_launch_of(struct an_graphs *g, const struct an_step *s, uint64_t *replay)
 {
     const struct shp_event *e = s->e;
     uint32_t proc = s->ref->proc;

@@ -147,11 +147,28 @@ struct an_graphs {
  * SHP_REC_P2P, or AN_KEEP_CALLS) issued during a capture. Returns true when s is such a
  * captured call: it executes nothing by itself, the caller skips it. Out of memory loses the
  * call silently. */
-bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep);
+bool an_graphs_event_of(struct an_graphs *g, const struct an_step *s, unsigned keep);
+/* an_graphs_event_of, with the calls that are neither captured nor graph records passed by
+ * inline. */
+static inline bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep)
+{
+    /* Most calls are neither captured nor graph records: every pass that follows graphs asks
+     * for every event. */
+    if (!(s->e->flags & SHP_EV_CAPTURED) && s->e->type != SHP_REC_GRAPH)
+        return false;
+    return an_graphs_event_of(g, s, keep);
+}
 /* For a cudaGraphLaunch step: the capture it replays, and in *replay the launch's number
  * among the process's graph launches, from 1; NULL for any other step or an executable whose
  * graph the trace does not show. */
-struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay);
+struct an_graph *an_graphs_launch_of(struct an_graphs *g, const struct an_step *s,
+                                     uint64_t *replay);
+/* an_graphs_launch_of, with the events that are not graph records passed by inline. */
+static inline struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s,
+                                                uint64_t *replay)
+{
+    return s->e->type == SHP_REC_GRAPH ? an_graphs_launch_of(g, s, replay) : NULL;
+}
 /* The entry of a call that a replay executed. */
 struct an_entry an_replay_entry(const struct an_captured *c, const struct an_step *launch,
                                 uint64_t replay);
