@@ -96,6 +96,7 @@ static void step_init(struct an_step *s, struct an_proc *p, const struct shp_eve
     s->nproducers = 0;
     s->launch = NULL;
     s->replay = 0;
+    s->has_spans = false;
 }
 
 /* One executed call through the per-process passes. */
@@ -107,15 +108,12 @@ static void process_step(void *arg, struct an_step *s)
             process_passes[k]->event(w->state[k], &w->ctx, s);
 }
 
-/* One event of a process through the per-process passes, as the process executed it: a
- * captured call at each launch of its graph (replay.h). */
-static void process_event(struct worker *w, struct an_proc *p, const struct shp_event *e,
-                          const struct an_ref *ref)
+/* One event of a process (a step with no producers yet) through the per-process passes, as
+ * the process executed it: a captured call at each launch of its graph (replay.h). */
+static void process_event(struct worker *w, struct an_step *s)
 {
-    struct an_step s;
     w->events++;
-    step_init(&s, p, e, ref);
-    an_replay_step(&w->replay, &s, process_step, w);
+    an_replay_step(&w->replay, s, process_step, w);
 }
 
 /* The walk of p is over. */
@@ -157,7 +155,9 @@ static void walk(struct worker *w, uint32_t proc)
             continue;
         e.index = index++;
         struct an_ref ref = {.proc = proc, .index = e.index, .rec = r, .type = type};
-        process_event(w, p, &e, &ref);
+        struct an_step s;
+        step_init(&s, p, &e, &ref);
+        process_event(w, &s);
         if (cur.off >= released + 2 * WALK_RELEASE) {
             uint64_t upto = (cur.off - WALK_RELEASE) & ~(WALK_RELEASE - 1);
             madvise((void *)(t->map + released), upto - released, MADV_DONTNEED);
@@ -277,8 +277,9 @@ static void *feed_event(void *arg, struct an_proc *p, const struct shp_event *e,
             fc->findings.n = 0;
         }
     }
+    /* The same step: what the feed passes computed of the call (its spans) serves again. */
     if (F->pw)
-        process_event(&F->pw[ref->proc], p, e, ref);
+        process_event(&F->pw[ref->proc], &s);
     return note;
 }
 

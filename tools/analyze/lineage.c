@@ -347,7 +347,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if (e->result != 0)
         return;
     struct shp_span rd, wr;
-    shp_event_spans(e, &rd, &wr);
+    an_step_spans(s, &rd, &wr);
     uint32_t parent = 0;
     switch (e->type) {
     case SHP_REC_COPY:

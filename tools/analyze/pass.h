@@ -70,7 +70,22 @@ struct an_step {
      * issued. */
     const struct an_ref *launch;
     uint64_t replay;
+    /* The bytes the call reads and writes (shp_event_spans), once for all the passes of the
+     * step: an_step_spans. */
+    bool has_spans;
+    struct shp_span rd, wr;
 };
+
+/* What the call of s reads and writes, by its op's size rule (shp_event_spans). */
+static inline void an_step_spans(struct an_step *s, struct shp_span *rd, struct shp_span *wr)
+{
+    if (!s->has_spans) {
+        shp_event_spans(s->e, &s->rd, &s->wr);
+        s->has_spans = true;
+    }
+    *rd = s->rd;
+    *wr = s->wr;
+}
 
 /* A bit of an_pass.types. */
 #define AN_TYPE(name) (1u << SHP_REC_##name)
