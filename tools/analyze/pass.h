@@ -42,6 +42,15 @@ struct an_comm_summary {
     int nmembers;
 };
 
+/* What the values pass made of the fingerprints (SHAPETRACE_VALUES), for the report; all 0 when
+ * no trace holds any. */
+struct an_values_counts {
+    uint64_t records;  /* value records read */
+    uint64_t compared; /* collectives and copies whose fingerprints were compared across ranks */
+    uint64_t differ;   /* of those, the ones whose ranks' fingerprints differ */
+    uint64_t captured, busy, lost, pending; /* calls whose fingerprint was not taken, by why */
+};
+
 struct an_load;
 struct an_expect;
 
@@ -57,11 +66,12 @@ struct an_ctx {
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
     uint64_t bytes_total, bytes_done;
+    struct an_values_counts values; /* written by the values pass as it finishes */
     /* Files found in a directory that are not readable traces: skipped, and the analysis says
      * it is partial (an input named on the command line is refused instead). */
     struct an_unreadable {
         char *file, *why;
-    } *unreadable;
+    } * unreadable;
     size_t nunreadable;
 };
 

@@ -132,6 +132,21 @@ void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
                 fprintf(out, " none\n");
         }
     }
+    const struct an_values_counts *v = &ctx->values;
+    if (v->records) {
+        uint64_t skipped = v->captured + v->busy + v->lost + v->pending;
+        fprintf(out,
+                "  fingerprints (--values): %" PRIu64 " compared across ranks, %" PRIu64
+                " of them differ",
+                v->compared, v->differ);
+        if (skipped)
+            fprintf(out,
+                    "; %" PRIu64 " not taken (%" PRIu64 " captured into a CUDA graph, %" PRIu64
+                    " with every slot in flight, %" PRIu64 " lost to an error, %" PRIu64
+                    " never read back)",
+                    skipped, v->captured, v->busy, v->lost, v->pending);
+        fputc('\n', out);
+    }
     fill_comm_ranks(ctx);
     const struct an_finding *first = an_findings_nth(&ctx->findings, 0);
     if (!first) {
@@ -353,7 +368,15 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
         shp_json_str(out, ctx->unreadable[i].why);
         fputc('}', out);
     }
-    fprintf(out, "],\"first\":");
+    fprintf(out, "],");
+    const struct an_values_counts *v = &ctx->values;
+    if (v->records)
+        fprintf(out,
+                "\"values\":{\"records\":%" PRIu64 ",\"compared\":%" PRIu64 ",\"differ\":%" PRIu64
+                ",\"captured\":%" PRIu64 ",\"busy\":%" PRIu64 ",\"lost\":%" PRIu64
+                ",\"pending\":%" PRIu64 "},",
+                v->records, v->compared, v->differ, v->captured, v->busy, v->lost, v->pending);
+    fprintf(out, "\"first\":");
     /* Findings are printed in causal order, so the first is at index 0. */
     if (ctx->findings.n)
         fprintf(out, "0");
