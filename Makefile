@@ -356,7 +356,12 @@ bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXA
 	$(DOUBLE_CUDART)
 	$(Q)bench/run.sh $(B)
 
-check-gpu: all
+# The fingerprint of files' bytes, for the GPU checks of --values (test equipment).
+$(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/values.h
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
+
+check-gpu: all $(B)/tests/shp_fingerprint
 	$(Q)tests/gpu/run.sh $(B)
 
 install: all

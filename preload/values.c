@@ -633,7 +633,7 @@ static void launch(const struct req *q)
             rc = DRV(EVENT_RECORD, event_record_fn)(v->ev[s], st);
         ctx_leave(pushed);
         if (rc != CUDA_SUCCESS)
-            values_fail("launching the fingerprint kernel", rc);
+            values_fail("cuLaunchKernel (the fingerprint kernel)", rc);
     }
     if (failed || rc != CUDA_SUCCESS) {
         rec_done(r, SHP_VALUE_LOST, 0);
@@ -904,7 +904,6 @@ static void copy(const struct shp_call *c, const struct call_info *ci)
 
 void shp_values_before(int captures)
 {
-    atomic_store_explicit(&V.captures, captures, memory_order_relaxed);
     if (!atomic_load_explicit(&V.pending, memory_order_acquire) || captures)
         return;
     int saved = shp_own_enter();
@@ -914,8 +913,14 @@ void shp_values_before(int captures)
 
 void shp_values_after(struct shp_call *c, int result, unsigned group, int captures)
 {
+    /* Stored only when it changed: every thread's calls come here. */
+    if (atomic_load_explicit(&V.captures, memory_order_relaxed) != captures)
+        atomic_store_explicit(&V.captures, captures, memory_order_relaxed);
+    bool mine =
+        c->cls == SHP_CLS_COLL || c->cls == SHP_CLS_COPY || (c->cls == SHP_CLS_GROUP && group_n);
+    if (!mine && !atomic_load_explicit(&V.pending, memory_order_acquire))
+        return;
     int saved = shp_own_enter();
-    atomic_store_explicit(&V.captures, captures, memory_order_relaxed);
     /* Earlier fingerprints first: this call's own kernel has only just been enqueued. */
     if (atomic_load_explicit(&V.pending, memory_order_acquire) && !captures)
         poll_all(0);

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 import ptx_sim
-from harness import NotRun, run_all, tool_env  # the script's own folder, tests/, is on sys.path
+from harness import NotRun, run_all, values_env  # the script's own folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -25,18 +25,7 @@ VALUE_TYPE, VALUE_SIZE = 18, 88
 
 
 def env(**extra):
-    """The doubles as a real job has them: the runtime over the driver (SHP_DOUBLE_VIA_DRIVER),
-    whose libcuda.so.1 the NCCL double finds on the library path."""
-    e = tool_env()
-    e.pop("SHAPETRACE_DIR", None)
-    e["SHP_DOUBLE_VIA_DRIVER"] = "1"
-    e["LD_LIBRARY_PATH"] = T
-    for k, v in extra.items():
-        if v is None:
-            e.pop(k, None)
-        else:
-            e[k] = v
-    return e
+    return values_env(T, **extra)
 
 
 def run(cmd, check=True, e=None, **kw):
@@ -291,6 +280,23 @@ def test_driver_error_switches_values_off():
     assert len({c["op"] for c in calls.values()} & {"ncclAllReduce", "cudaMemcpyAsync"}) == 2
     r = analyze(d)
     assert r["findings"] == [] and r["values"]["lost"] == 2, r["values"]
+
+
+def test_threads_and_a_forked_child():
+    # Four threads copying and all-reducing at once: every fingerprint taken and read back.
+    d = os.path.join(TMP, "threads")
+    p = run([TOOL, "run", "--values", "--dir", d, "--", f"{T}/scenario", "threads", "4", "300"])
+    assert p.returncode == 0 and "threads ok" in p.stdout, p
+    vals, _ = values_of(d)
+    assert len(vals) == 2 * 4 * 300 and {v["status"] for v in vals} == {"done"}, len(vals)
+    # A forked child cannot use its parent's CUDA contexts: it takes no fingerprint, and its
+    # trace stays format version 2.
+    d = os.path.join(TMP, "fork")
+    p = run([TOOL, "run", "--values", "--dir", d, "--", f"{T}/scenario", "fork"])
+    assert p.returncode == 0 and "fork ok" in p.stdout, p
+    versions = sorted(records(os.path.join(d, f))[1] for f in os.listdir(d)
+                      if f.endswith(".shptrace"))
+    assert versions == [2, 3], versions
 
 
 def test_run_options():

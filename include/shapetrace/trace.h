@@ -545,17 +545,34 @@ _Static_assert(SHP_REC_TYPE_COUNT == 0 SHP_REC_TYPES(SHP_X_REC_DENSE),
 #undef SHP_X_REC_DENSE
 
 /* What the list says of a record type: its minimum size (its exact size unless SHP_ROLE_VAR), its
- * role bits (SHP_ROLE_*) and the type it is read as; all 0 for an unknown type. */
+ * role bits (SHP_ROLE_*), the type it is read as, and the bytes [skip_lo, skip_hi) that are
+ * completed after the record is published, which `check` leaves out (none: 0, 0); all 0 for an
+ * unknown type. */
 struct shp_rec_info {
     size_t min_size;
     unsigned role;
     unsigned as;
+    unsigned skip_lo, skip_hi;
 };
+
+/* The completed-later bytes by role: [32, 64) of a full call record, `done` of a compact one,
+ * the last SHP_VALUE_LATE_BYTES of a SHP_ROLE_LATE one (of a fixed size). */
+#define SHP_REC_SKIP_LO(role, min)                                                                 \
+    ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_LO                                              \
+     : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE                                               \
+     : (role)&SHP_ROLE_LATE    ? (min)-SHP_VALUE_LATE_BYTES                                        \
+                               : 0)
+#define SHP_REC_SKIP_HI(role, min)                                                                 \
+    ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_HI                                              \
+     : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE + 8                                           \
+     : (role)&SHP_ROLE_LATE    ? (min)                                                             \
+                               : 0)
 
 /* The list as a table indexed by type (a lookup: the switch it replaces was 5% of analyze's
  * instructions). */
 static const struct shp_rec_info shp_rec_table[] = {
-#define SHP_X_REC_INFO(name, num, min, role, as) [num] = {min, role, as},
+#define SHP_X_REC_INFO(name, num, min, role, as)                                                   \
+    [num] = {min, role, as, SHP_REC_SKIP_LO(role, min), SHP_REC_SKIP_HI(role, min)},
     SHP_REC_TYPES(SHP_X_REC_INFO)
 #undef SHP_X_REC_INFO
 };
@@ -564,7 +581,7 @@ static inline struct shp_rec_info shp_rec_info(unsigned type)
 {
     if (type < sizeof(shp_rec_table) / sizeof(shp_rec_table[0]))
         return shp_rec_table[type];
-    return (struct shp_rec_info){0, 0, 0};
+    return (struct shp_rec_info){0, 0, 0, 0, 0};
 }
 
 static inline unsigned shp_rec_role(unsigned type)
@@ -610,12 +627,8 @@ static inline uint64_t shp_mix64(uint64_t h)
 static inline uint32_t shp_rec_check(const void *rec, unsigned type, size_t size)
 {
     const unsigned char *p = (const unsigned char *)rec;
-    unsigned role = shp_rec_role(type);
-    size_t lo = role & SHP_ROLE_CALL                                   ? SHP_EV_CHECK_SKIP_LO
-                : role & SHP_ROLE_COMPACT                              ? SHP_CHECK_SKIP_DONE
-                : role & SHP_ROLE_LATE && size >= SHP_VALUE_LATE_BYTES ? size - SHP_VALUE_LATE_BYTES
-                                                                       : size;
-    size_t hi = role & SHP_ROLE_CALL ? SHP_EV_CHECK_SKIP_HI : role & SHP_ROLE_LATE ? size : lo + 8;
+    struct shp_rec_info ri = shp_rec_info(type);
+    size_t lo = ri.skip_lo, hi = ri.skip_hi;
     uint64_t a = 0x9e3779b97f4a7c15ull ^ size ^ ((uint64_t)type << 40), b = a;
     for (size_t i = 8; i < size; i += 8) {
         uint64_t w;
