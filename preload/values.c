@@ -114,7 +114,9 @@ static void drv_resolve(void)
 #define OCC_SLOTS 4096u     /* sites whose copies are counted */
 #define EXIT_WAIT_NS 1000000000ull /* how long exit waits for fingerprints still on a GPU */
 
-enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_DEAD };
+/* FREE -> CLAIMED (a launch is being made) -> READY (in flight) -> POLLING (a thread queries its
+ * event) -> FREE, or back to READY; DEAD: the launch failed. */
+enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_POLLING, SLOT_DEAD };
 
 struct slot {
     _Atomic int state;
@@ -123,8 +125,8 @@ struct slot {
     struct shp_rec_value *rec;
 };
 
-/* One CUDA context's module, pinned buffer and events. Slots are taken in order (tail) and given
- * back in order (head), so the event queried is always the oldest one in flight. */
+/* One CUDA context's module, pinned buffer and events: a slot each for SLOTS fingerprints in
+ * flight, its sums' place in the buffer and its event. */
 struct vctx {
     CUcontext ctx;
     unsigned long long id; /* cuCtxGetId's, 0 without it */
@@ -133,8 +135,8 @@ struct vctx {
     CUdeviceptr dev;
     CUevent ev[SLOTS];
     struct slot slot[SLOTS];
-    _Atomic uint64_t head, tail;
-    _Atomic int polling;
+    _Atomic uint32_t hint;    /* where the next claim looks first */
+    _Atomic uint32_t poll_at; /* where the next read-back looks first */
 };
 
 /* A call's site: its verdict against the glob and its hash, computed once per stack id. */
@@ -475,72 +477,81 @@ static struct vctx *vctx_for(CUstream stream)
     return v;
 }
 
-/* ---- slots: taken and given back in order ---- */
+/* ---- slots ---- */
 
+/* Any free slot, looked for from a rotating start: a thread that took one and was preempted
+ * before its launch holds only that one (a queue taken and given back in order filled up behind
+ * it: seen with 4 threads on 2 cores). */
 static int slot_claim(struct vctx *v)
 {
-    uint64_t t = atomic_load_explicit(&v->tail, memory_order_acquire);
-    for (;;) {
-        if (t - atomic_load_explicit(&v->head, memory_order_acquire) >= SLOTS)
-            return -1;
-        if (atomic_compare_exchange_weak(&v->tail, &t, t + 1))
-            break;
+    uint32_t h = atomic_fetch_add_explicit(&v->hint, 1, memory_order_relaxed);
+    for (uint32_t k = 0; k < SLOTS; k++) {
+        int i = (int)((h + k) % SLOTS), f = SLOT_FREE;
+        if (atomic_load_explicit(&v->slot[i].state, memory_order_relaxed) == SLOT_FREE &&
+            atomic_compare_exchange_strong(&v->slot[i].state, &f, SLOT_CLAIMED))
+            return i;
     }
-    int s = (int)(t % SLOTS);
-    atomic_store_explicit(&v->slot[s].state, SLOT_CLAIMED, memory_order_release);
-    return s;
+    return -1;
 }
 
-/* Read back the oldest fingerprints whose kernels are done; with a deadline (monotonic ns, 0:
- * none), wait for them until then. One thread at a time per context; the others go on. */
+/* Read back the fingerprints whose kernels are done, from where the last look stopped (slots
+ * are taken about in turn, so that is about the oldest), up to the first that is not done;
+ * with a deadline (monotonic ns, 0: none), wait for each until then. Threads poll at once, each
+ * slot by one of them (no lock that a preempted thread could hold while the slots fill). */
 static void poll_ctx(struct vctx *v, uint64_t deadline)
 {
-    if (atomic_exchange_explicit(&v->polling, 1, memory_order_acquire))
-        return;
     bool pushed = false, entered = false, failed = false;
-    for (;;) {
-        uint64_t h = atomic_load_explicit(&v->head, memory_order_acquire);
-        if (h == atomic_load_explicit(&v->tail, memory_order_acquire))
-            break;
-        struct slot *s = &v->slot[h % SLOTS];
+    uint32_t start = atomic_load_explicit(&v->poll_at, memory_order_relaxed);
+    for (uint32_t k = 0; k < SLOTS && atomic_load_explicit(&V.pending, memory_order_acquire); k++) {
+        uint32_t i = (start + k) % SLOTS;
+        struct slot *s = &v->slot[i];
         int st = atomic_load_explicit(&s->state, memory_order_acquire);
-        if (st != SLOT_READY && st != SLOT_DEAD)
-            break; /* taken, its launch not finished yet */
-        if (st == SLOT_READY) {
-            if (!entered) {
-                pushed = ctx_enter(v->ctx, &failed);
-                entered = true;
-                if (failed)
-                    break;
+        if (st == SLOT_DEAD) {
+            atomic_compare_exchange_strong(&s->state, &st, SLOT_FREE);
+            continue;
+        }
+        /* free, taken and its launch not made yet, or another thread's to query */
+        if (st != SLOT_READY || !atomic_compare_exchange_strong(&s->state, &st, SLOT_POLLING))
+            continue;
+        if (!entered) {
+            pushed = ctx_enter(v->ctx, &failed);
+            entered = true;
+            if (failed) {
+                atomic_store_explicit(&s->state, SLOT_READY, memory_order_release);
+                break;
             }
-            CUresult rc = DRV(EVENT_QUERY, event_query_fn)(v->ev[h % SLOTS]);
-            if (rc == CUDA_ERROR_NOT_READY) {
-                if (!deadline || shp_now_ns() >= deadline)
-                    break;
+        }
+        CUresult rc = DRV(EVENT_QUERY, event_query_fn)(v->ev[i]);
+        if (rc == CUDA_ERROR_NOT_READY) {
+            if (deadline && shp_now_ns() < deadline) {
                 sched_yield();
+                atomic_store_explicit(&s->state, SLOT_READY, memory_order_release);
+                k--;
                 continue;
             }
-            if (rc != CUDA_SUCCESS) {
-                values_fail("cuEventQuery", rc);
-                rec_done(s->rec, SHP_VALUE_LOST, 0);
-            } else {
-                const volatile uint64_t *p = v->host + (h % SLOTS) * SLOT_WORDS;
-                uint64_t a = 0, b = 0;
-                for (unsigned k = 0; k < s->blocks; k++) {
-                    a += p[2 * k];
-                    b += p[2 * k + 1];
-                }
-                rec_done(s->rec, SHP_VALUE_DONE, shp_values_final(a, b, s->bytes));
+            atomic_store_explicit(&s->state, SLOT_READY, memory_order_release);
+            atomic_store_explicit(&v->poll_at, i, memory_order_relaxed);
+            break;
+        }
+        if (rc != CUDA_SUCCESS) {
+            values_fail("cuEventQuery", rc);
+            rec_done(s->rec, SHP_VALUE_LOST, 0);
+        } else {
+            const volatile uint64_t *p = v->host + (size_t)i * SLOT_WORDS;
+            uint64_t a = 0, b = 0;
+            for (unsigned w = 0; w < s->blocks; w++) {
+                a += p[2 * w];
+                b += p[2 * w + 1];
             }
-            atomic_fetch_sub(&V.pending, 1);
+            rec_done(s->rec, SHP_VALUE_DONE, shp_values_final(a, b, s->bytes));
         }
         s->rec = NULL;
         atomic_store_explicit(&s->state, SLOT_FREE, memory_order_release);
-        atomic_store_explicit(&v->head, h + 1, memory_order_release);
+        atomic_store_explicit(&v->poll_at, (i + 1) % SLOTS, memory_order_relaxed);
+        atomic_fetch_sub(&V.pending, 1);
     }
     if (entered)
         ctx_leave(pushed);
-    atomic_store_explicit(&v->polling, 0, memory_order_release);
 }
 
 static void poll_all(uint64_t deadline)
@@ -554,7 +565,7 @@ static void poll_all(uint64_t deadline)
 static void lose_slots(struct vctx *v)
 {
     for (int s = 0; s < SLOTS; s++)
-        if (atomic_load(&v->slot[s].state) == SLOT_READY && v->slot[s].rec) {
+        if (atomic_load(&v->slot[s].state) >= SLOT_READY && v->slot[s].rec) {
             rec_done(v->slot[s].rec, SHP_VALUE_LOST, 0);
             v->slot[s].rec = NULL;
         }
@@ -930,6 +941,9 @@ void shp_values_after(struct shp_call *c, int result, unsigned group, int captur
     } else if (result == 0 && (c->ev || c->head) &&
                (c->cls == SHP_CLS_COLL || c->cls == SHP_CLS_COPY)) {
         struct call_info ci;
+        /* Queued in a group whose end this thread made while dormant: never enqueued as seen. */
+        if (c->cls == SHP_CLS_COLL && group == 0 && group_n)
+            group_flush(false);
         if (call_info(c, &ci)) {
             if (c->cls == SHP_CLS_COLL)
                 collective(c, &ci, group);

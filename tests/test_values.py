@@ -324,6 +324,20 @@ def test_repeated_analysis_gives_the_same_report():
     assert len(outs) == 1
 
 
+def test_report_and_export_show_the_finding():
+    d, _ = traced("pictures", "race")
+    page = os.path.join(TMP, "race.html")
+    p = run([TOOL, "report", "--html", page, d])
+    assert p.returncode == 0, p.stderr
+    html = open(page).read()
+    assert "value_mismatch" in html and "received other bytes" in html, html[:500]
+    out = os.path.join(TMP, "race.json")
+    p = run([TOOL, "export", "-o", out, d])
+    assert p.returncode == 0, p.stderr
+    names = [e["name"] for e in json.load(open(out))["traceEvents"] if e.get("cat") == "finding"]
+    assert names and set(names) == {"value_mismatch"}, names
+
+
 def test_version_says_three():
     v = run([TOOL, "--version"]).stdout
     assert "trace format version 2" in v and "version 3" in v, v

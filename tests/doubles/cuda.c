@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -222,7 +223,12 @@ CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureSta
             *captureStatus = CU_STREAM_CAPTURE_STATUS_ACTIVE;
         return CUDA_SUCCESS;
     }
-    rt_capturing_fn rt = (rt_capturing_fn)dlsym(RTLD_DEFAULT, "cudaStreamIsCapturing");
+    static _Atomic(rt_capturing_fn) rt_cached;
+    rt_capturing_fn rt = atomic_load(&rt_cached);
+    if (!rt) {
+        rt = (rt_capturing_fn)dlsym(RTLD_DEFAULT, "cudaStreamIsCapturing");
+        atomic_store(&rt_cached, rt);
+    }
     int st = 0;
     if (rt && rt(hStream, &st) == 0)
         *captureStatus = (CUstreamCaptureStatus)st; /* the runtime's numbers are the driver's */
@@ -405,10 +411,18 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 
 /* SHP_DOUBLE_CU_FAIL=NAME makes the function NAME of this section fail (CUDA_ERROR_UNKNOWN), for
  * tests of what a caller does when the driver refuses. */
+static const char *fail_name;
+static pthread_once_t fail_once = PTHREAD_ONCE_INIT;
+
+static void read_fail(void)
+{
+    fail_name = getenv("SHP_DOUBLE_CU_FAIL");
+}
+
 static bool fails(const char *name)
 {
-    const char *f = getenv("SHP_DOUBLE_CU_FAIL");
-    return f && !strcmp(f, name);
+    pthread_once(&fail_once, read_fail);
+    return fail_name && !strcmp(fail_name, name);
 }
 
 /* One context, current on every thread unless another is pushed. */
@@ -527,39 +541,40 @@ static uint64_t launch_ids;
  * + t, t + blocks * threads, ... and block 0 the tail; each block stores its two sums. */
 static void run_fingerprint(const struct launch *l)
 {
-    const void *p = (const void *)(uintptr_t)l->src;
+    const unsigned char *p = (const void *)(uintptr_t)l->src;
     uint64_t *out = (uint64_t *)(uintptr_t)l->out, stride = (uint64_t)l->blocks * l->threads;
+    uint64_t a[SHP_VALUES_MAX_BLOCKS] = {0}, s[SHP_VALUES_MAX_BLOCKS] = {0};
+    for (uint64_t i = 0; i < l->n / 8; i++) {
+        uint64_t w, b = i % stride / l->threads; /* the block whose thread takes word i */
+        memcpy(&w, p + 8 * i, 8);
+        a[b] += shp_values_lane_a(w, i);
+        s[b] += shp_values_lane_b(w, i);
+    }
+    shp_values_tail_sums(p, l->n, &a[0], &s[0]);
     for (unsigned b = 0; b < l->blocks; b++) {
-        uint64_t a = 0, s = 0;
-        for (unsigned t = 0; t < l->threads; t++)
-            shp_values_sums(p, l->n, (uint64_t)b * l->threads + t, l->n / 8, stride, &a, &s);
-        if (b == 0)
-            shp_values_tail_sums(p, l->n, &a, &s);
-        out[2 * b] = a;
-        out[2 * b + 1] = s;
+        out[2 * b] = a[b];
+        out[2 * b + 1] = s[b];
     }
 }
 
-/* Run the launches on `stream` up to id `upto`, in order. */
+/* Run the launches on `stream` up to id `upto`, in order. Under the lock: a query that finds
+ * nothing left to run must not return while another thread's query still runs its kernel. */
 static void run_launches(CUstream stream, uint64_t upto)
 {
+    pthread_mutex_lock(&lock);
     for (;;) {
-        pthread_mutex_lock(&lock);
-        struct launch **pp = &launches, *l = NULL;
+        struct launch **pp = &launches, *l;
         while (*pp && !((*pp)->stream == stream && (*pp)->id <= upto))
             pp = &(*pp)->next;
-        if (*pp) {
-            l = *pp;
-            *pp = l->next;
-            if (launches_tail == &l->next)
-                launches_tail = pp;
-        }
-        pthread_mutex_unlock(&lock);
-        if (!l)
-            return;
+        if (!(l = *pp))
+            break;
+        *pp = l->next;
+        if (launches_tail == &l->next)
+            launches_tail = pp;
         run_fingerprint(l);
         free(l);
     }
+    pthread_mutex_unlock(&lock);
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

@@ -607,8 +607,7 @@ static void finding_of(struct values *V, struct an_ctx *ctx, struct vcomm *c)
         struct shp_event e;
         int cr = an_decode(ctx, &r->call, &e) && e.comm == c->id ? e.comm_rank : -1;
         an_finding_rank_in(f, ctx->procs[r->proc].rank, cr);
-        if (f->nevents < (maj ? AN_MAX_EVENTS : AN_MAX_EVENTS))
-            an_finding_event(f, &r->call, r->t_ns);
+        an_finding_event(f, &r->call, r->t_ns);
     }
     if (majority) {
         struct an_ref ref = majority->call;
