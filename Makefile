@@ -282,6 +282,7 @@ TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
 	$(B)/tests/values \
+	$(B)/tests/hostile \
 	$(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
 
@@ -353,7 +354,7 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
-	$(DOUBLE_CUDART)
+	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
 # The fingerprint of files' bytes, for the GPU checks of --values (test equipment).

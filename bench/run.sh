@@ -187,6 +187,28 @@ figure "dump --json, bench/overhead's trace" "$((events * 1000 / (ms ? ms : 1)))
 info "dump --json, the same, per CPU second" \
     "$(echo "$cpu" | awk -v e="$events" '$1 + $2 > 0 {printf "%d", e / ($1 + $2)}')" "events/s"
 
+# export of many small traces: 10,000 copies (bench/copies.py) of one trace of 2 events with
+# native call sites (tests/load/hostile), beside its run's symbol file. The session symbolizes
+# each module once for the command; per trace, export took 16 MiB and 60 ms before.
+rm -rf "$tmp/small" "$tmp/many"
+"$TOOL" run --dir "$tmp/small" -- "$B/tests/hostile" calls 1 >/dev/null 2>&1
+python3 bench/copies.py "$(ls "$tmp"/small/*.shptrace)" "$tmp/many" 10000
+cp "$tmp"/small/*.symbols "$tmp/many/" 2>/dev/null || true
+# rss_s CMD...: "MAX_RSS_MIB WALL_S" of the command, its output thrown away: the medians of 3
+# runs.
+rss_s() {
+    runs=$(for i in 1 2 3; do /usr/bin/time -f '%M %e' "$@" 2>&1 >/dev/null | tail -n 1; done)
+    echo "$(($(echo "$runs" | awk '{print $1}' | median) / 1024))" \
+        "$(echo "$runs" | awk '{print $2}' | median)"
+}
+set -- $(rss_s "$TOOL" export -o "$tmp/many.json" "$tmp/many")
+figure "export of 10,000 two-event traces, max RSS" "$1" "MiB" 512 le
+[ "$(verdict "$1" 512 le)" = missed ] && why "without the analysis (--no-findings)" \
+    "$(rss_s "$TOOL" export --no-findings -o "$tmp/many.json" "$tmp/many" | cut -d' ' -f1) MiB;" \
+    "dump --json of the same traces $(rss_s "$TOOL" dump --json "$tmp/many" | cut -d' ' -f1) MiB"
+info "export of 10,000 two-event traces, wall" "$2" "s"
+rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
+
 # The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
 # 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
 for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \

@@ -27,6 +27,9 @@
 #define SHP_ENV_VALUES "SHAPETRACE_VALUES" /* collectives, copies or all; unset or none: off */
 #define SHP_ENV_VALUES_EVERY "SHAPETRACE_VALUES_EVERY" /* fingerprint every Nth call (1) */
 #define SHP_ENV_VALUES_SITE "SHAPETRACE_VALUES_SITE"   /* copies: a glob on a frame's function */
+/* Read by the tools: globs (comma-separated) of frames that are framework code, added to the site
+ * rule's built-in list (tools/lib/site.h), as --site-skip does. */
+#define SHP_ENV_SITE_SKIP "SHAPETRACE_SITE_SKIP"
 
 #define SHP_DEFAULT_DIR "shapetrace-trace"
 #define SHP_DEFAULT_VALUES_EVERY 1

@@ -122,7 +122,7 @@ static bool same(const struct an_entry *a, const struct an_entry *b)
 static int global_rank(const struct an_ctx *ctx, const struct an_comm *c, int member)
 {
     int p = c->m[member].proc;
-    return p >= 0 && ctx->procs[p].rank >= 0 ? ctx->procs[p].rank : member;
+    return p >= 0 && ctx->procs[p].sp->rank >= 0 ? ctx->procs[p].sp->rank : member;
 }
 
 /* other: the count of the call e is compared with (0: none), so both read in one factoring. */

@@ -32,15 +32,15 @@ static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an
     struct an_proc *p = s->proc;
     f->comm = e->comm ? e->comm : 0;
     f->seq = e->seq;
-    if (p->rank >= 0)
-        f->ranks[f->nranks++] = p->rank;
+    if (p->sp->rank >= 0)
+        f->ranks[f->nranks++] = p->sp->rank;
     f->events[f->nevents++] = *s->ref;
     f->t_ns = e->t_ns;
     char who[64];
-    if (p->rank >= 0)
-        snprintf(who, sizeof(who), "rank %d", p->rank);
+    if (p->sp->rank >= 0)
+        snprintf(who, sizeof(who), "rank %d", p->sp->rank);
     else
-        snprintf(who, sizeof(who), "pid %" PRIu64, p->t.hdr->pid);
+        snprintf(who, sizeof(who), "pid %" PRIu64, p->sp->t.hdr->pid);
     snprintf(f->summary, sizeof(f->summary),
              "%s: %s %s %" PRIu64 " bytes at 0x%" PRIx64 ", %" PRIu64
              " bytes past the end of its %" PRIu64 "-byte allocation at 0x%" PRIx64,

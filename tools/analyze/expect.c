@@ -20,6 +20,7 @@
 #include "tools/analyze/findings.h"
 #include "tools/analyze/pass.h"
 #include "tools/lib/out.h"
+#include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
 #define MAX_EXTENTS 8
@@ -354,7 +355,7 @@ out:
 static bool site_matches(const char *glob, const char *frame)
 {
     char fn[512];
-    shp_stacks_frame_function(frame, fn, sizeof(fn));
+    shp_frame_function(frame, fn, sizeof(fn));
     return fnmatch(glob, fn, 0) == 0;
 }
 
@@ -389,7 +390,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
             continue;
         if (x->kind[0] && (e->kind < 0 || e->kind > 3 || strcmp(x->kind, shp_kind_names[e->kind])))
             continue;
-        if (x->rank >= 0 && p->rank != x->rank)
+        if (x->rank >= 0 && p->sp->rank != x->rank)
             continue;
         if (x->comm[0]) {
             char id[24];
@@ -399,7 +400,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         }
         if (x->site[0]) {
             size_t n;
-            const char *const *fr = shp_stacks_frames(an_stacks(ctx, ref->proc), e->stack, &n);
+            const char *const *fr = an_frames(ctx, ref->proc, e->stack, &n);
             bool hit = false;
             for (size_t k = 0; k < n && !hit; k++)
                 hit = site_matches(x->site, fr[k]);
@@ -433,8 +434,8 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         f->comm = e->comm;
         f->seq = e->seq;
         f->t_ns = e->t_ns;
-        if (p->rank >= 0)
-            f->ranks[f->nranks++] = p->rank;
+        if (p->sp->rank >= 0)
+            f->ranks[f->nranks++] = p->sp->rank;
         f->events[f->nevents++] = *ref;
         for (int k = 0; k < s->nproducers && f->nlineage < AN_MAX_LINEAGE; k++)
             f->lineage[f->nlineage++] = s->producers[k];

@@ -203,7 +203,7 @@ static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
     const struct shp_event *e = s->e;
     /* Every member's communicator record says whose it is; collectives need not be looked at. */
     if (e->type == SHP_REC_COMM || e->type == SHP_REC_P2P)
-        member_seen(P, e->comm, e->comm_rank, s->proc->rank);
+        member_seen(P, e->comm, e->comm_rank, s->proc->sp->rank);
     if (an_graphs_event(&P->graphs, s, SHP_REC_P2P))
         return; /* captured: it executes at each launch */
     uint64_t replay = 0;

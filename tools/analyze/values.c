@@ -112,7 +112,7 @@ static void *values_init(struct an_ctx *ctx)
 {
     bool any = false;
     for (size_t i = 0; i < ctx->nprocs; i++)
-        any |= ctx->procs[i].t.hdr->version == SHP_TRACE_VERSION_VALUES;
+        any |= ctx->procs[i].sp->t.hdr->version == SHP_TRACE_VERSION_VALUES;
     if (!any)
         return NULL;
     struct values *V = calloc(1, sizeof(*V));
@@ -123,7 +123,7 @@ static void *values_init(struct an_ctx *ctx)
     V->nprocs = ctx->nprocs;
     V->comms.key = vcomm_key;
     for (size_t i = 0; i < ctx->nprocs; i++)
-        if (ctx->procs[i].t.hdr->version == SHP_TRACE_VERSION_VALUES)
+        if (ctx->procs[i].sp->t.hdr->version == SHP_TRACE_VERSION_VALUES)
             V->procs[i] = calloc(1, sizeof(struct vproc));
     return V;
 }
@@ -404,7 +404,7 @@ static void value(struct values *V, struct an_ctx *ctx, uint32_t proc, const str
         /* Farther from its call than the recent ones (another thread's records between them):
          * the call from its offset, its index found later if it is reported. */
         unsigned type;
-        const struct shp_rec *r = shp_value_call_at(&ctx->procs[proc].t, v->call, &type);
+        const struct shp_rec *r = shp_value_call_at(&ctx->procs[proc].sp->t, v->call, &type);
         if (!r)
             return;
         fallback = (struct recent){
@@ -444,7 +444,7 @@ static void value(struct values *V, struct an_ctx *ctx, uint32_t proc, const str
 static void drain(struct values *V, struct an_ctx *ctx, uint32_t proc, uint64_t until)
 {
     struct vproc *vp = V->procs[proc];
-    const struct shp_trace *t = &ctx->procs[proc].t;
+    const struct shp_trace *t = &ctx->procs[proc].sp->t;
     for (;;) {
         if (!vp->ahead) {
             size_t size;
@@ -480,7 +480,7 @@ static void values_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if (!vp)
         return;
     const struct shp_event *e = s->e;
-    uint64_t off = (uint64_t)((const unsigned char *)s->ref->rec - ctx->procs[proc].t.map);
+    uint64_t off = (uint64_t)((const unsigned char *)s->ref->rec - ctx->procs[proc].sp->t.map);
     /* The value records before this call first: the calls they name came before it. */
     drain(V, ctx, proc, off);
     if (e->type == SHP_REC_COMM && e->comm && e->nranks > 0 &&
@@ -537,7 +537,7 @@ static void resolve_index(struct an_ctx *ctx, struct an_ref *r)
 {
     if (r->index != SHP_NONE)
         return;
-    const struct shp_trace *t = &ctx->procs[r->proc].t;
+    const struct shp_trace *t = &ctx->procs[r->proc].sp->t;
     struct shp_cursor cur = {0};
     const struct shp_rec *x;
     unsigned type;
@@ -564,7 +564,7 @@ static void rank_list(struct an_ctx *ctx, const struct group *g, uint64_t fp, bo
     for (int i = 0; i < g->n; i++)
         if ((g->r[i].fp == fp) == in) {
             if (n < AN_MAX_RANKS)
-                ranks[n++] = ctx->procs[g->r[i].proc].rank;
+                ranks[n++] = ctx->procs[g->r[i].proc].sp->rank;
             else
                 more = true;
         }
@@ -575,7 +575,7 @@ static int by_rank(const void *a, const void *b, void *arg)
 {
     const struct an_ctx *ctx = arg;
     const struct report *x = a, *y = b;
-    int rx = ctx->procs[x->proc].rank, ry = ctx->procs[y->proc].rank;
+    int rx = ctx->procs[x->proc].sp->rank, ry = ctx->procs[y->proc].sp->rank;
     return rx != ry ? (rx > ry) - (rx < ry) : (x->proc > y->proc) - (x->proc < y->proc);
 }
 
@@ -606,7 +606,7 @@ static void finding_of(struct values *V, struct an_ctx *ctx, struct vcomm *c)
         resolve_index(ctx, &r->call);
         struct shp_event e;
         int cr = an_decode(ctx, &r->call, &e) && e.comm == c->id ? e.comm_rank : -1;
-        an_finding_rank_in(f, ctx->procs[r->proc].rank, cr);
+        an_finding_rank_in(f, ctx->procs[r->proc].sp->rank, cr);
         an_finding_event(f, &r->call, r->t_ns);
     }
     if (majority) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tools/lib/out.h"
+#include "tools/lib/site.h"
 #include "tools/lib/symbolize.h"
 #include "tools/lib/symfile.h"
 
@@ -21,8 +22,10 @@ struct stack_entry {
     uint32_t n;
     const struct shp_rec_pystack *py; /* a Python stack: merged with its native one on use */
     char **text;                      /* built on first use */
+    struct shp_site_frame *where;     /* beside text: each frame's module or file (site.h) */
     uint32_t ntext;
-    char *json; /* the frames as a JSON array, built on first use by dump --json */
+    uint32_t site; /* the site under the built-in rule + 1; 0: not computed yet */
+    char *json;    /* the frames as a JSON array, built on first use by dump --json */
     size_t json_len;
 };
 
@@ -34,6 +37,15 @@ struct shp_stacks {
     const struct shp_rec_pycode **codes; /* indexed by PYCODE id */
     uint32_t ncodes;
     const struct shp_rec_pyinfo *pyinfo;
+    /* the module records, sorted by lo, for the site rule: what a native frame's module is */
+    struct module_range {
+        uint64_t lo, hi;
+        char *path;
+    } * mods;
+    size_t nmods, cap_mods;
+    /* the rule whose sites the entries cache (the first one asked for) */
+    const struct shp_site_rule *site_rule;
+    bool site_rule_set;
 };
 
 /* Make room for index `id` in an array of `*cap` elements of `size` bytes, zeroing the new part. */
@@ -64,6 +76,40 @@ static void load_pycode(struct shp_stacks *st, const struct shp_rec_pycode *c, s
         !grow((void **)&st->codes, &st->ncodes, c->id, sizeof(*st->codes), max_id))
         return;
     st->codes[c->id] = c;
+}
+
+/* Keeps a module's range and path (owned from here on) for module_of; false when out of memory
+ * or the range is empty. */
+static bool add_module(struct shp_stacks *st, uint64_t lo, uint64_t hi, char *path)
+{
+    if (lo >= hi || !shp_grow((void **)&st->mods, &st->cap_mods, st->nmods, sizeof(*st->mods)))
+        return false;
+    st->mods[st->nmods++] = (struct module_range){.lo = lo, .hi = hi, .path = path};
+    return true;
+}
+
+static int module_cmp(const void *a, const void *b)
+{
+    const struct module_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The path of the module whose range holds pc, or NULL. */
+static const char *module_of(const struct shp_stacks *st, uint64_t pc)
+{
+    size_t lo = 0, hi = st->nmods;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st->mods[mid].lo <= pc)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    /* the last module starting at or below pc; an earlier one may still hold it if they nest */
+    for (size_t i = lo; i-- > 0;)
+        if (pc < st->mods[i].hi)
+            return st->mods[i].path;
+    return NULL;
 }
 
 struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
@@ -98,17 +144,18 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
      * the file can hold is damage, and must not size the tables (ids index them). */
     uint64_t max_id = (t->end - SHP_HEADER_SIZE) / sizeof(struct shp_rec_stack) + 65536;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
-        if (type == SHP_REC_MODULE && st->sym) {
+        if (type == SHP_REC_MODULE) {
             const struct shp_rec_module *m = (const void *)r;
             size_t plen = m->path_len;
             if (sizeof(*m) + plen > size)
                 continue;
             char *path = strndup((const char *)(m + 1), plen);
-            if (path)
+            if (path && st->sym)
                 shp_symbolizer_add_module(st->sym, path, m->base, m->lo, m->hi, m->build_id,
                                           m->build_id_len <= sizeof(m->build_id) ? m->build_id_len
                                                                                  : 0);
-            free(path);
+            if (!path || !add_module(st, m->lo, m->hi, path))
+                free(path);
         } else if (type == SHP_REC_STACK) {
             const struct shp_rec_stack *s = (const void *)r;
             if (sizeof(*s) + (size_t)s->nframes * 8 > size || s->id == 0 ||
@@ -130,6 +177,8 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
             st->pyinfo = (const void *)r;
         }
     }
+    if (st->nmods)
+        qsort(st->mods, st->nmods, sizeof(*st->mods), module_cmp);
     return st;
 }
 
@@ -143,10 +192,14 @@ void shp_stacks_free(struct shp_stacks *st)
         for (uint32_t k = 0; k < st->tab[i].ntext; k++)
             free(st->tab[i].text[k]);
         free(st->tab[i].text);
+        free(st->tab[i].where);
         free(st->tab[i].json);
     }
     free(st->tab);
     free(st->codes);
+    for (size_t i = 0; i < st->nmods; i++)
+        free(st->mods[i].path);
+    free(st->mods);
     if (st->sym)
         shp_symbolizer_free(st->sym);
     free(st);
@@ -205,13 +258,30 @@ static char *native_text(struct shp_stacks *st, uint64_t addr, bool is_return_ad
     return text ? text : strdup("?");
 }
 
+/* A native frame's place for the site rule: its module (return addresses looked up inside the
+ * call instruction, as the symbolizer does). */
+static struct shp_site_frame native_where(const struct shp_stacks *st, uint64_t addr, bool ret)
+{
+    const char *path = module_of(st, ret && addr ? addr - 1 : addr);
+    return (struct shp_site_frame){.path = path, .path_len = path ? strlen(path) : 0};
+}
+
 static bool build_native(struct shp_stacks *st, struct stack_entry *e)
 {
     e->text = calloc(e->n ? e->n : 1, sizeof(char *));
-    if (!e->text)
+    e->where = calloc(e->n ? e->n : 1, sizeof(*e->where));
+    if (!e->text || !e->where) {
+        free(e->text);
+        free(e->where);
+        e->text = NULL;
+        e->where = NULL;
         return false;
-    for (uint32_t i = 0; i < e->n; i++)
+    }
+    for (uint32_t i = 0; i < e->n; i++) {
         e->text[i] = native_text(st, e->frames[i], i > 0);
+        e->where[i] = native_where(st, e->frames[i], i > 0);
+        e->where[i].text = e->text[i];
+    }
     e->ntext = e->n;
     return true;
 }
@@ -297,6 +367,18 @@ static char *py_text(struct shp_stacks *st, const struct shp_pyframe *f)
     return rc < 0 ? NULL : out;
 }
 
+/* A Python frame's place for the site rule: its code object's file name, in the mapped trace. */
+static struct shp_site_frame py_where(const struct shp_stacks *st, const struct shp_pyframe *f)
+{
+    const struct shp_rec_pycode *c = f->code < st->ncodes ? st->codes[f->code] : NULL;
+    struct shp_site_frame w = {.python = true};
+    if (c) {
+        w.path = (const char *)(c + 1) + c->name_len + c->qualname_len;
+        w.path_len = c->filename_len;
+    }
+    return w;
+}
+
 enum { FR_OTHER, FR_INTERP, FR_EVAL };
 
 /* What a native frame is to the interpreter: a _PyEval_EvalFrameDefault call (by address, or by
@@ -309,6 +391,16 @@ static int native_class(const struct shp_rec_pyinfo *pi, uint64_t addr, bool ret
         !strncmp(text, "_PyEval_EvalFrameDefault", 24))
         return FR_EVAL;
     return pi && pc >= pi->interp_lo && pc < pi->interp_hi ? FR_INTERP : FR_OTHER;
+}
+
+/* Copies native frame i (text and place) to position k of e; returns k + 1. */
+static uint32_t copy_native(struct stack_entry *e, uint32_t k, const char *const *nt,
+                            const struct shp_site_frame *nw, size_t i)
+{
+    e->text[k] = strdup(nt[i]);
+    if (nw)
+        e->where[k] = nw[i];
+    return k + 1;
 }
 
 /* Python frames take the place of the runs of interpreter frames that ran them: each
@@ -331,12 +423,16 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
     }
     if (!nt)
         nn = 0;
+    const struct shp_site_frame *nw = nt ? st->tab[ps->native].where : NULL;
     int *cls = calloc(nn ? nn : 1, sizeof(int));
     e->text = calloc(nn + np + 1, sizeof(char *));
-    if (!cls || !e->text) {
+    e->where = calloc(nn + np + 1, sizeof(*e->where));
+    if (!cls || !e->text || !e->where) {
         free(cls);
         free(e->text);
+        free(e->where);
         e->text = NULL;
+        e->where = NULL;
         return false;
     }
     bool any_eval = false;
@@ -348,12 +444,12 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
     size_t i = 0, after_py = 0; /* where Python frames not placed yet go */
     if (!any_eval) {
         while (i < nn && cls[i] == FR_OTHER)
-            e->text[k++] = strdup(nt[i++]);
+            k = copy_native(e, k, nt, nw, i++);
         after_py = k;
     }
     while (i < nn) {
         if (cls[i] == FR_OTHER || !any_eval) {
-            e->text[k++] = strdup(nt[i++]);
+            k = copy_native(e, k, nt, nw, i++);
             continue;
         }
         size_t j = i;
@@ -362,13 +458,14 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
             evals += cls[j] == FR_EVAL;
         if (!evals || next_py >= np) {
             while (i < j)
-                e->text[k++] = strdup(nt[i++]);
+                k = copy_native(e, k, nt, nw, i++);
             continue;
         }
         for (; evals && next_py < np; evals--) {
             bool end = false;
             while (next_py < np && !end) {
                 end = pf[next_py].lasti & SHP_PYFRAME_ENTRY;
+                e->where[k] = py_where(st, &pf[next_py]);
                 e->text[k++] = py_text(st, &pf[next_py++]);
             }
         }
@@ -378,14 +475,20 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
     if (next_py < np) {
         uint32_t rest = np - next_py;
         memmove(e->text + after_py + rest, e->text + after_py, (k - after_py) * sizeof(char *));
-        for (uint32_t r = 0; r < rest; r++)
+        memmove(e->where + after_py + rest, e->where + after_py,
+                (k - after_py) * sizeof(*e->where));
+        for (uint32_t r = 0; r < rest; r++) {
+            e->where[after_py + r] = py_where(st, &pf[next_py]);
             e->text[after_py + r] = py_text(st, &pf[next_py++]);
+        }
         k += rest;
     }
     free(cls);
-    for (uint32_t t = 0; t < k; t++)
+    for (uint32_t t = 0; t < k; t++) {
         if (!e->text[t])
             e->text[t] = strdup("?");
+        e->where[t].text = e->text[t];
+    }
     e->ntext = k;
     return true;
 }
@@ -400,6 +503,31 @@ const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t 
         return NULL;
     *n = e->ntext;
     return (const char *const *)e->text;
+}
+
+const struct shp_site_frame *shp_stacks_where(struct shp_stacks *st, uint32_t id, size_t *n)
+{
+    if (!shp_stacks_frames(st, id, n))
+        return NULL;
+    return st->tab[id].where;
+}
+
+size_t shp_stacks_site_index(struct shp_stacks *st, uint32_t id, const struct shp_site_rule *rule)
+{
+    size_t n;
+    const struct shp_site_frame *w = shp_stacks_where(st, id, &n);
+    if (!w)
+        return 0;
+    if (!st->site_rule_set) {
+        st->site_rule = rule;
+        st->site_rule_set = true;
+    }
+    struct stack_entry *e = &st->tab[id];
+    if (rule != st->site_rule)
+        return shp_site_pick(rule, w, n);
+    if (!e->site)
+        e->site = (uint32_t)shp_site_pick(rule, w, n) + 1;
+    return e->site - 1;
 }
 
 static void frames_json(struct shp_out *o, const char *const *fr, size_t n)
@@ -469,25 +597,4 @@ void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len)
     while (site < n && strncmp(fr[site], "py: ", 4) != 0)
         site++;
     snprintf(out, len, "%s", fr && n ? fr[site < n ? site : 0] : "");
-}
-
-void shp_stacks_frame_function(const char *frame, char *out, size_t len)
-{
-    if (!strncmp(frame, "py: ", 4)) {
-        /* A Python name has no space; its file name may. */
-        frame += 4;
-        snprintf(out, len, "%.*s", (int)strcspn(frame, " "), frame);
-        return;
-    }
-    /* The place is in the last " (...)": a C++ name may hold one ("std::function<void (int)>"),
-     * a module path hardly ever. */
-    size_t n = strlen(frame);
-    for (const char *p = strstr(frame, " ("); p; p = strstr(p + 1, " ("))
-        n = (size_t)(p - frame);
-    const char *plus = NULL;
-    for (const char *p = frame; (p = strstr(p, "+0x")) && (size_t)(p - frame) < n; p++)
-        plus = p;
-    if (plus && strspn(plus + 3, "0123456789abcdef") == n - (size_t)(plus - frame) - 3)
-        n = (size_t)(plus - frame);
-    snprintf(out, len, "%.*s", (int)n, frame);
 }

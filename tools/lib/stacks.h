@@ -32,6 +32,18 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
  * that ran them: a native frame never starts with "py: ". */
 const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t *n);
 
+struct shp_site_frame;
+struct shp_site_rule;
+/* Beside shp_stacks_frames' texts, what the site rule (site.h) needs of each frame: a native
+ * frame's module path, a Python frame's file name. The same *n; owned by st; NULL for an unknown
+ * id. */
+const struct shp_site_frame *shp_stacks_where(struct shp_stacks *st, uint32_t id, size_t *n);
+
+/* The index of stack `id`'s site under rule (NULL: the built-in list alone) among
+ * shp_stacks_frames' frames: the frames before it are framework and runtime code (site.h). 0 for
+ * an unknown id. Cached per stack for the first rule st is asked about. */
+size_t shp_stacks_site_index(struct shp_stacks *st, uint32_t id, const struct shp_site_rule *rule);
+
 /* Print stack `id` as a JSON array of strings, or null. */
 void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id);
 struct shp_out;
@@ -41,12 +53,6 @@ void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 /* The call site as one line: the innermost Python frame if the stack has one, else the innermost
  * frame ("" if none). */
 void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len);
-
-/* The function part of a frame text, into out (NUL-terminated, cut to len bytes): "generate" for
- * "generate (x.c:3)", "generate+0x1f (mod.so)" and "py: generate (serve.py:88)"; a demangled C++
- * name keeps its arguments ("at::native::copy_(at::Tensor&, bool)"). A text without a place
- * ("0x7f12") is returned whole. */
-void shp_stacks_frame_function(const char *frame, char *out, size_t len);
 
 /* The line of the instruction at byte `offset` of a code object, from a copy of its co_linetable
  * in the format of CPython `py_version` (PY_VERSION_HEX: 3.10's PEP 626 pairs, or the location
