@@ -320,7 +320,7 @@ static void test_stacks(void)
     start(&b);
     put_module(&b, "/usr/lib/x86_64-linux-gnu/libnccl.so.2", 0x1000, 0x2000);
     put_module(&b, "/app/serve", 0x5000, 0x6000);
-    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    put_stack5(&b);
     put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
     path = finish(&b, SHP_FILE_COMPLETE, 0);
     shp_trace_open(&t, path, err, sizeof(err));
