@@ -32,6 +32,7 @@ int shp_cmd_analyze_to(int argc, char **argv, FILE *out);
 int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
 int shp_cmd_symbols(int argc, char **argv);
+int shp_cmd_snapshot(int argc, char **argv);
 
 /* What shp_symbols_write did: traces of this host read, frame lines written, modules that had
  * frames, the file's size and the wall time taken. */
