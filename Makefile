@@ -343,6 +343,7 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
+	$(B)/tests/snap_ranks \
 	$(DOUBLE_CUDART)
 	$(Q)bench/run.sh $(B)
 

@@ -3,9 +3,10 @@ NCCL double through ctypes (run by shp_launch; rank 0 hands out the unique id th
 SHP_UID_FILE). tests/test_snapshot.py finds the lines below by their text: keep each call on its
 own line. Every rank makes two all-reduces from its main thread; then the last rank sleeps in
 warmup() while every other rank starts a thread named "reducer" whose all-reduce waits for it,
-and joins that thread. After SLEEP_S seconds the last rank makes its all-reduce the same way
-and every rank finishes. Each rank also runs an idle thread named "idler".
-Usage: snap_py.py LIBNCCL LIBCUDART [SLEEP_S]"""
+and joins that thread. When the file RELEASE exists (or after SLEEP_S seconds) the last rank
+makes its all-reduce the same way and every rank finishes. Each rank also runs an idle thread
+named "idler".
+Usage: snap_py.py LIBNCCL LIBCUDART [SLEEP_S [RELEASE]]"""
 import ctypes
 import os
 import sys
@@ -15,6 +16,7 @@ import time
 nccl = ctypes.CDLL(sys.argv[1])
 cudart = ctypes.CDLL(sys.argv[2])
 SLEEP_S = float(sys.argv[3]) if len(sys.argv) > 3 else 20.0
+RELEASE = sys.argv[4] if len(sys.argv) > 4 else None
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 COUNT = 1024
 
@@ -34,10 +36,14 @@ def unique_id():
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
         assert time.monotonic() < deadline, "no unique id"
-        time.sleep(0.01)
+        time.sleep(0.02)
     with open(path, "rb") as f:
         ctypes.memmove(uid.internal, f.read(128), 128)
     return uid
+
+
+def say(line):
+    os.write(1, (line + "\n").encode())  # one write: the ranks share the launcher's stdout
 
 
 def reduce_layer(comm, buf):
@@ -53,11 +59,14 @@ class Layer:
 
 
 def reducer(layer):
-    layer.forward()
+    return layer.forward()
 
 
 def warmup(seconds):
-    time.sleep(seconds)
+    for _ in range(int(seconds * 100)):
+        if RELEASE and os.path.exists(RELEASE):
+            break
+        time.sleep(0.01)
 
 
 def idle(stop):
@@ -75,7 +84,7 @@ def main():
     layer = Layer(comm, buf)
     for _ in range(2):
         layer.forward()
-    print(f"rank {RANK}: blocking", flush=True)
+    say(f"rank {RANK}: blocking, pid {os.getpid()}")
     if RANK == WORLD - 1:
         warmup(SLEEP_S)
     worker = threading.Thread(target=reducer, args=(layer,), name="reducer")
@@ -84,7 +93,7 @@ def main():
     stop.set()
     idler.join()
     assert nccl.ncclCommDestroy(comm) == 0
-    print(f"rank {RANK}: done", flush=True)
+    say(f"rank {RANK}: done")
 
 
 main()

@@ -1,10 +1,10 @@
 /* shapetrace tests: ranks of which one is not where the others are, for shapetrace snapshot
  * (tests/test_snapshot.py finds the lines below by their text: keep each call on its own line).
  * Every rank makes two all-reduces; then the last rank sleeps in warmup() while the others block
- * in step()'s all-reduce, waiting for it. After SLEEP_S seconds it joins them and every rank
- * finishes. Each rank also runs a helper thread named "snap-helper" that waits on a condition
- * variable. A rank prints "rank R: blocking" just before it blocks.
- * Usage: snap_ranks [SLEEP_S] (default 20). */
+ * in step()'s all-reduce, waiting for it. When the file RELEASE exists (or after SLEEP_S seconds)
+ * it joins them and every rank finishes. Each rank also runs a helper thread named "snap-helper"
+ * that waits on a condition variable. A rank prints "rank R: blocking, pid P" just before it
+ * blocks. Usage: snap_ranks [SLEEP_S [RELEASE]] (default 20 s, no file). */
 #define _GNU_SOURCE
 #include <nccl.h>
 #include <pthread.h>
@@ -36,11 +36,13 @@ step_allreduce(ncclComm_t comm, float *buf)
     return ncclAllReduce(buf, buf, COUNT, ncclFloat32, ncclSum, comm, 0);
 }
 
-__attribute__((noinline, optimize("no-optimize-sibling-calls"))) static void warmup(double s)
+__attribute__((noinline, optimize("no-optimize-sibling-calls"))) static void
+warmup(double s, const char *release)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    for (int i = 0; i < (int)(s * 100) && !(release && access(release, F_OK) == 0); i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 __attribute__((noinline, optimize("no-optimize-sibling-calls"))) static int
@@ -59,6 +61,7 @@ step(ncclComm_t comm, float *buf, int rank, int world, int i)
 int main(int argc, char **argv)
 {
     double sleep_s = argc > 1 ? atof(argv[1]) : 20;
+    const char *release = argc > 2 ? argv[2] : NULL;
     int rank = ex_rank(), world = ex_world();
     pthread_t th;
     pthread_create(&th, NULL, helper, NULL);
@@ -72,10 +75,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) {
         EX_CHECK(cudaMemcpy(buf, ones, sizeof(ones), cudaMemcpyHostToDevice));
         if (i == 2) {
-            printf("rank %d: blocking\n", rank);
+            printf("rank %d: blocking, pid %d\n", rank, (int)getpid());
             fflush(stdout);
             if (rank == world - 1)
-                warmup(sleep_s);
+                warmup(sleep_s, release);
         }
         wrong += step(comm, buf, rank, world, i);
     }

@@ -553,6 +553,7 @@ static void read_trace(struct live *l)
         return;
     }
     p->trace = name;
+    p->dormant = !__atomic_load_n(&t.hdr->ctl[SHP_CTL_ARMED], __ATOMIC_RELAXED);
     p->last = (struct shp_snap_comm){.seq = UINT64_MAX};
     struct last_call *calls = NULL;
     size_t ncalls = 0, capcalls = 0, capcomms = 0;
@@ -604,9 +605,12 @@ static void finish(struct shp_snap_ctx *c, struct live *l)
     struct shp_snap_proc *p = l->out;
     if (p->error)
         return;
-    if (l->py.found)
+    if (l->py.found && l->py.micro_known)
         snprintf(p->python, sizeof(p->python), "%u.%u.%u", l->py.version >> 24,
                  (l->py.version >> 16) & 0xff, (l->py.version >> 8) & 0xff);
+    else if (l->py.found)
+        snprintf(p->python, sizeof(p->python), "%u.%u", l->py.version >> 24,
+                 (l->py.version >> 16) & 0xff);
     if (l->py.why[0])
         p->python_note = strdup(l->py.why);
     p->threads = calloc(l->pt.n ? l->pt.n : 1, sizeof(*p->threads));

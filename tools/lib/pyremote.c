@@ -86,6 +86,7 @@ int shp_py_find(struct shp_py_proc *p, pid_t pid, struct shp_unwinder *u)
         if (!rd(p, addr[SYM_VERSION], &v, sizeof(v)))
             return -ESRCH;
         p->version = (uint32_t)v;
+        p->micro_known = true;
         minor = (p->version >> 16) & 0xff;
         if ((p->version >> 24) != 3)
             minor = 0;

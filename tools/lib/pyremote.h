@@ -47,6 +47,7 @@ struct shp_py_thread {
 struct shp_py_proc {
     bool found;                /* the process runs a CPython we can read */
     uint32_t version;          /* PY_VERSION_HEX */
+    bool micro_known;          /* false on 3.10: the version is its file name's, without micro */
     char why[160];             /* why not, when the process runs a Python we cannot read; else "" */
     uint64_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault */
     uint64_t interp_lo, interp_hi; /* the object that holds it */

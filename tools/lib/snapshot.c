@@ -406,7 +406,7 @@ static void print_process(FILE *f, const struct shp_snap_proc *p, bool full, con
         fprintf(f, "  (%u thread%s did not stop within the deadline)\n", p->late,
                 p->late == 1 ? "" : "s");
     if (p->trace) {
-        fprintf(f, "  trace %s:", p->trace);
+        fprintf(f, "  trace %s%s:", p->trace, p->dormant ? " (dormant: recording off)" : "");
         for (size_t k = 0; k < p->ncomms; k++) {
             const struct shp_snap_comm *c = &p->comms[k];
             if (c->seq == UINT64_MAX)
@@ -505,6 +505,8 @@ static void json_trace(struct shp_out *o, const struct shp_snap_proc *p)
     shp_out_char(o, '{');
     key(o, "file", true);
     shp_out_json_str(o, p->trace);
+    key(o, "armed", false);
+    shp_out_cstr(o, p->dormant ? "false" : "true");
     key(o, "comms", false);
     shp_out_char(o, '[');
     for (size_t k = 0; k < p->ncomms; k++) {
@@ -846,6 +848,8 @@ static void load_trace(struct loader *L, json_t *tr, const char *where, struct s
     p->trace = get_str(L, tr, "file", where);
     if (!p->trace)
         p->trace = strdup("?");
+    json_t *armed = json_object_get(tr, "armed");
+    p->dormant = armed && json_is_false(armed);
     json_t *a = get_array(L, tr, "comms", where);
     size_t n = a ? json_array_size(a) : 0;
     p->comms = calloc(n + 1, sizeof(*p->comms));

@@ -72,7 +72,8 @@ struct shp_snap_proc {
     size_t nthreads;
     size_t focus; /* the thread the job view reads (shp_snap_focus's rule) */
     unsigned late;
-    char *trace; /* the trace file read, NULL when none */
+    char *trace;  /* the trace file read, NULL when none */
+    bool dormant; /* its recording is off (shapetrace run --dormant): no collectives in it */
     struct shp_snap_comm *comms;
     size_t ncomms;
     struct shp_snap_call *inflight;
