@@ -96,6 +96,13 @@ static const char *const watchdog[] = {
     "c10d::ProcessGroupNCCL::watchdogHandler()+0x30 (libtorch_cuda.so)",
 };
 
+static const char *const launcher[] = {
+    "clock_nanosleep (libc.so.6)",
+    "py: _invoke_run (/usr/lib/python3/site-packages/torch/distributed/elastic/agent/server/"
+    "api.py:900)",
+    "py: <module> (/usr/bin/torchrun:8)",
+};
+
 static struct shp_snap_proc *add_proc(struct shp_snap_job *job, int rank, pid_t pid)
 {
     struct shp_snap_proc *p = shp_snap_job_add(job);
@@ -146,9 +153,13 @@ static void test_decode_loop(void)
                    "__futex_abstimed_wait_common", watchdog, 3, -1);
         p->focus = shp_snap_focus(p);
     }
+    /* torchrun's agent maps libnccl too, and has no rank */
+    struct shp_snap_proc *agent = add_proc(&job, -1, 99);
+    agent->rank_from = NULL;
+    add_thread(agent, 99, "torchrun", NULL, "clock_nanosleep", launcher, 3, 2);
     test_cond("the main thread is read, not the watchdog", job.procs[0].focus == 0);
     char *text = view(&job);
-    test_str("headline", line(text, 0), "shapetrace snapshot: 8 processes, 2 places");
+    test_str("headline", line(text, 0), "shapetrace snapshot: 9 processes, 3 places");
     test_str("the rank the others wait for", line(text, 1),
              "waiting for rank 6: not in a GPU library, while ranks 0-5, 7 are");
     test_str("its place first", line(text, 2),
@@ -157,6 +168,9 @@ static void test_decode_loop(void)
     test_str("then the others'", line(text, 3),
              "  ranks 0-5, 7: main thread in cudaStreamSynchronize at decode_step "
              "(/app/serve.py:58)");
+    test_str("a process without a rank last, waited for by none", line(text, 4),
+             "  pid 99: main thread in clock_nanosleep (not in a GPU library) at <module> "
+             "(/usr/bin/torchrun:8)");
     free(text);
 
     /* --merge: what -o wrote reads back to the same view */
@@ -171,7 +185,7 @@ static void test_decode_loop(void)
     char *a = view(&job), *b = view(&back);
     test_str("to the same view", b, a);
     test_cond("with every thread and frame",
-              back.n == 8 && back.procs[3].nthreads == 2 && back.procs[3].threads[0].nframes == 5);
+              back.n == 9 && back.procs[3].nthreads == 2 && back.procs[3].threads[0].nframes == 5);
     free(a);
     free(b);
     shp_snap_job_free(&back);

@@ -126,13 +126,14 @@ struct group {
     const char *site;
     char pos[64]; /* the last collective entered, from traces */
     bool waited;
+    bool ranked;    /* its processes have ranks (a launcher's, say, have none) */
     int first_rank; /* the lowest rank, for the order; INT32_MAX: none */
 };
 
-static bool same_place(const struct group *g, const char *w, const char *what, bool gpu,
-                       const char *site, const char *pos)
+static bool same_place(const struct group *g, bool ranked, const char *w, const char *what,
+                       bool gpu, const char *site, const char *pos)
 {
-    return g->gpu == gpu && !strcmp(g->who, w) && !strcmp(g->what, what) &&
+    return g->ranked == ranked && g->gpu == gpu && !strcmp(g->who, w) && !strcmp(g->what, what) &&
            !strcmp(g->site, site) && !strcmp(g->pos, pos);
 }
 
@@ -164,6 +165,8 @@ static int cmp_group(const struct group *a, const struct group *b)
 {
     if (a->waited != b->waited)
         return a->waited ? -1 : 1;
+    if (a->ranked != b->ranked)
+        return a->ranked ? -1 : 1;
     if (a->n != b->n)
         return a->n < b->n ? -1 : 1;
     return a->first_rank < b->first_rank ? -1 : a->first_rank > b->first_rank;
@@ -188,8 +191,9 @@ static struct group *make_groups(struct shp_snap_job *job, size_t *ng, const cha
         position(p, pos, sizeof(pos));
         const char *what = t->in ? t->in : t->waiting ? t->waiting : "?";
         struct group *g = NULL;
+        bool ranked = p->rank >= 0;
         for (size_t k = 0; k < n && !g; k++)
-            if (same_place(&gs[k], w, what, t->in != NULL, site_text(t), pos))
+            if (same_place(&gs[k], ranked, w, what, t->in != NULL, site_text(t), pos))
                 g = &gs[k];
         if (!g) {
             if (!shp_grow((void **)&gs, &cap, n, sizeof(*gs)))
@@ -199,6 +203,7 @@ static struct group *make_groups(struct shp_snap_job *job, size_t *ng, const cha
                                 .gpu = t->in != NULL,
                                 .collective = t->collective,
                                 .site = site_text(t),
+                                .ranked = ranked,
                                 .first_rank = INT32_MAX};
             snprintf(g->who, sizeof(g->who), "%s", w);
             snprintf(g->pos, sizeof(g->pos), "%s", pos);
@@ -209,13 +214,19 @@ static struct group *make_groups(struct shp_snap_job *job, size_t *ng, const cha
         if (rank_of(job, i) < g->first_rank)
             g->first_rank = rank_of(job, i);
     }
-    bool any_gpu = false, any_other = false;
+    /* Where ranks are known, only ranks are waited for: a launcher (torchrun's agent, which
+     * maps libnccl too) waits outside any GPU library without anyone waiting for it. */
+    bool any_ranked = false, any_gpu = false, any_other = false;
+    for (size_t k = 0; k < n; k++)
+        any_ranked |= gs[k].ranked;
     for (size_t k = 0; k < n; k++) {
-        any_gpu |= gs[k].gpu;
-        any_other |= !gs[k].gpu;
+        any_gpu |= gs[k].gpu && (gs[k].ranked || !any_ranked);
+        any_other |= !gs[k].gpu && (gs[k].ranked || !any_ranked);
     }
     for (size_t k = 0; k < n; k++) {
         struct group *g = &gs[k];
+        if (any_ranked && !g->ranked)
+            continue;
         if (any_behind) {
             for (size_t m = 0; m < g->n; m++)
                 g->waited |= job->procs[g->members[m]].behind;
@@ -333,11 +344,15 @@ static void print_headline(FILE *f, struct shp_snap_job *job, struct group *gs, 
     size_t *waited = NULL, *others = NULL, nw = 0, no = 0;
     waited = calloc(job->n + 1, sizeof(*waited));
     others = calloc(job->n + 1, sizeof(*others));
+    bool any_ranked = false;
+    for (size_t k = 0; k < ng; k++)
+        any_ranked |= gs[k].ranked;
+    /* the others: the ranks that wait (in a GPU library, or further on) */
     for (size_t k = 0; waited && others && k < ng; k++)
         for (size_t m = 0; m < gs[k].n; m++) {
             if (gs[k].waited)
                 waited[nw++] = gs[k].members[m];
-            else
+            else if ((gs[k].ranked || !any_ranked) && (gs[k].gpu || !strcmp(reason, "behind")))
                 others[no++] = gs[k].members[m];
         }
     if (nw && no) {
