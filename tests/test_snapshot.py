@@ -199,11 +199,49 @@ def test_four_ranks_one_sleeping():
     assert (rc, stable(lines)) == (ref_rc, ref), (rc, lines, err)
 
 
+# docs/CONTRACTS.md's keys, in their order
+KEYS = ["kind", "version", "t_ns", "groups", "processes", "skipped"]
+GROUP_KEYS = ["ranks", "pids", "thread", "in", "gpu", "collective", "site", "position",
+              "waited_for", "why", "text"]
+PROCESS_KEYS = ["host", "pid", "rank", "rank_from", "local_rank", "world_size", "name", "exe",
+                "python", "python_note", "behind", "late_threads", "focus", "trace", "stats",
+                "threads"]
+TRACE_KEYS = ["file", "armed", "comms", "in_flight", "last"]
+STATS_KEYS = ["prepare_ns", "stopped_ns", "unwind_ns", "symbols_ns", "trace_ns", "stack_bytes",
+              "py_reads"]
+THREAD_KEYS = ["tid", "name", "main", "stopped", "in", "collective", "waiting_in", "python",
+               "site", "site_index", "stack"]
+
+
 def test_four_ranks_with_trace():
     job, text, js, stats, rc, lines, err = run_c_job("c4trace", [])
     check_c_view(text, js, traced=True)
+    assert list(js) == KEYS and all(list(g) == GROUP_KEYS for g in js["groups"]), js
+    for p in js["processes"]:
+        assert list(p) == PROCESS_KEYS and list(p["trace"]) == TRACE_KEYS, list(p)
+        assert list(p["stats"]) == STATS_KEYS, p["stats"]
+        assert list(p["trace"]["comms"][0]) == ["id", "seq", "op", "in_flight"]
+        assert all(list(t) == THREAD_KEYS for t in p["threads"]), p["threads"]
     assert "trace " in text and "[in flight]" in text, text
     assert rc == 0 and stable(lines).count("rank 3: 3 steps, sums checked") == 1, (lines, err)
+
+
+def test_trace_found_through_its_run_directory():
+    """Ranks that closed every descriptor, the trace's among them: the trace is found in their
+    SHAPETRACE_DIR."""
+    job = Job("c4closed", 4, c_ranks, run_opts=[], env=job_env({"SNAP_CLOSE_FDS": "1"}))
+    js = json.loads(snapshot("--json", *job.rank_pids()).stdout)
+    fds = {pid: os.listdir(f"/proc/{pid}/fd") for pid in job.pids.values()}
+    rc, lines, err = job.finish()
+    assert rc == 0, (lines, err)
+    assert all(int(fd) < 3 for f in fds.values() for fd in f), fds
+    traces = os.path.join(job.dir, "traces")
+    for p in js["processes"]:
+        tr = p["trace"]
+        assert tr and tr["file"].startswith(traces + "/") and tr["file"].endswith(
+            f"-{p['pid']}.shptrace"), tr
+        assert tr["comms"][0]["seq"] == (1 if p["rank"] == 3 else 2), tr
+    assert [g["ranks"] for g in js["groups"]] == [[3], [0, 1, 2]], js["groups"]
 
 
 def test_dormant_trace_names_the_rank_by_its_stack():
@@ -334,6 +372,7 @@ def test_process_that_exits_meanwhile_is_skipped():
     js = json.loads(out)
     skipped = {s["pid"]: s for s in js["skipped"]}
     assert set(skipped) == {gone.pid, b.pid} and all(s["exited"] for s in skipped.values()), js
+    assert all(list(s) == ["host", "pid", "exited", "why"] for s in js["skipped"]), js["skipped"]
     assert f"pid {gone.pid} exited before it could be read (skipped)" in err, err
     assert f"pid {b.pid} exited before it could be read (skipped)" in err, err
     assert len(err.strip().splitlines()) == 2, err

@@ -4,7 +4,9 @@
  * in step()'s all-reduce, waiting for it. When the file RELEASE exists (or after SLEEP_S seconds)
  * it joins them and every rank finishes. Each rank also runs a helper thread named "snap-helper"
  * that waits on a condition variable. A rank prints "rank R: blocking, pid P" just before it
- * blocks. Usage: snap_ranks [SLEEP_S [RELEASE]] (default 20 s, no file). */
+ * blocks. With SNAP_CLOSE_FDS set, it first closes every descriptor above 2, as daemons do (the
+ * preload's trace among them: its trace is then found through SHAPETRACE_DIR).
+ * Usage: snap_ranks [SLEEP_S [RELEASE]] (default 20 s, no file). */
 #define _GNU_SOURCE
 #include <nccl.h>
 #include <pthread.h>
@@ -75,6 +77,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) {
         EX_CHECK(cudaMemcpy(buf, ones, sizeof(ones), cudaMemcpyHostToDevice));
         if (i == 2) {
+            if (getenv("SNAP_CLOSE_FDS"))
+                for (int fd = 3; fd < 1024; fd++)
+                    close(fd);
             printf("rank %d: blocking, pid %d\n", rank, (int)getpid());
             fflush(stdout);
             if (rank == world - 1)

@@ -282,6 +282,15 @@ static void test_merge_rule(void)
     test_str("without eval frames, after the native ones", got, "n0 p0 p1 p2");
 }
 
+static void test_scrub(void)
+{
+    test_group("text from the processes");
+    char name[] = "evil\033[2J\n\x7f";
+    shp_snap_scrub(name);
+    test_str("control characters become '?'", name, "evil?[2J??");
+    shp_snap_scrub(NULL);
+}
+
 static void test_layouts(void)
 {
     test_group("CPython layouts");
@@ -311,6 +320,7 @@ int main(void)
     test_desync_and_behind();
     test_focus();
     test_merge_rule();
+    test_scrub();
     test_layouts();
     return test_report();
 }

@@ -191,6 +191,15 @@ int shp_cmd_snapshot(int argc, char **argv)
             status = shp_usage_error("snapshot", "'%s' is not a process id", argv[i]);
             goto out;
         }
+        if (pid == getpid()) {
+            status = shp_usage_error("snapshot", "%d is this command itself", (int)pid);
+            goto out;
+        }
+        bool twice = false;
+        for (size_t k = 0; k < npids; k++)
+            twice |= pids[k] == pid;
+        if (twice)
+            continue;
         if (!shp_grow((void **)&pids, &cappids, npids, sizeof(*pids)))
             goto out;
         pids[npids++] = pid;

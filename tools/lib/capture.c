@@ -256,11 +256,13 @@ static void prepare(struct shp_snap_ctx *c, struct live *l)
     uint64_t t0 = now_ns();
     snprintf(path, sizeof(path), "/proc/%d/comm", (int)p->pid);
     read_line_file(path, p->name, sizeof(p->name));
+    shp_snap_scrub(p->name);
     char exe[PATH_MAX];
     snprintf(path, sizeof(path), "/proc/%d/exe", (int)p->pid);
     ssize_t n = readlink(path, exe, sizeof(exe) - 1);
     exe[n > 0 ? n : 0] = '\0';
     p->exe = strdup(exe);
+    shp_snap_scrub(p->exe);
     size_t elen = 0;
     snprintf(path, sizeof(path), "/proc/%d/environ", (int)p->pid);
     char *env = slurp(path, 1u << 20, &elen);
@@ -438,6 +440,7 @@ static int build_thread(struct shp_snap_ctx *c, struct live *l, const struct shp
         }
         if (!t->frames[i])
             goto out;
+        shp_snap_scrub(t->frames[i]);
         where[i].text = t->frames[i];
         t->nframes = i + 1;
     }
@@ -553,6 +556,7 @@ static void read_trace(struct live *l)
         return;
     }
     p->trace = name;
+    shp_snap_scrub(p->trace);
     p->dormant = !__atomic_load_n(&t.hdr->ctl[SHP_CTL_ARMED], __ATOMIC_RELAXED);
     p->last = (struct shp_snap_comm){.seq = UINT64_MAX};
     struct last_call *calls = NULL;
@@ -628,6 +632,7 @@ static void finish(struct shp_snap_ctx *c, struct live *l)
         char path[96];
         snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)p->pid, (int)pt->tid);
         read_line_file(path, t->name, sizeof(t->name));
+        shp_snap_scrub(t->name);
         t->stopped = l->img[i].regs_ok;
         if (t->stopped && build_thread(c, l, &l->img[i], t) < 0) {
             fail(l, ENOMEM, "out of memory");

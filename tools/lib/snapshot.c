@@ -28,6 +28,13 @@ struct shp_snap_proc *shp_snap_job_add(struct shp_snap_job *job)
     return p;
 }
 
+void shp_snap_scrub(char *s)
+{
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 static void free_thread(struct shp_snap_thread *t)
 {
     for (size_t i = 0; i < t->nframes; i++)
@@ -786,7 +793,9 @@ static char *get_str(struct loader *L, json_t *o, const char *k, const char *whe
         bad(L, w, "is not a string");
         return NULL;
     }
-    return strdup(json_string_value(v));
+    char *copy = strdup(json_string_value(v));
+    shp_snap_scrub(copy);
+    return copy;
 }
 
 static void get_buf(struct loader *L, json_t *o, const char *k, const char *where, char *out,
@@ -905,7 +914,8 @@ static void load_thread(struct loader *L, json_t *o, const char *where, struct s
     t->frames = calloc(n + 1, sizeof(*t->frames));
     for (size_t i = 0; t->frames && i < n; i++) {
         json_t *fr = json_array_get(st, i);
-        t->frames[t->nframes++] = strdup(json_is_string(fr) ? json_string_value(fr) : "?");
+        t->frames[t->nframes] = strdup(json_is_string(fr) ? json_string_value(fr) : "?");
+        shp_snap_scrub(t->frames[t->nframes++]);
     }
     long long site = get_int(L, o, "site_index", where, 0, (long long)n - 1, -1);
     t->has_site = site >= 0;

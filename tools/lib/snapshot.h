@@ -136,6 +136,10 @@ int shp_snap_load_json(struct shp_snap_job *job, const char *path, char *err, si
 /* Frees what job holds and leaves it empty. */
 void shp_snap_job_free(struct shp_snap_job *job);
 
+/* Replaces the control characters of s (NULL: none) with '?': the names, paths and frames of a
+ * picture come from the processes, whose text view must not drive the terminal. */
+void shp_snap_scrub(char *s);
+
 /* Adds a zeroed process to job; NULL when out of memory. */
 struct shp_snap_proc *shp_snap_job_add(struct shp_snap_job *job);
 
