@@ -363,9 +363,10 @@ def test_process_that_exits_meanwhile_is_skipped():
         assert time.monotonic() < deadline and snap.poll() is None, snap.communicate()
         time.sleep(0.01)
     b.kill()  # its turn comes after a's hold: it is a zombie by then
-    while tracer_of(c.pid) != snap.pid:
+    while tracer_of(c.pid) != snap.pid or state_of(c.pid) != "t":
         assert time.monotonic() < deadline and snap.poll() is None, snap.communicate()
         time.sleep(0.01)
+    time.sleep(0.2)  # its copy is made (in a millisecond or so), its hold of 700 ms goes on
     c.kill()  # killed while stopped under the snapshot, after its copy
     out, err = snap.communicate(timeout=60)
     assert snap.returncode == 0, (snap.returncode, err)
