@@ -197,6 +197,7 @@ static void test_decode_loop(void)
     test_cond("a wrong type is refused",
               shp_snap_load_json(&back, path, err, sizeof(err)) == -EINVAL && back.n == 0);
     test_cond("naming the place", strstr(err, "processes[0].threads[0].tid is not a number"));
+    shp_snap_job_free(&back);
     unlink(path);
     shp_snap_job_free(&job);
 }
