@@ -37,6 +37,8 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "test_lib (thread)" "$B/tests/test_lib"
     suite "test_findings (thread)" "$B/tests/test_findings"
     suite "analyze (thread)" python3 tests/test_analyze.py "$B"
+    # The harm cases again: `run` and the readers under TSan, the preload plain.
+    suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
 else
     for t in "$B"/tests/test_*; do
         [ -x "$t" ] || continue

@@ -3,7 +3,8 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets snapshot bench (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy snapshot bench decode
+#                  (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +12,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets snapshot bench}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy snapshot bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -91,6 +92,19 @@ for n in $RANKS; do
         rm -f "$W/uid$n"
         traced "pynccl$n" 120 $(tr_run "$n") "$here/pynccl_ranks.py" "$W/uid$n" --share-gpu
     fi
+    if has llama; then
+        for plant in none prompt fp16 leave; do
+            traced "llama${n}_$plant" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+                --timeout 20 --plant "$plant"
+        done
+    fi
+    if has cupy; then
+        for plant in none count dtype; do
+            rm -f "$W/cupy_uid${n}_$plant"
+            traced "cupy${n}_$plant" 120 $(tr_run "$n") "$here/cupy_ranks.py" \
+                "$W/cupy_uid${n}_$plant" --share-gpu --plant "$plant"
+        done
+    fi
     wait
 done
 wait
@@ -150,6 +164,30 @@ for n in $RANKS; do
             note "INFO tp${n}_$plant: exit status $(rc_of "tp${n}_$plant")"
         done
     fi
+    if has llama; then
+        # A Hugging Face Llama under DTensor: the site of the diverging all-reduce is the
+        # model's forward in modeling_llama.py, never torch's dispatch.
+        verdict analyze "llama${n}_none" "$W/traces/llama${n}_none" "$n" none
+        verdict analyze "llama${n}_prompt" "$W/traces/llama${n}_prompt" "$n" \
+            count_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_fp16" "$W/traces/llama${n}_fp16" "$n" \
+            dtype_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_leave" "$W/traces/llama${n}_leave" "$n" \
+            missing_collective:$last
+        for plant in none prompt fp16 leave; do
+            note "INFO llama${n}_$plant: exit status $(rc_of "llama${n}_$plant")"
+        done
+    fi
+    if has cupy; then
+        [ "$(grep -c ': cupy ok' "$W/logs/cupy${n}_none.log")" -eq "$n" ] &&
+            note "PASS cupy$n/data: $n ranks checked their sums" ||
+            note "FAIL cupy$n/data: $(grep -h ': cupy' "$W/logs/cupy${n}_none.log" | head -3)"
+        verdict analyze "cupy${n}_none" "$W/traces/cupy${n}_none" "$n" none
+        verdict analyze "cupy${n}_count" "$W/traces/cupy${n}_count" "$n" \
+            count_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
+        verdict analyze "cupy${n}_dtype" "$W/traces/cupy${n}_dtype" "$n" \
+            dtype_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
+    fi
     if has pynccl; then
         [ "$(grep -c ': pynccl ok' "$W/logs/pynccl$n.log")" -eq "$n" ] &&
             note "PASS pynccl$n/data: $n ranks checked their sums" ||
@@ -159,6 +197,36 @@ for n in $RANKS; do
         verdict analyze "pynccl$n/analyze" "$W/traces/pynccl$n" "$n" none
     fi
 done
+
+if has harm; then
+    # One torch process untraced, then traced with native and with Python stacks: the same
+    # output, line for line (its descriptors by kind, how many it holds, how many files it can
+    # still open at its limit). Before issue 22's fixes the traced ones held 3 more (libunwind's
+    # pipe, the trace's descriptor).
+    port=29640
+    $JOB_ENV timeout -k 5 120 python3 "$here/harm.py" "$port" >"$W/logs/harm_untraced.log" \
+        2>"$W/logs/harm_untraced.err"
+    base=$(awk '$1 == "held" {print $2}' "$W/logs/harm_untraced.log")
+    grep -q '^done' "$W/logs/harm_untraced.log" || note "FAIL harm/untraced: see its log"
+    for stacks in native python; do
+        port=$((port + 1))
+        rm -rf "$W/traces/harm_$stacks"
+        timeout -k 5 120 "$SHP_TOOL_RUN" --dir "$W/traces/harm_$stacks" --stacks "$stacks" \
+            --debug INFO -- $JOB_ENV python3 "$here/harm.py" "$port" "${base:-0}" \
+            >"$W/logs/harm_$stacks.log" 2>"$W/logs/harm_$stacks.err"
+        if cmp -s "$W/logs/harm_untraced.log" "$W/logs/harm_$stacks.log"; then
+            note "PASS harm/$stacks: output as untraced ($(grep '^fds' "$W/logs/harm_$stacks.log");" \
+                "$(grep '^opens' "$W/logs/harm_$stacks.log"))"
+        else
+            note "FAIL harm/$stacks: untraced '$(tr '\n' ';' <"$W/logs/harm_untraced.log")'," \
+                "traced '$(tr '\n' ';' <"$W/logs/harm_$stacks.log")'"
+        fi
+        note "INFO harm/$stacks: $(grep -o 'stacks through.*' "$W/logs/harm_$stacks.err" |
+            head -n 1); $(st dump --json "$W/traces/harm_$stacks" 2>/dev/null |
+            grep -c '"op":"ncclAllReduce"') all-reduces traced;" \
+            "$(grep -c ' WARN ' "$W/logs/harm_$stacks.err") warnings"
+    done
+fi
 
 if has bench; then
     res=$W/bench.jsonl
@@ -194,11 +262,45 @@ if has bench; then
     cp "$res" "$OUT/bench.jsonl"
 fi
 
+if has decode; then
+    # A serving loop's step, traced at each stack setting against dormant in one process; the
+    # untraced process, NCCL's log and the Flight Recorder (not switchable in a process) beside.
+    res=$W/decode.jsonl
+    : >"$res"
+    port=29700
+    pin=""
+    command -v taskset >/dev/null && pin="taskset -c 4-7"
+    for stacks in python native none; do
+        port=$((port + 1))
+        rm -rf "$W/traces/decode_$stacks"
+        $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" \
+            --dir "$W/traces/decode_$stacks" -- $JOB_ENV python3 "$here/bench_decode.py" "$res" \
+            "stacks $stacks" "$port" --attach "$W/traces/decode_$stacks" --tool "$SHP_TOOL" \
+            --tool-ld "${SHP_TOOL_LD:-}" \
+            >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
+    done
+    for cfg in untraced nccl_debug flight_recorder; do
+        port=$((port + 1))
+        case $cfg in
+        untraced) set -- ;;
+        nccl_debug) set -- NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL \
+            NCCL_DEBUG_FILE="$W/logs/decode_nccl_debug.%p.txt" ;;
+        flight_recorder) set -- TORCH_FR_BUFFER_SIZE=2000 ;;
+        esac
+        $pin env "$@" timeout -k 5 180 python3 "$here/bench_decode.py" "$res" "$cfg" "$port" \
+            >>"$W/logs/decode_$cfg.log" 2>&1 || note "FAIL decode $cfg: see its log"
+    done
+    python3 "$here/decode_table.py" "$res" >"$W/decode_table.txt" 2>&1
+    cp "$res" "$OUT/decode.jsonl"
+fi
+
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs
-tar -C "$W" --exclude="traces/bench_*" -czf "$OUT/traces.tar.gz" traces
+tar -C "$W" --exclude="traces/bench_*" --exclude="traces/decode_*" -czf "$OUT/traces.tar.gz" traces
 cp "$SUMMARY" "$OUT/summary.txt"
 [ -f "$W/bench_table.txt" ] && cp "$W/bench_table.txt" "$OUT/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cp "$W/decode_table.txt" "$OUT/decode_table.txt"
 echo "== check-gpu summary ($(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - start)) s)"
 [ -f "$W/bench_table.txt" ] && cat "$W/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cat "$W/decode_table.txt"
 cat "$SUMMARY"
 ! grep -q '^FAIL' "$SUMMARY"

@@ -1,14 +1,19 @@
 /* Unit tests of tools/lib, linked without the command's main: the reader on traces built here
  * (whole, torn, cut, still being written, read by two walks at once), events and the byte ranges
- * they read and write, stacks, the allocation tracker and the output helpers. */
+ * they read and write, stacks, the allocation tracker and the output helpers; and common/fs.c,
+ * which the preload and `run` share (the run directory, private files, writes without signals). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -407,6 +412,99 @@ static void test_make_dirs(void)
     test_cond("clean up", system(path) == 0);
 }
 
+static volatile sig_atomic_t got_pipe, got_xfsz;
+static void on_pipe(int sig)
+{
+    (void)sig;
+    got_pipe++;
+}
+static void on_xfsz(int sig)
+{
+    (void)sig;
+    got_xfsz++;
+}
+
+/* The rest of common/fs.c: what may hold traces, files created for a rename, and the writes
+ * that raise no signal in the traced application (issue 22). */
+static void test_fs_private(void)
+{
+    test_group("fs");
+    char top[] = "/tmp/shp_fs.XXXXXX", path[PATH_MAX], tmp[PATH_MAX + 32];
+    struct stat st;
+    if (!mkdtemp(top)) {
+        test_cond("a temporary directory", 0);
+        return;
+    }
+    mode_t old = umask(0777);
+    snprintf(path, sizeof(path), "%s/u/v", top);
+    test_cond("under umask 0777 new directories are still made", shp_make_dirs(path) == 0);
+    test_cond("and are 0700", stat(path, &st) == 0 && (st.st_mode & 07777) == 0700);
+    const char *why = NULL;
+    test_cond("a private directory is a run directory", shp_run_dir(path, &why) == 0 && !why);
+    int fd = shp_create_private(path, "name", tmp, sizeof(tmp));
+    test_cond("a private file is made", fd >= 0);
+    test_cond("mode 0600 whatever the umask",
+              fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 07777) == 0600);
+    char want[PATH_MAX + 8];
+    snprintf(want, sizeof(want), "%s/.name.", path);
+    test_cond("under a name of its own", !strncmp(tmp, want, strlen(want)));
+    if (fd >= 0)
+        close(fd);
+    umask(old);
+    chmod(path, 0777);
+    why = NULL;
+    test_cond("a directory others can write is refused", shp_run_dir(path, &why) == -EPERM);
+    test_str("and says why", why, "writable by others");
+    chmod(path, 01777);
+    test_cond("sticky makes no difference", shp_run_dir(path, &why) == -EPERM);
+
+    int p[2];
+    struct sigaction sa = {.sa_handler = on_pipe}, saved_pipe, saved_xfsz;
+    sigaction(SIGPIPE, &sa, &saved_pipe);
+    if (pipe(p) == 0) {
+        close(p[0]);
+        errno = 0;
+        test_cond("a write to a pipe nobody reads fails",
+                  shp_write_quiet(p[1], "x", 1) < 0 && errno == EPIPE);
+        test_cond("and raises no SIGPIPE", got_pipe == 0);
+        close(p[1]);
+    }
+    sigaction(SIGPIPE, &saved_pipe, NULL);
+
+    sa.sa_handler = on_xfsz;
+    sigaction(SIGXFSZ, &sa, &saved_xfsz);
+    struct rlimit lim, small = {65536, 65536};
+    getrlimit(RLIMIT_FSIZE, &lim);
+    snprintf(path, sizeof(path), "%s/big", top);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && setrlimit(RLIMIT_FSIZE, &small) == 0) {
+        small.rlim_max = lim.rlim_max;
+        test_cond("growing past RLIMIT_FSIZE fails", shp_fallocate_quiet(fd, 0, 1 << 20) == EFBIG);
+        test_cond("and raises no SIGXFSZ", got_xfsz == 0);
+        lseek(fd, 65536, SEEK_SET);
+        test_cond("a quiet write past it neither",
+                  shp_write_quiet(fd, "x", 1) < 0 && errno == EFBIG && got_xfsz == 0);
+        sigset_t block, before, pending;
+        sigemptyset(&block);
+        sigaddset(&block, SIGXFSZ);
+        pthread_sigmask(SIG_BLOCK, &block, &before);
+        raise(SIGXFSZ);
+        shp_fallocate_quiet(fd, 0, 1 << 20);
+        sigpending(&pending);
+        test_cond("a SIGXFSZ of the caller's own, pending, stays", sigismember(&pending, SIGXFSZ));
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
+        test_cond("and is delivered when it unblocks it", got_xfsz == 1);
+        test_cond("the caller's own write still raises its SIGXFSZ",
+                  write(fd, "x", 1) < 0 && got_xfsz == 2);
+        setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    if (fd >= 0)
+        close(fd);
+    sigaction(SIGXFSZ, &saved_xfsz, NULL);
+    snprintf(path, sizeof(path), "rm -rf '%s'", top);
+    test_cond("clean up", system(path) == 0);
+}
+
 static void test_out(void)
 {
     test_group("out");
@@ -505,5 +603,6 @@ int main(void)
     test_allocs();
     test_out();
     test_make_dirs();
+    test_fs_private();
     return test_report();
 }

@@ -245,6 +245,16 @@ static void json_ref(FILE *out, struct an_ctx *ctx, const struct an_ref *r, uint
     free(buf);
 }
 
+/* What set the trace's cap: SHAPETRACE_MAX_MB or a resource limit of the process. */
+static void json_cap(FILE *out, const struct shp_trace *t)
+{
+#define SHP_REASON_KEY(name, num, key, phrase) [num] = key,
+    static const char *const keys[SHP_CAP_COUNT] = {SHP_CAP_REASONS(SHP_REASON_KEY)};
+#undef SHP_REASON_KEY
+    uint32_t r = t->hdr->cap_why < SHP_CAP_COUNT ? t->hdr->cap_why : SHP_CAP_MAX_MB;
+    fprintf(out, ",\"capped_by\":\"%s\"", keys[r]);
+}
+
 /* What became of the process, and when and why tracing switched itself off. */
 static void json_fate(FILE *out, const struct shp_trace *t)
 {
@@ -252,9 +262,9 @@ static void json_fate(FILE *out, const struct shp_trace *t)
                                         [SHP_FATE_RUNNING] = "running",
                                         [SHP_FATE_EXECD] = "exec",
                                         [SHP_FATE_KILLED] = "killed"};
-    static const char *const reasons[] = {[SHP_OFF_NO_SPACE] = "no_space",
-                                          [SHP_OFF_FD_CLOSED] = "fd_closed",
-                                          [SHP_OFF_GROW] = "cannot_grow"};
+#define SHP_REASON_KEY(name, num, key, phrase) [num] = key,
+    static const char *const reasons[SHP_OFF_COUNT] = {SHP_OFF_REASONS(SHP_REASON_KEY)};
+#undef SHP_REASON_KEY
     const struct shp_file_header *h = t->hdr;
     fprintf(out, ",\"ended\":\"%s\",\"switched_off\":", fates[shp_trace_fate(t, NULL, 0)]);
     if (!shp_trace_off_why(t)) {
@@ -289,6 +299,7 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
             fprintf(out, "null");
         fprintf(out, ",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->index,
                 shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
+        json_cap(out, &p->t);
         json_fate(out, &p->t);
         fputc('}', out);
     }

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -214,17 +215,21 @@ int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats)
     free(files);
 
     FILE *out = NULL;
-    char path[4096], tmp[4096 + 8];
+    char path[4096], tmp[4096 + 32];
     if (rc == 0 && !shp_symfile_path(path, sizeof(path), dir, host, sizeof(host)))
         rc = -ENAMETOOLONG;
     snprintf(stats->path, sizeof(stats->path), "%s", rc == 0 ? path : "");
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    /* Mode 0600, as the traces: the names say what the job ran. */
-    int fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-    if (rc == 0 && (fd < 0 || !(out = fdopen(fd, "w")))) {
+    /* Mode 0600, as the traces: the names say what the job ran. A name of its own, created
+     * exclusively: a link planted under the old fixed name (<host>.symbols.tmp) got the text
+     * written through it, into a file outside the run directory. */
+    int fd = rc == 0 ? shp_create_private(dir, strrchr(path, '/') + 1, tmp, sizeof(tmp)) : -1;
+    if (rc == 0 && fd < 0)
+        rc = fd;
+    if (rc == 0 && !(out = fdopen(fd, "w"))) {
         rc = -errno;
-        if (fd >= 0)
-            close(fd);
+        close(fd);
+        unlink(tmp);
+        fd = -1;
     }
     if (rc == 0)
         rc = shp_symfile_write_header(out);
@@ -234,7 +239,8 @@ int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats)
         rc = shp_symfile_write_end(out, stats->frames);
     if (out && fclose(out) != 0 && rc == 0)
         rc = -errno;
-    /* Renamed into place only whole, so a reader never sees half a file under the name. */
+    /* Renamed into place only whole, so a reader never sees half a file under the name (a
+     * link there is replaced, not followed). */
     if (rc == 0 && rename(tmp, path) != 0)
         rc = -errno;
     if (rc != 0 && fd >= 0)
