@@ -53,6 +53,7 @@ else
     suite "analyze" python3 tests/test_analyze.py "$B"
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
+    suite "snapshot" python3 tests/test_snapshot.py "$B"
 fi
 
 echo "== total ($B)"
