@@ -51,7 +51,7 @@ CPPFLAGS_BASE := -I.
 GPU_INC := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
 
 # ---- shared code, built once with -fPIC for the preload and the tools ----
-COMMON_SRC := common/fs.c common/log.c common/ops.c common/rec.c
+COMMON_SRC := common/fs.c common/log.c common/ops.c common/pylayout.c common/rec.c
 COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 
 # ---- the preload ----
@@ -354,6 +354,7 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
+	$(B)/tests/snap_ranks \
 	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 

@@ -299,6 +299,54 @@ def test_threads_and_a_forked_child():
     assert versions == [2, 3], versions
 
 
+PY_SITES = """
+import ctypes, sys
+cudart = ctypes.CDLL(sys.argv[1])
+copy = cudart.cudaMemcpy
+copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+dev = ctypes.c_void_p()
+assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(4096)) == 0
+host = ctypes.create_string_buffer(b"logits" * 10)
+
+
+class Sampler:
+    def sample_logits(self):
+        assert copy(dev, host, 60, 1) == 0  # host to device
+
+
+def other_site():
+    assert copy(dev, host, 60, 1) == 0
+
+
+for _ in range(3):
+    Sampler().sample_logits()
+    other_site()
+print("ok")
+"""
+
+
+def test_python_function_names_pick_the_copies():
+    # The glob against Python frames: only the copies made in sample_logits (a method: its name
+    # and its qualified name) are fingerprinted; two processes running the same code compute one
+    # site for them, counted 0, 1, 2.
+    script = os.path.join(TMP, "sites.py")
+    open(script, "w").write(PY_SITES)
+    sites = []
+    for k in range(2):
+        d = os.path.join(TMP, f"pysites{k}")
+        shutil.rmtree(d, ignore_errors=True)
+        p = run([TOOL, "run", "--values", "copies", "--values-site", "*.sample_*", "--dir", d,
+                 "--", sys.executable, script, f"{T}/libcudart.so.13"])
+        assert p.returncode == 0 and "ok" in p.stdout, p
+        vals, calls = values_of(d)
+        assert [v["occurrence"] for v in vals] == [0, 1, 2], vals
+        assert all(any("py: sample_logits" in f for f in calls[(v["file"], v["of"])]["stack"])
+                   for v in vals), vals
+        assert {v["on"] for v in vals} == {"host"} and len({v["site"] for v in vals}) == 1, vals
+        sites.append(vals[0]["site"])
+    assert sites[0] == sites[1], sites
+
+
 def test_run_options():
     for bad, msg in ((["--values", "--values-every", "0"], "--values-every takes"),
                      (["--values=bogus"], "--values takes collectives, copies or all"),

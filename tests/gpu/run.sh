@@ -3,8 +3,8 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy values bench decode
-#                  (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy snapshot values bench
+#                  decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -12,7 +12,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy values bench decode}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy snapshot values bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -110,6 +110,18 @@ for n in $RANKS; do
 done
 wait
 echo "multi-rank runs took $(($(date +%s) - start)) s"
+
+# shapetrace snapshot of a hung 4-rank job started without shapetrace, alone on the machine
+# (--all pictures every process of this user that maps NCCL): its verdict lines go to the
+# summary as they are; its log, JSON and text view to the logs.
+if has snapshot; then
+    mkdir -p "$W/snapshot"
+    timeout -k 5 600 python3 "$here/snapshot_check.py" "$W/snapshot" 4 >"$W/logs/snapshot.log" 2>&1
+    grep -E '^(PASS|FAIL|INFO) snapshot' "$W/logs/snapshot.log" >>"$SUMMARY"
+    grep -qE '^(PASS|FAIL) snapshot' "$W/logs/snapshot.log" ||
+        note "FAIL snapshot: no verdict (see logs/snapshot.log)"
+    cp "$W"/snapshot/*.json "$W"/snapshot/*.txt "$W"/snapshot/*.log "$W/logs/" 2>/dev/null
+fi
 
 if has smoke; then
     grep -q '^check.*FAIL' "$W/logs/smoke.log" &&

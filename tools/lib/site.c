@@ -23,6 +23,8 @@ const char *const shp_site_builtin[] = {
     "fn:cuda[A-Z]*", "fn:__cuda*", "fn:cu[A-Z]*", "fn:nccl[A-Z]*", "fn:pnccl[A-Z]*",
     /* the C and C++ runtimes */
     "libc.so*", "libstdc++.so*", "libgcc_s.so*", "ld-linux*.so*", "libpthread.so*", "libm.so*",
+    /* the foreign-function layer under ctypes and cffi (vLLM's pynccl calls NCCL through it) */
+    "libffi.so*",
     /* the interpreter */
     "libpython3*.so*", "python", "python3", "python3.[0-9]*", "<frozen *>",
     /* the frameworks: torch (Python, and C++ also where LibTorch is installed by hand), Triton,
