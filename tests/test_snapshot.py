@@ -277,11 +277,13 @@ def check_python_ranks(py, name):
         return f"py: {fn} ({SNAP_PY}:{line_of(SNAP_PY, contains)})"
 
     red = at("reduce_layer", "nccl.ncclAllReduce(")
-    sleep = at("warmup", "time.sleep(0.01)")
+    # rank 1 waits in warmup's loop: in its sleep or, now and then, in the check beside it
+    in_warmup = [at("warmup", c) for c in ("time.sleep(0.01)", "os.path.exists(RELEASE)")]
+    waits = "|".join(re.escape(w[4:]) for w in in_warmup)
     lines = text.splitlines()
     assert lines[1] == "waiting for rank 1: not in a GPU library, while rank 0 is", text
-    assert re.fullmatch(r"  rank 1: main thread in \S+ \(not in a GPU library\) at " +
-                        re.escape(sleep[4:]), lines[2]), text
+    assert re.fullmatch(r"  rank 1: main thread in \S+ \(not in a GPU library\) at (" + waits +
+                        ")", lines[2]), text
     assert re.fullmatch(r"  rank 0: thread \S+ in ncclAllReduce at " + re.escape(red[4:]),
                         lines[3]), text
     procs = sorted(js["processes"], key=lambda p: p["rank"])
@@ -305,7 +307,7 @@ def check_python_ranks(py, name):
     main1 = [t for t in r1["threads"] if t["main"]][0]
     assert r1["focus"] == main1["tid"] and main1["in"] is None, r1
     pyf = [f for f in main1["stack"] if f.startswith("py: ")]
-    assert pyf == [sleep, at("main", "warmup(SLEEP_S)"),
+    assert pyf[0] in in_warmup and pyf[1:] == [at("main", "warmup(SLEEP_S)"),
                    f"py: <module> ({SNAP_PY}:{line_of(SNAP_PY, exact='main()')})"], pyf
     idlers = [t for p in procs for t in p["threads"] if t["site"] and "py: idle (" in t["site"]]
     assert len(idlers) == 2 and all(t["in"] is None for t in idlers), idlers
@@ -426,9 +428,12 @@ def test_targets_do_not_notice():
     """Many snapshots of a target blocked in nanosleep, poll, read, a timed condition wait and
     pthread_join, and of one making threads all along: the same output and exit status as
     without them (no EINTR, nothing lost), and every thread found."""
+    # Long enough for 10 snapshots on a busy machine under the sanitizers, where each snapshot
+    # command takes several times as long (seen: 9 in 300 ticks at load 5).
+    ticks = str(900 if os.environ.get("SHAPETRACE_SANITIZED") == "1" else 300)
     for opts in ((), ("--spawn",)):
-        ref = subprocess.run([f"{T}/snap_tick", "300", *opts], capture_output=True, text=True)
-        t = started(tick(300, *opts))
+        ref = subprocess.run([f"{T}/snap_tick", ticks, *opts], capture_output=True, text=True)
+        t = started(tick(int(ticks), *opts))
         taken = 0
         while t.poll() is None and taken < 40:
             p = snapshot("--json", str(t.pid), check=False)
