@@ -56,7 +56,7 @@ COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 
 # ---- the preload ----
 PRELOAD_SRC := preload/config.c preload/writer.c preload/resolve.c preload/stackid.c \
-               preload/python.c preload/stacks.c preload/record.c preload/nccl.c \
+               preload/python.c preload/stacks.c preload/values.c preload/record.c preload/nccl.c \
                preload/cudart.c preload/cuda.c preload/dlsym.c preload/init.c
 PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(B)/obj/%.o)
 PRELOAD := $(B)/lib/libshapetrace.so
@@ -198,6 +198,13 @@ $(B)/tests/stacks: tests/load/stacks.c examples/common.h $(DOUBLE_CUDART) $(DOUB
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< \
 		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
 
+# -rdynamic: the fingerprints' site glob (SHAPETRACE_VALUES_SITE) names its functions, and the
+# preload sees native names through dladdr, which knows exported symbols only.
+$(B)/tests/values: tests/load/values.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -rdynamic -o $@ $< \
+		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
+
 $(B)/tests/missing: tests/load/missing.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
@@ -274,6 +281,7 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
+	$(B)/tests/values \
 	$(B)/tests/hostile \
 	$(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
@@ -314,10 +322,12 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(FUZZ_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(CPPFLAGS_BASE) -o $@ $^ $(TOOLS_LIBS)
 # Seeds: traces of the scenario and of the generator, made here (traces are not committed).
-$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD)
+$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD) $(DOUBLE_CUDA)
 	$(Q)rm -rf $(B)/fuzz/seeds $(B)/fuzz/runs && mkdir -p $(B)/fuzz/seeds
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/basic -- $(B)/tests/scenario basic >/dev/null 2>&1
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/graph -- $(B)/tests/scenario graph >/dev/null 2>&1
+	$(Q)SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$(B)/tests $(TOOL) run --values \
+		--dir $(B)/fuzz/runs/values -- $(B)/tests/scenario basic >/dev/null 2>&1
 	$(Q)$(B)/bench/gen_traces $(B)/fuzz/runs/gen 2 40 >/dev/null
 	$(Q)for f in $(B)/fuzz/runs/*/*.shptrace; do \
 		python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); \
@@ -348,7 +358,12 @@ bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXA
 	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
-check-gpu: all
+# The fingerprint of files' bytes, for the GPU checks of --values (test equipment).
+$(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/values.h
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
+
+check-gpu: all $(B)/tests/shp_fingerprint
 	$(Q)tests/gpu/run.sh $(B)
 
 install: all

@@ -35,16 +35,23 @@ print(struct.unpack_from("<Q", d, 72)[0] - struct.unpack_from("<I", d, 16)[0])' 
 events_of() { "$TOOL" dump --json --no-stacks "$@" | wc -l; }
 
 echo "shapetrace bench: $N calls a batch (10x that of graph launches), $ROUNDS interleaved rounds"
-echo "of untraced, stacks none, native, python and dormant runs; the figure is the median over the"
-echo "rounds of (traced - untraced) in the same round. On the test doubles (SIMULATED GPU: the"
-echo "doubles' own cost is in the untraced column; the differences are shapetrace's)."
+echo "of untraced, stacks none, native, python and dormant runs, and of native runs with and"
+echo "without --values over the driver double; the figure is the median over the rounds of"
+echo "(traced - untraced) in the same round (for --values: with - without). On the test doubles"
+echo "(SIMULATED GPU: the doubles' own cost is in the untraced column; the differences are"
+echo "shapetrace's)."
 echo "machine: $(nproc) cores, $(uname -m), load at start $(cut -d' ' -f1-3 /proc/loadavg)"
-configs="untraced none native python dormant"
+configs="untraced none native python dormant drv values"
+# --values needs a driver: the doubles' runtime then goes through the driver double, as a real
+# runtime does (SHP_DOUBLE_VIA_DRIVER), in both of the runs compared.
+drv="env SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$B/tests"
 run_cfg() { # config round
     rm -rf "$tmp/run"
     case $1 in
     untraced) set -- env ;;
     dormant) set -- "$TOOL" run --dir "$tmp/run" --dormant -- ;;
+    drv) set -- $drv "$TOOL" run --dir "$tmp/run" --stacks native -- ;;
+    values) set -- $drv "$TOOL" run --dir "$tmp/run" --stacks native --values all -- ;;
     *) set -- "$TOOL" run --dir "$tmp/run" --stacks "$1" -- ;;
     esac
     "$@" "$prog" "$N" 2>/dev/null
@@ -56,11 +63,11 @@ while [ "$r" -le "$ROUNDS" ]; do
     done
     r=$((r + 1))
 done
-# diffs CONFIG CALL: each round's CONFIG ns a call minus untraced's, one a line.
+# diffs CONFIG CALL [BASE]: each round's CONFIG ns a call minus BASE's (untraced), one a line.
 diffs() {
     for r in $(seq 1 "$ROUNDS"); do
         t=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.$r")
-        u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/untraced.$r")
+        u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/${3:-untraced}.$r")
         echo "$t $u" | awk '{printf "%.1f\n", $1 - $2}'
     done
 }
@@ -68,10 +75,11 @@ diffs() {
 rounds() { for r in $(seq 1 "$ROUNDS"); do awk -v k="$1" '$1 == k {print $2}' "$tmp/untraced.$r"; done; }
 # minmax: the smallest and the largest of the numbers read, "MIN..MAX".
 minmax() { sort -n | awk 'NR == 1 {a = $1} {b = $1} END {print a ".." b}'; }
-# added CONFIG CALL: the median over rounds of CONFIG's ns a call minus untraced's.
-added() { diffs "$1" "$2" | median; }
-# spread CONFIG CALL / spread_u CALL: the per-round differences' range; the untraced figure's.
-spread() { diffs "$1" "$2" | minmax; }
+# added CONFIG CALL [BASE]: the median over rounds of CONFIG's ns a call minus BASE's.
+added() { diffs "$1" "$2" "${3:-}" | median; }
+# spread CONFIG CALL [BASE] / spread_u CALL: the per-round differences' range; the untraced
+# figure's.
+spread() { diffs "$1" "$2" "${3:-}" | minmax; }
 spread_u() { rounds "$1" | minmax; }
 untraced() { rounds "$1" | median; }
 echo
@@ -114,6 +122,32 @@ and an atomic add on its communicator's counter), so that ranks armed apart line
         why "${extra}rounds ranged $(spread dormant "$k") ns, untraced $(spread_u "$k") ns"
     fi
 done
+
+# --values (issue 26): what a fingerprinted call adds (the kernel's launch and event, the value
+# record, its read-back; on the driver double the "kernel" is the hash in C, run when its event
+# is queried), and what a call adds that has nothing to fingerprint (a graph launch): the two
+# tests of the switch and the poll of fingerprints in flight.
+for k in copy allreduce; do
+    info "added by --values, $k (fingerprinted)" "$(added values "$k" drv)" "ns/call"
+    echo "    rounds ranged $(spread values "$k" drv) ns"
+done
+v=$(added values launch drv)
+figure "added by --values, graph launch (none taken)" "$v" "ns/call" 10 le
+[ "$(verdict "$v" 10 le)" = missed ] && why "rounds ranged $(spread values launch drv) ns"
+# Without --values nothing is written that was not before: format version 2, no value record.
+rm -rf "$tmp/run"
+"$TOOL" run --dir "$tmp/run" -- "$prog" "$N" >/dev/null 2>&1
+nv=$(python3 -c 'import sys, struct
+d = open(sys.argv[1], "rb").read()
+off, tail, n = 4096, struct.unpack_from("<Q", d, 72)[0], 0
+while off + 8 <= tail:
+    w = struct.unpack_from("<I", d, off)[0]
+    if w >> 24 != 0xA7 or not w & 0xFFFF:
+        break
+    n += (w >> 16) & 0xFF == 18
+    off += (w & 0xFFFF) * 8
+print(n if struct.unpack_from("<I", d, 8)[0] == 2 else 999999)' "$(ls "$tmp"/run/*.shptrace)")
+figure "value records without --values (format 2)" "$nv" "records" 0 le
 
 # Bytes per event: bench/overhead's trace (default stacks) and the examples' (make demo's).
 rm -rf "$tmp/run"

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "preload/preload.h"
+#include "preload/values.h"
 
 static void atfork_child(void)
 {
@@ -12,6 +13,7 @@ static void atfork_child(void)
     shp_writer_atfork_child();
     shp_stacks_atfork_child();
     shp_record_atfork_child();
+    shp_values_atfork_child();
     shp_log_prefix_update(-1);
 }
 
@@ -23,6 +25,7 @@ void shp_init(void)
          * triggers) passes straight through instead of recursing. */
         int saved = shp_own_enter();
         shp_config_load();
+        shp_values_config();
         /* A warning that the application's standard error cannot take goes into the trace. */
         shp_log.divert = shp_writer_note;
         pthread_atfork(NULL, NULL, atfork_child);

@@ -303,6 +303,18 @@ uint32_t shp_py_stack(uint32_t native);
 void shp_py_modules_changed(void);
 void shp_py_atfork_child(void);
 
+/* One Python frame as shp_py_frames hands it out; the texts are NUL-terminated UTF-8 that holds
+ * until the callback returns. */
+struct shp_py_frame {
+    const char *name, *qualname, *file; /* qualname is "" on 3.10 */
+    int firstlineno;
+    uint32_t lasti; /* instruction offset (SHP_PYFRAME_OFFSET), SHP_PYFRAME_NO_OFFSET if none */
+};
+/* Call fn for each Python frame of the calling thread, innermost first; returns how many (0:
+ * the thread runs no Python, or Python call sites are not available). For what is computed once
+ * per distinct stack (preload/values.c): it converts every name. */
+int shp_py_frames(void (*fn)(void *arg, const struct shp_py_frame *f), void *arg);
+
 /* ---- stacks.c: native call sites and the module map ---- */
 
 /* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the

@@ -487,3 +487,34 @@ void shp_py_atfork_child(void)
     atomic_store(&py.info_written, 0);
     pthread_mutex_init(&py.mu, NULL);
 }
+
+int shp_py_frames(void (*fn)(void *arg, const struct shp_py_frame *f), void *arg)
+{
+    int st = atomic_load_explicit(&py.state, memory_order_acquire);
+    if (st != PY_READY && (st != PY_UNRESOLVED || setup() != PY_READY))
+        return 0;
+    if (!py.is_initialized() || ld_ptr(py.runtime, py.L.rt_finalizing))
+        return 0;
+    const char *ts = py.this_tstate();
+    struct py_walk w;
+    w.native = 0;
+    w.flags = 0;
+    w.n = 0;
+    if (!ts || !ok_ptr(ts) || !walk(ts, &w))
+        return 0;
+    const struct shp_py_layout *L = &py.L;
+    for (int i = 0; i < w.n; i++) {
+        const char *co = w.f[i].code;
+        char name[NAME_MAX_BYTES + 1], qual[NAME_MAX_BYTES + 1], file[FILE_MAX_BYTES + 1];
+        name[str_utf8(ld_ptr(co, L->co_name), name, NAME_MAX_BYTES)] = 0;
+        qual[L->co_qualname ? str_utf8(ld_ptr(co, L->co_qualname), qual, NAME_MAX_BYTES) : 0] = 0;
+        file[str_utf8(ld_ptr(co, L->co_filename), file, FILE_MAX_BYTES)] = 0;
+        struct shp_py_frame f = {.name = name,
+                                 .qualname = qual,
+                                 .file = file,
+                                 .firstlineno = ld_i32(co, L->co_firstlineno),
+                                 .lasti = SHP_PYFRAME_OFFSET(w.f[i].lasti)};
+        fn(arg, &f);
+    }
+    return w.n;
+}

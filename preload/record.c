@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "include/shapetrace/env.h"
 #include "preload/preload.h"
+#include "preload/values.h"
 
 /* ---- per-op tables ---- */
 
@@ -75,6 +76,7 @@ static bool trace_open(void)
     }
     if (shp_cfg.stacks != SHP_STACKS_NONE)
         shp_modules_sync();
+    shp_values_opened();
     return true;
 }
 
@@ -599,6 +601,8 @@ _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 void shp_enter(struct shp_call *c)
 {
     int saved = shp_own_enter();
+    if (__builtin_expect(shp_values_mask != 0, 0))
+        shp_values_before(atomic_load_explicit(&cap.n, memory_order_relaxed));
     c->t0 = shp_clock_now();
     c->ev = NULL;
     c->head = NULL;
@@ -718,6 +722,9 @@ void shp_leave(struct shp_call *c, int result)
         /* Compact: the device was taken at entry, the communicator's is its record's. A clock
          * read and a store call nothing and set no errno: no guard, nothing to restore. */
         shp_rec_done(c->head, result, shp_clock_now() - c->t0);
+        if (__builtin_expect(shp_values_mask != 0, 0))
+            shp_values_after(c, result, tls_group,
+                             atomic_load_explicit(&cap.n, memory_order_relaxed));
         return;
     }
     int saved = shp_own_enter();
@@ -794,6 +801,8 @@ void shp_leave(struct shp_call *c, int result)
         shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
     if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
         comm_indexed(c->cstate, c->ev);
+    if (__builtin_expect(shp_values_mask != 0, 0))
+        shp_values_after(c, result, tls_group, atomic_load_explicit(&cap.n, memory_order_relaxed));
     shp_own_leave(saved);
 }
 

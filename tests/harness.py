@@ -19,6 +19,20 @@ def tool_env():
     return e
 
 
+def values_env(tests_dir, **extra):
+    """tool_env() with the doubles as a real job has them for --values: the runtime over the
+    driver (SHP_DOUBLE_VIA_DRIVER), whose libcuda.so.1 the NCCL double finds on the library path
+    (tests_dir); `extra` added, None values removed."""
+    e = tool_env()
+    e.pop("SHAPETRACE_DIR", None)
+    e["SHP_DOUBLE_VIA_DRIVER"] = "1"
+    e["LD_LIBRARY_PATH"] = tests_dir
+    for k, v in extra.items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return e
 def other_pythons():
     """CPython 3.10 to 3.13 interpreters besides the default `python3`, where pyenv has them."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))

@@ -37,6 +37,7 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "test_lib (thread)" "$B/tests/test_lib"
     suite "test_findings (thread)" "$B/tests/test_findings"
     suite "analyze (thread)" python3 tests/test_analyze.py "$B"
+    suite "values (thread)" python3 tests/test_values.py "$B"
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
 else
@@ -51,6 +52,7 @@ else
     done
     suite "preload and tools" python3 tests/test_preload.py "$B"
     suite "analyze" python3 tests/test_analyze.py "$B"
+    suite "values" python3 tests/test_values.py "$B"
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
     suite "snapshot" python3 tests/test_snapshot.py "$B"

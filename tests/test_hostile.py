@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from harness import NotRun, run_all, tool_env as env  # the script's own folder, tests/, is on sys.path
+from harness import NotRun, run_all, tool_env as env, values_env  # tests/ is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -111,6 +111,58 @@ def test_attach_refuses_an_overlong_mark():
     assert p.returncode == 2 and "at most 127 bytes" in p.stderr, p.stderr
 
 
+# ---- fingerprints (--values): a module, pinned memory and events per context ----
+
+def values_run(name, args, opts=("--values", "all"), e=None, limit_fds=None):
+    """hostile ARGS traced with OPTS in a fresh working directory: (process, files left in that
+    directory, run directory)."""
+    cwd = fresh(name)
+    rd = os.path.join(TMP, name + "-run")
+    shutil.rmtree(rd, ignore_errors=True)
+
+    def limit():
+        if limit_fds:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit_fds, limit_fds))
+    p = subprocess.run([TOOL, "run", "--dir", rd, *opts, "--", f"{T}/hostile", *args],
+                       capture_output=True, text=True, timeout=60, env=e or values_env(T), cwd=cwd,
+                       preexec_fn=limit)
+    return p, sorted(os.listdir(cwd)), rd
+
+
+def test_values_leave_the_application_alone():
+    # The same output (its data checked, its CUDA error still pending, its descriptors), exit
+    # status and files with fingerprints as without, under a low descriptor limit too.
+    base, files0, _ = values_run("values-off", ["values", "40"], opts=())
+    assert base.returncode == 0 and "as the failed malloc left it" in base.stdout, base
+    for fds in (None, 64):
+        p, files, rd = values_run(f"values-on-{fds}", ["values", "40"], limit_fds=fds)
+        assert (p.returncode, p.stdout, files) == (0, base.stdout, files0), (fds, p, files)
+        assert "fingerprints" not in p.stderr, p.stderr
+        d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
+        assert d["values"]["records"] >= 120 and d["values"]["lost"] == 0, d["values"]
+
+
+def test_values_driver_failure_leaves_the_application_alone():
+    base, files0, _ = values_run("values-fail-off", ["values", "10"], opts=())
+    for fn in ("cuLaunchKernel", "cuEventQuery", "cuModuleLoadData"):
+        p, files, _ = values_run("values-fail-" + fn, ["values", "10"],
+                                 e=values_env(T, SHP_DOUBLE_CU_FAIL=fn))
+        assert (p.returncode, p.stdout, files) == (0, base.stdout, files0), (fn, p)
+        warn = [ln for ln in p.stderr.splitlines() if "fingerprints switched off" in ln]
+        assert len(warn) == 1 and fn in warn[0], (fn, p.stderr)
+
+
+def test_values_exit_status_and_pending_fingerprints():
+    # exit() runs the exit handlers: the fingerprint in flight is read back. _exit() runs none:
+    # it stays pending in the trace, which says so; the status is the application's either way.
+    p, _, rd = values_run("values-exit", ["values-exit", "7"])
+    assert p.returncode == 7 and p.stdout == "leaving with 7\n", p
+    d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
+    assert d["values"]["pending"] == 0 and d["values"]["records"] >= 1, d["values"]
+    p, _, rd = values_run("values-_exit", ["values-_exit", "9"])
+    assert p.returncode == 9 and p.stdout == "leaving with 9\n", p
+    d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
+    assert d["values"]["pending"] == 1, d["values"]
 # ---- the application is harmed in no way: each case runs untraced and traced, and the two
 # runs must give the same output, exit status and files (issue 22) ----
 

@@ -19,7 +19,13 @@
  *   lastfd N          opens /dev/null until it runs out, closes one, makes its first N copies,
  *                     then opens one more file: the one it freed
  *   stderr FILE N     puts its data FILE (5 bytes) on descriptor 2, then N copies
- *   umask N           umask 0777, then N copies */
+ *   umask N           umask 0777, then N copies
+ *   values N          what --values touches: after a failing cudaMalloc and closing every
+ *                     descriptor above 2, N async device-to-device copies on a stream and N
+ *                     synchronous ones to the host, the data checked; prints the bytes' sum,
+ *                     the CUDA error still pending and its descriptors
+ *   values-exit S     an async copy, then exit(S); values-_exit S: the same with _exit (no exit
+ *                     handlers run) */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -240,6 +246,60 @@ static int on_stderr(const char *file, int n)
     return rc ? rc : st.st_size == 5 ? 0 : 6;
 }
 
+/* Descriptors open now. */
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+static int values(int n)
+{
+    void *huge;
+    /* The application's own error, left pending: fingerprints must not clear or change it. */
+    cudaError_t pending = cudaMalloc(&huge, (size_t)1 << 62);
+    for (int fd = 3; fd < 4096; fd++)
+        close(fd);
+    cudaStream_t s;
+    unsigned char *a, *b, host[4096];
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, sizeof(host)) ||
+        cudaMalloc((void **)&b, sizeof(host)))
+        return 3;
+    unsigned long sum = 0;
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < sizeof(host); k++)
+            host[k] = (unsigned char)(k * 31 + (size_t)i);
+        if (cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice) ||
+            cudaMemcpyAsync(b, a, sizeof(host), cudaMemcpyDeviceToDevice, s) ||
+            cudaStreamSynchronize(s) || cudaMemcpy(host, b, sizeof(host), cudaMemcpyDeviceToHost))
+            return 3;
+        for (size_t k = 0; k < sizeof(host); k++) {
+            if (host[k] != (unsigned char)(k * 31 + (size_t)i))
+                return 4;
+            sum += host[k];
+        }
+    }
+    printf("sum %lu, error pending %d (%s), descriptors %d\n", sum, (int)cudaGetLastError(),
+           pending == cudaErrorMemoryAllocation ? "as the failed malloc left it" : "?", open_fds());
+    return 0;
+}
+
+static int values_exit(int status, int hard)
+{
+    unsigned char *a, *b;
+    cudaStream_t s;
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, 64) || cudaMalloc((void **)&b, 64) ||
+        cudaMemcpyAsync(b, a, 64, cudaMemcpyDeviceToDevice, s))
+        return 3;
+    printf("leaving with %d\n", status);
+    fflush(stdout);
+    if (hard)
+        _exit(status);
+    exit(status);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -289,10 +349,16 @@ int main(int argc, char **argv)
         umask(0777);
         return copies(atoi(argv[2]));
     }
+    if (argc > 2 && !strcmp(argv[1], "values"))
+        return values(atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "values-exit"))
+        return values_exit(atoi(argv[2]), 0);
+    if (argc > 2 && !strcmp(argv[1], "values-_exit"))
+        return values_exit(atoi(argv[2]), 1);
     fprintf(
         stderr,
         "usage: hostile closeall FILE N | calls N | exec N | linger N | pause N M | write FILE "
         "BYTES N | fsize KB N FILE | malloc MB N | vmsize | reuse A B N | nofile N | lastfd N | "
-        "stderr FILE N | umask N\n");
+        "stderr FILE N | umask N | values N | values-exit S | values-_exit S\n");
     return 2;
 }

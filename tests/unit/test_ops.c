@@ -150,6 +150,7 @@ static const struct {
     {"COLL_C", 15, 72, SHP_ROLE_COMPACT},
     {"P2P_C", 16, 72, SHP_ROLE_COMPACT},
     {"LAUNCH_C", 17, 48, SHP_ROLE_COMPACT},
+    {"VALUE", 18, 88, SHP_ROLE_LATE}, /* format version 3 */
 };
 
 int main(void)

@@ -20,11 +20,11 @@
 #include "tools/lib/out.h"
 
 extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers;
-extern const struct an_pass an_pass_lineage, an_pass_expect;
+extern const struct an_pass an_pass_lineage, an_pass_expect, an_pass_values;
 
 /* Passes that see every process's events merged by time, in this order. */
 static const struct an_pass *const merged_passes[] = {&an_pass_align, &an_pass_p2p,
-                                                      &an_pass_buffers};
+                                                      &an_pass_buffers, &an_pass_values};
 /* Passes that see one process's events at a time, in this order: a pass sees what the passes
  * before it left in the step (lineage's producers, for the expectations). */
 static const struct an_pass *const process_passes[] = {&an_pass_lineage, &an_pass_expect};
@@ -223,6 +223,7 @@ static int build_result(struct an_ctx *ctx, struct an_result *res)
     res->collectives = ctx->collectives;
     res->comms = ctx->comms;
     res->ncomms = ctx->ncomms;
+    res->values = ctx->values;
     ctx->comms = NULL;
     ctx->ncomms = 0;
     res->last = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(*res->last));

@@ -23,9 +23,10 @@ enum an_kind {
     AN_BUFFER_OVERRUN,
     AN_SHAPE_MISMATCH,
     AN_EXPECTATION_VIOLATION,
-    AN_MISSING_RANK, /* a communicator member that no trace provides */
-    AN_STALE_READ,   /* a read past what the latest graph replay wrote into its buffer */
-    AN_KIND_COUNT    /* also marks a finding dropped by an_findings_compact */
+    AN_MISSING_RANK,   /* a communicator member that no trace provides */
+    AN_STALE_READ,     /* a read past what the latest graph replay wrote into its buffer */
+    AN_VALUE_MISMATCH, /* ranks hold different bytes where they must hold the same (--values) */
+    AN_KIND_COUNT      /* also marks a finding dropped by an_findings_compact */
 };
 extern const char *const an_kind_names[AN_KIND_COUNT];
 

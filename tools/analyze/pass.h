@@ -43,6 +43,15 @@ struct an_comm_summary {
     int nmembers;
 };
 
+/* What the values pass made of the fingerprints (SHAPETRACE_VALUES), for the report; all 0 when
+ * no trace holds any. */
+struct an_values_counts {
+    uint64_t records;  /* value records read */
+    uint64_t compared; /* collectives and copies whose fingerprints were compared across ranks */
+    uint64_t differ;   /* of those, the ones whose ranks' fingerprints differ */
+    uint64_t captured, busy, lost, pending; /* calls whose fingerprint was not taken, by why */
+};
+
 struct an_load;
 struct an_expect;
 
@@ -59,6 +68,7 @@ struct an_ctx {
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
     uint64_t bytes_total, bytes_done;
+    struct an_values_counts values; /* written by the values pass as it finishes */
 };
 
 /* One event as the passes see it. */

@@ -114,6 +114,21 @@ void an_print_text(const struct an_result *r, FILE *out, bool color)
                 fprintf(out, " none\n");
         }
     }
+    const struct an_values_counts *v = &r->values;
+    if (v->records) {
+        uint64_t skipped = v->captured + v->busy + v->lost + v->pending;
+        fprintf(out,
+                "  fingerprints (--values): %" PRIu64 " compared across ranks, %" PRIu64
+                " of them differ",
+                v->compared, v->differ);
+        if (skipped)
+            fprintf(out,
+                    "; %" PRIu64 " not taken (%" PRIu64 " captured into a CUDA graph, %" PRIu64
+                    " with every slot in flight, %" PRIu64 " lost to an error, %" PRIu64
+                    " never read back)",
+                    skipped, v->captured, v->busy, v->lost, v->pending);
+        fputc('\n', out);
+    }
     if (!r->nfindings) {
         fprintf(out,
                 "\nno findings: the ranks agree on every collective and send/receive, and every "
@@ -333,6 +348,14 @@ void an_print_json(const struct an_result *r, FILE *out)
         shp_json_str(out, s->unreadable[i].why);
         fputc('}', out);
     }
+    fprintf(out, "],");
+    const struct an_values_counts *v = &r->values;
+    if (v->records)
+        fprintf(out,
+                "\"values\":{\"records\":%" PRIu64 ",\"compared\":%" PRIu64 ",\"differ\":%" PRIu64
+                ",\"captured\":%" PRIu64 ",\"busy\":%" PRIu64 ",\"lost\":%" PRIu64
+                ",\"pending\":%" PRIu64 "},",
+                v->records, v->compared, v->differ, v->captured, v->busy, v->lost, v->pending);
     /* The findings are in causal order, so the first is at index 0. */
-    fprintf(out, "],\"first\":%s}\n", r->nfindings ? "0" : "null");
+    fprintf(out, "\"first\":%s}\n", r->nfindings ? "0" : "null");
 }

@@ -72,8 +72,9 @@ int main(int argc, char **argv)
         return SHP_EXIT_OK;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("shapetrace %s (trace format version %u, read and written)\n", SHP_VERSION,
-               SHP_TRACE_VERSION);
+        printf("shapetrace %s (trace format version %u, read and written; version %u, with "
+               "value records, when run with --values)\n",
+               SHP_VERSION, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
         return SHP_EXIT_OK;
     }
     int (*fn)(int, char **) = lookup(cmd);
