@@ -231,17 +231,23 @@ if has values; then
     # torch_tp.py under --values: the clean run silent, one ulp in one rank's batch found
     # (after the other jobs: fewer processes share the GPU).
     # llama_tp.py --plant perturb: the last rank's embeddings one unit in the last place off at
-    # every step. They reach the other ranks only through row-parallel all-reduces' inputs, and
-    # every rank receives the same sum, so no fingerprint differs unless a sampled token does:
-    # a limit of the rule (README "Limits"), reported as INFO with what analyze said.
+    # every step. The all-reduces' outputs agree (every rank receives the same sum), but that
+    # rank's residual stream, and so the logits it copies to the host to sample from, do not:
+    # the copy at decode_step is where the values first differ.
     run_opts="--values"
     for n in $RANKS; do
         for plant in none ulp; do
             traced "tp${n}_values_$plant" 180 $(tr_run "$n") "$examples/torch_tp.py" --share-gpu \
                 --timeout 20 --plant "$plant"
         done
+        wait
+    done
+    run_opts="--values all --values-site decode_step"
+    for n in $RANKS; do
         traced "llama${n}_values_perturb" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
             --timeout 20 --plant perturb
+        traced "llama${n}_values_none" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+            --timeout 20 --plant none
         wait
     done
     run_opts=""
@@ -255,10 +261,12 @@ if has values; then
         for plant in none ulp; do
             note "INFO tp${n}_values_$plant: exit status $(rc_of "tp${n}_values_$plant")"
         done
-        seen=$(python3 "$here/verdict.py" analyze "llama${n}_values_perturb" \
-            "$W/traces/llama${n}_values_perturb" "$n" none 2>&1 | head -n 1)
-        note "INFO ${seen#* } (no finding expected; exit status" \
-            "$(rc_of "llama${n}_values_perturb"))"
+        last=$((n - 1))
+        perturbed=$last
+        [ "$n" -eq 2 ] && perturbed=0,1
+        verdict analyze "llama${n}_values_none" "$W/traces/llama${n}_values_none" "$n" none
+        verdict analyze "llama${n}_values_perturb" "$W/traces/llama${n}_values_perturb" "$n" \
+            value_mismatch:$perturbed:decode_step@llama_tp.py
     done
 fi
 
