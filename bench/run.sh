@@ -178,7 +178,7 @@ for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
             /main thread, all:/ {for (i = 1; i <= NF; i++) if ($i == "CPU") m = $(i + 1) + 0}
             /worker [0-9]+ .*CPU/ {for (i = 1; i <= NF; i++) if ($i == "CPU") {
                 w = w (w == "" ? "" : " + ") ($(i + 1) + 0); t += $(i + 1)}}
-            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers), workers %s = %.2f s" \
+            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers, waitfor), workers %s = %.2f s" \
                 " (lineage, expectations); %.2f s of CPU on %d cores", m, w, t, m + t, n}' "$tmp/stats")"
     fi
     [ "$5" = - ] || figure "$what, max RSS" "$rss" "MiB" "$5" le

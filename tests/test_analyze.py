@@ -426,7 +426,15 @@ STACKS_CASES = {
     "replay_output": ("stale_read", [1], None, "take_rows"),          # graph output, stale rows
     "replay_shapes": ("expectation_violation", [2], None, "capture_output"),  # in a replay
     "graph_gathered": ("shape_mismatch", [0], None, "cut_rows"),     # gathered in a graph
+    "extra_branch": ("missing_collective", [1], 3, "rare_branch"),    # one extra, reported once
+    "dormant": ("count_mismatch", [2], 69, "serve_step"),             # armed at #0, 16, 22, 26
+    "capped": ("count_mismatch", [3], 4000, "dp_step"),               # rank 1's trace capped
+    "fsdp_freed": ("failed_collective", [2], 4, "gather_layer"),      # NCCL refused a gather
+    "pynccl_root": ("failed_collective", [3], 2, "tp_broadcast"),     # ... and the rank went on
+    "eagle_dp": ("deadlock", [2], 3, "draft_forward"),                # SGLang EAGLE + DP attention
 }
+# `shapetrace run` options of a pattern (SHP_TOOL: the command, for ranks that arm themselves)
+STACKS_RUN = {"dormant": ["--dormant"], "capped": ["--max-mb", "1"]}
 STACKS_DIMS = {"gathered": ["hidden=512"], "replay_output": ["hidden=256"],
                "graph_gathered": ["hidden=512"]}
 STACKS_EXPECT = {"replay_shapes": {
@@ -454,10 +462,11 @@ def run_stacks(pattern, variant):
     d = os.path.join(TMP, f"stacks-{pattern}-{variant}")
     e = env()
     e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+    e["SHP_TOOL"] = TOOL
     n = "8" if pattern == "megatron" else "4"
-    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
-                        f"{T}/stacks", pattern, variant], capture_output=True, text=True,
-                       timeout=120, env=e)
+    p = subprocess.run([TOOL, "run", "--dir", d, *STACKS_RUN.get(pattern, []), "--",
+                        f"{T}/shp_launch", "-n", n, "--", f"{T}/stacks", pattern, variant],
+                       capture_output=True, text=True, timeout=120, env=e)
     STACKS_OUT[(pattern, variant)] = p.stdout
     return d
 
@@ -510,6 +519,27 @@ def test_stack_patterns():
             assert labels == ["its last call on this communicator", "its last call"], labels
         if pattern == "graph_buckets":
             assert [e["label"] for e in f["events"]][:1] == [None], f["events"]
+        if pattern in ("extra_branch", "dormant", "capped", "fsdp_freed", "eagle_dp"):
+            # reported once: no spurious missing_collective at the end, nothing about the
+            # collectives before a rank was armed or after a trace was capped
+            assert len(r["findings"]) == 1, (pattern, [x["summary"] for x in r["findings"]])
+        if pattern == "extra_branch":
+            assert "made one collective more" in f["summary"], f["summary"]
+        if pattern == "capped":
+            q = next(q for q in r["processes"] if q["rank"] == 1)
+            assert q["complete"] is False and q["dropped"] > 0, q
+        if pattern in ("fsdp_freed", "pynccl_root"):
+            assert "failed with ncclInvalidArgument (error 4" in f["summary"], f["summary"]
+            assert f["events"][0]["result"] == 4 and f["events"][0]["label"], f["events"][0]
+        if pattern == "pynccl_root":
+            assert "its next collective lines up with their next one" in f["summary"]
+        if pattern == "eagle_dp":
+            assert "ranks 0, 1, 3 wait in ncclAllReduce #3 on communicator" in f["summary"], \
+                f["summary"]
+            assert "for rank 2, which waits in ncclAllGather #3 on communicator" in \
+                f["summary"] and "for them" in f["summary"], f["summary"]
+            assert len(f["events"]) == 4 and all(e["label"] == "where it waits"
+                                                 for e in f["events"]), f["events"]
 
 
 def test_global_ranks_in_p2p_findings():
