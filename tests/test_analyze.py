@@ -432,6 +432,8 @@ STACKS_CASES = {
     "fsdp_freed": ("failed_collective", [2], 4, "gather_layer"),      # NCCL refused a gather
     "pynccl_root": ("failed_collective", [3], 2, "tp_broadcast"),     # ... and the rank went on
     "eagle_dp": ("deadlock", [2], 3, "draft_forward"),                # SGLang EAGLE + DP attention
+    "graph_side_stream": ("count_mismatch", [2], 2, "capture_bucket_side"),  # NCCL side stream
+    "nonblocking": ("count_mismatch", [5], 3, "tp_reduce"),           # config.blocking = 0
 }
 # `shapetrace run` options of a pattern (SHP_TOOL: the command, for ranks that arm themselves)
 STACKS_RUN = {"dormant": ["--dormant"], "capped": ["--max-mb", "1"]}
@@ -452,6 +454,8 @@ STACKS_REPLAY = {
                       "(1 of 24 matching calls violate it)"],  # checked at each replay
     "graph_gathered": ["written in replay 1 of the graph launched at decode_step (",
                        "(captured at capture_gather ("],
+    "graph_side_stream": ["rank 2 executed it in replay 3 of the graph launched at decode_step (",
+                          "(captured at capture_bucket_side ("],
 }
 
 
@@ -463,7 +467,7 @@ def run_stacks(pattern, variant):
     e = env()
     e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
     e["SHP_TOOL"] = TOOL
-    n = "8" if pattern == "megatron" else "4"
+    n = "8" if pattern in ("megatron", "nonblocking") else "4"
     p = subprocess.run([TOOL, "run", "--dir", d, *STACKS_RUN.get(pattern, []), "--",
                         f"{T}/shp_launch", "-n", n, "--", f"{T}/stacks", pattern, variant],
                        capture_output=True, text=True, timeout=120, env=e)
@@ -533,6 +537,11 @@ def test_stack_patterns():
             assert f["events"][0]["result"] == 4 and f["events"][0]["label"], f["events"][0]
         if pattern == "pynccl_root":
             assert "its next collective lines up with their next one" in f["summary"]
+        if pattern == "nonblocking":
+            # the split children and the init took ncclInProgress: their rank and size were
+            # learned at a later call (before: rank -1 of -1 and every call dropped in silence)
+            assert len(r["findings"]) == 1, [x["summary"] for x in r["findings"]]
+            assert f["comm_ranks"] == [1] and "(communicator " in f["summary"], f
         if pattern == "eagle_dp":
             assert "ranks 0, 1, 3 wait in ncclAllReduce #3 on communicator" in f["summary"], \
                 f["summary"]
@@ -574,6 +583,37 @@ def test_null_communicator_has_no_seq_in_dump():
     evs = [json.loads(x) for x in run([TOOL, "dump", "--json", d]).stdout.splitlines()]
     null = [e for e in evs if e["op"] == "ncclAllReduce" and e["result"] != 0]
     assert len(null) == 4 and all(e["seq"] is None for e in null), null
+
+
+def test_capture_joined_through_events():
+    """A stream that joins a capture by waiting on an event recorded on the capturing stream (a
+    fork) has its calls captured into that capture, from CUDA's cudaStreamGetCaptureInfo; a fork
+    not joined back ends the capture with cudaErrorStreamCaptureUnjoined, after which the stream
+    is eager again; the same at the driver level (cuStreamGetCaptureInfo_v2)."""
+    d = os.path.join(TMP, "joined")
+    e = env()
+    e["LD_LIBRARY_PATH"] = T  # the driver double, opened by name (ASan ignores the RUNPATH)
+    p = subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/scenario", "joined"],
+                       capture_output=True, text=True, timeout=60, env=e)
+    assert p.returncode == 0 and "joined ok; unjoined 904; driver 0" in p.stdout, (p.stdout,
+                                                                                 p.stderr)
+    evs = [json.loads(x) for x in run([TOOL, "dump", "--json", d]).stdout.splitlines()]
+    begins = [x for x in evs if x["op"] in ("cudaStreamBeginCapture", "cuStreamBeginCapture_v2")]
+    assert len(begins) == 3, begins
+    ar = [x for x in evs if x["op"] == "ncclAllReduce"]
+    assert ar[0]["captured"] and ar[0]["graph"] == hex(begins[0]["capture"]), ar[0]
+    assert not ar[1]["captured"] and ar[1]["seq"] == 1, ar[1]  # eager once its capture ended
+    copies = [x for x in evs if x["op"] == "cudaMemcpyAsync"]
+    assert [c["captured"] for c in copies] == [True, True], copies
+    assert copies[1]["graph"] == hex(begins[1]["capture"]), copies[1]
+    ends = [x for x in evs if x["op"] == "cudaStreamEndCapture"]
+    assert ends[1]["result"] == 904, ends  # cudaErrorStreamCaptureUnjoined
+    drv = [x for x in evs if x["op"] == "cuMemcpyHtoDAsync_v2"]
+    assert drv and drv[0]["captured"] and drv[0]["graph"] == hex(begins[2]["capture"]), drv
+    r, _ = analyze(d)
+    assert r["findings"] == [], [x["summary"] for x in r["findings"]]
+    # the three replays and the eager call are what the rank executed
+    assert [c["collectives"] for c in r["comms"]] == [4], r["comms"]
 
 
 def test_replay_number_is_the_ranks_launch_count():

@@ -77,6 +77,33 @@ static void graph_buckets(ncclComm_t comm, void *buf)
     replay_buckets(comm, buf, capture_bucket, 2, false);
 }
 
+/* The same as torch's ProcessGroupNCCL and vLLM do it inside a graph: NCCL runs on a side
+ * stream that joins the capture through an event (a fork) and is joined back into it (a join);
+ * the all-reduce is never issued on the capturing stream itself. */
+NOINLINE static void capture_bucket_side(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
+                                         cudaGraphExec_t *exec)
+{
+    static cudaStream_t side;
+    static cudaEvent_t fork, join;
+    if (!side) {
+        EX_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        EX_CHECK(cudaEventCreate(&fork));
+        EX_CHECK(cudaEventCreate(&join));
+    }
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(cudaEventRecord(fork, s));
+    EX_CHECK(cudaStreamWaitEvent(side, fork, 0));
+    EX_CHECK(ncclAllReduce(buf, buf, tokens * 256, ncclBfloat16, ncclSum, comm, side));
+    EX_CHECK(cudaEventRecord(join, side));
+    EX_CHECK(cudaStreamWaitEvent(s, join, 0));
+    instantiate_capture(s, exec);
+}
+
+static void graph_side_stream(ncclComm_t comm, void *buf)
+{
+    replay_buckets(comm, buf, capture_bucket_side, 2, false);
+}
+
 /* vLLM data parallel: the ranks agree on the padded token count, then run the graph of its
  * bucket; the planted rank picks the graph by its own unpadded count (vLLM pull request
  * 25906). */
@@ -629,6 +656,50 @@ static void eagle_dp(ncclComm_t comm, void *buf)
     }
 }
 
+/* ---- torch with non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1), 8 ranks: the
+ * tensor-parallel groups are split with config.blocking = 0 and a data-parallel communicator is
+ * initialized the same way; both return ncclInProgress and are polled until ready, as
+ * ProcessGroupNCCL's waitUntilInitialized does ---- */
+
+static void wait_ready(ncclComm_t comm)
+{
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+        EX_CHECK(ncclCommGetAsyncError(comm, &state));
+        if (state == ncclInProgress)
+            usleep(1000);
+    }
+    EX_CHECK(state);
+}
+
+NOINLINE static void tp_reduce(ncclComm_t tp, void *buf, int step)
+{
+    size_t n = planted && rank == 5 && step == 3 ? 2047 : 2048;
+    EX_CHECK(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, tp, 0));
+}
+
+static void nonblocking_comms(ncclComm_t comm, void *buf)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t tp, dp;
+    ncclResult_t r = ncclCommSplit(comm, rank / 4, rank, &tp, &config);
+    if (r != ncclInProgress && r != ncclSuccess)
+        EX_CHECK(r);
+    wait_ready(tp);
+    ncclUniqueId id;
+    EX_CHECK(shp_uid_exchange(&id, rank));
+    r = ncclCommInitRankConfig(&dp, world, id, rank, &config);
+    if (r != ncclInProgress && r != ncclSuccess)
+        EX_CHECK(r);
+    wait_ready(dp);
+    for (int step = 0; step < 5; step++) {
+        tp_reduce(tp, buf, step);
+        EX_CHECK(ncclAllReduce((char *)buf + 8192, (char *)buf + 8192, 256, ncclFloat32, ncclSum,
+                               dp, 0));
+    }
+}
+
 struct pattern {
     const char *name;
     void (*run)(ncclComm_t comm, void *buf);
@@ -636,6 +707,7 @@ struct pattern {
 
 static const struct pattern patterns[] = {
     {"graph_buckets", graph_buckets},
+    {"graph_side_stream", graph_side_stream},
     {"dp_padding", dp_padding},
     {"pynccl", pynccl},
     {"coalesced", coalesced_groups},
@@ -660,6 +732,7 @@ static const struct pattern patterns[] = {
     {"fsdp_freed", fsdp_freed},
     {"pynccl_root", pynccl_root},
     {"eagle_dp", eagle_dp},
+    {"nonblocking", nonblocking_comms},
 };
 
 int main(int argc, char **argv)
