@@ -51,6 +51,9 @@ struct an_comm {
     uint64_t at;          /* the place compared next */
     uint64_t collectives; /* places compared */
     bool diverged;
+    /* Whether any member has refusals, or a run of unknown places queued: the common case
+     * retires a place without looking at every member for them. */
+    bool any_refused, any_gap;
     unsigned agree_run; /* places in a row where every member agreed */
     size_t finding;     /* the finding later disagreements are counted against */
 };
@@ -370,11 +373,12 @@ struct position {
 
 enum mstate { M_PRESENT, M_ABSENT, M_UNKNOWN, M_WAIT };
 
-static enum mstate state_at(const struct an_member *m, uint64_t at)
+static enum mstate state_at(const struct an_comm *c, const struct an_member *m, uint64_t at)
 {
     if (m->q.n)
-        return is_gap(an_queue_at((struct an_queue *)&m->q, 0)) || m->head > at ? M_UNKNOWN
-                                                                                : M_PRESENT;
+        return m->head > at || (c->any_gap && is_gap(an_queue_at((struct an_queue *)&m->q, 0)))
+                   ? M_UNKNOWN
+                   : M_PRESENT;
     if (m->started && m->head > at)
         return M_UNKNOWN; /* traced from a later place on */
     if (!m->ended)
@@ -446,7 +450,7 @@ static enum outcome classify(struct an_ctx *ctx, struct align *A, struct an_comm
 {
     pos->np = pos->na = 0;
     for (int i = 0; i < c->nranks; i++) {
-        switch (state_at(&c->m[i], c->at)) {
+        switch (state_at(c, &c->m[i], c->at)) {
         case M_PRESENT:
             pos->present[pos->np++] = i;
             break;
@@ -503,8 +507,12 @@ static enum outcome classify(struct an_ctx *ctx, struct align *A, struct an_comm
 
 static void retire(struct an_ctx *ctx, struct an_comm *c, bool compared)
 {
-    for (int i = 0; i < c->nranks; i++)
+    bool left = false;
+    for (int i = 0; c->any_refused && i < c->nranks; i++) {
         drop_refusals(&c->m[i], c->at + 1);
+        left = left || c->m[i].nrefused;
+    }
+    c->any_refused = left;
     c->at++;
     if (compared) {
         c->collectives++;
@@ -522,7 +530,7 @@ static void pop_present(struct an_comm *c, const struct position *pos)
  * those that are not present and not absent along with the comparison. */
 static void pass_unknown(struct an_comm *c)
 {
-    for (int i = 0; i < c->nranks; i++) {
+    for (int i = 0; c->any_gap && i < c->nranks; i++) {
         struct an_member *m = &c->m[i];
         if (m->q.n && is_gap(an_queue_at(&m->q, 0)) && m->head == c->at)
             pop_head(m);
@@ -914,6 +922,8 @@ static void advance(struct an_ctx *ctx, struct align *A, struct an_comm *c)
 
 static bool conflicted(const struct align *A, uint64_t comm, int proc)
 {
+    if (!A->nconflicts)
+        return false;
     for (size_t i = 0; i < A->nconflicts; i++)
         if (A->conflicts[i].comm == comm && A->conflicts[i].proc == proc)
             return true;
@@ -1000,9 +1010,11 @@ static void untied(struct align *A, int pidx, const struct an_step *s)
 }
 
 /* The member of communicator id that process pidx's event e speaks for, claiming it if no one
- * has; NULL (counted or reported) when there is none. */
+ * has, and in *cp its communicator (when cp is not NULL); NULL (counted or reported) when there is
+ * none. */
 static struct an_member *member_of(struct an_ctx *ctx, struct align *A, int pidx,
-                                   const struct an_step *s, const struct shp_event *e, bool call)
+                                   const struct an_step *s, const struct shp_event *e, bool call,
+                                   struct an_comm **cp)
 {
     struct an_comm *c = comm_get(A, e->comm, e->nranks);
     if (c && e->nranks > 0 && e->nranks != c->nranks) {
@@ -1024,6 +1036,8 @@ static struct an_member *member_of(struct an_ctx *ctx, struct align *A, int pidx
     if (m->proc < 0)
         m->claim = *s->ref;
     m->proc = pidx;
+    if (cp)
+        *cp = c;
     return m;
 }
 
@@ -1056,10 +1070,10 @@ static void *align_init(struct an_ctx *ctx)
 static void executed(struct an_ctx *ctx, struct align *A, int pidx, const struct an_step *s,
                      const struct shp_event *e, const struct an_entry *en)
 {
-    struct an_member *m = member_of(ctx, A, pidx, s, e, true);
+    struct an_comm *c;
+    struct an_member *m = member_of(ctx, A, pidx, s, e, true, &c);
     if (!m)
         return;
-    struct an_comm *c = comm_get(A, e->comm, e->nranks);
     m->last = en->launch.rec ? en->launch : en->ref;
     int64_t at = (int64_t)an_place_next(&m->place, en) + m->shift;
     if (!m->started) {
@@ -1074,6 +1088,7 @@ static void executed(struct an_ctx *ctx, struct align *A, int pidx, const struct
             if (an_queue_push(&m->q, &gap) < 0)
                 return;
             m->tail = (uint64_t)at;
+            c->any_gap = true; /* for good: gaps are rare (a rank armed twice) */
         }
     }
     if (an_queue_push(&m->q, en) == 0) {
@@ -1086,7 +1101,8 @@ static void executed(struct an_ctx *ctx, struct align *A, int pidx, const struct
 static void refused(struct an_ctx *ctx, struct align *A, int pidx, const struct an_step *s,
                     const struct shp_event *e)
 {
-    struct an_member *m = member_of(ctx, A, pidx, s, e, false);
+    struct an_comm *c;
+    struct an_member *m = member_of(ctx, A, pidx, s, e, false, &c);
     if (!m)
         return;
     struct an_entry en = an_entry_of(e, s->ref);
@@ -1097,12 +1113,13 @@ static void refused(struct an_ctx *ctx, struct align *A, int pidx, const struct 
         m->nrefused++;
     m->refused[m->nrefused - 1] = (struct refusal){at < 0 ? 0 : (uint64_t)at, en, e->result};
     m->last = *s->ref;
+    c->any_refused = true;
 }
 
 /* A captured call: it counts among what the rank issued, not what it executed. */
 static void captured(struct an_ctx *ctx, struct align *A, int pidx, const struct an_step *s)
 {
-    struct an_member *m = member_of(ctx, A, pidx, s, s->e, false);
+    struct an_member *m = member_of(ctx, A, pidx, s, s->e, false, NULL);
     if (m)
         m->place.captured++;
 }
@@ -1138,7 +1155,7 @@ static void align_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if (e->type == SHP_REC_P2P) {
         /* The p2p pass matches them; here, only whether they can be tied to a communicator. */
         if (!an_refused(e) && !(e->comm == 0 && e->dur_ns != SHP_NONE && e->result != 0))
-            member_of(ctx, A, pidx, s, e, true);
+            member_of(ctx, A, pidx, s, e, true, NULL);
         return;
     }
     if (e->type != SHP_REC_COMM)
@@ -1146,7 +1163,7 @@ static void align_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if (e->comm_kind <= SHP_COMM_SHRINK) {
         /* A creation that failed made nothing; one still in progress says its rank later. */
         if (e->result == 0 || e->comm_rank >= 0)
-            member_of(ctx, A, pidx, s, e, false);
+            member_of(ctx, A, pidx, s, e, false, NULL);
         return;
     }
     struct an_comm *c = comm_get(A, e->comm, e->nranks);

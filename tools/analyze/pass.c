@@ -87,9 +87,17 @@ uint64_t an_place_refused(struct an_place *p, const struct an_entry *en)
     return at;
 }
 
+/* head + i, wrapped: both are below cap, so a subtraction does what a division did (the
+ * alignment asks for every member's head at every place). */
+static size_t ring(const struct an_queue *q, size_t i)
+{
+    size_t k = q->head + i;
+    return k >= q->cap ? k - q->cap : k;
+}
+
 struct an_entry *an_queue_at(struct an_queue *q, size_t i)
 {
-    return &q->v[(q->head + i) % q->cap];
+    return &q->v[ring(q, i)];
 }
 
 int an_queue_push(struct an_queue *q, const struct an_entry *e)
@@ -106,14 +114,14 @@ int an_queue_push(struct an_queue *q, const struct an_entry *e)
         q->head = 0;
         q->cap = ncap;
     }
-    q->v[(q->head + q->n) % q->cap] = *e;
+    q->v[ring(q, q->n)] = *e;
     q->n++;
     return 0;
 }
 
 void an_queue_pop(struct an_queue *q)
 {
-    q->head = (q->head + 1) % q->cap;
+    q->head = ring(q, 1);
     q->n--;
 }
 

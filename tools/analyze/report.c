@@ -112,12 +112,19 @@ void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
                 bold, off, ctx->unreadable[i].file, ctx->unreadable[i].why);
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];
+        struct shp_event last;
+        char where[96] = "the first drop";
+        /* From where: its last recorded call (the calls dropped at a cap are the last ones). */
+        if (an_decode(ctx, &p->last, &last) && last.t_ns >= p->t.hdr->realtime_ns)
+            snprintf(where, sizeof(where), "its event %" PRIu64 " (%.3f s into the trace)",
+                     last.index, (double)(last.t_ns - p->t.hdr->realtime_ns) / 1e9);
         if (p->t.hdr->dropped)
             fprintf(out,
                     "  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
-                    " call%s: %s; its calls after the first drop are not checked\n",
+                    " call%s: %s; its calls after %s are not checked\n",
                     bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
-                    p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur));
+                    p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur),
+                    where);
     }
     for (size_t i = 0; i < ctx->nprocs; i++) {
         struct an_proc *p = &ctx->procs[i];

@@ -16,8 +16,10 @@
 #include "tools/lib/out.h"
 
 /* One collective a process executed and is waiting in, or will wait in. */
+struct wcomm;
 struct wop {
-    uint64_t comm, at; /* its communicator and place there */
+    struct wcomm *c;   /* its communicator */
+    uint64_t comm, at; /* the communicator's id, and the call's place there */
     uint64_t unit;     /* the calls of one unit (a group, or one call) are issued together */
     int member;        /* the process's rank in comm */
     bool done;
@@ -31,6 +33,7 @@ struct wproc {
     size_t ngroup, cap_group;
     uint64_t units;
     bool ended;
+    struct wcomm *last; /* the communicator of its last call: the next is most often on it too */
 };
 
 struct wmember {
@@ -203,13 +206,12 @@ static void arrive_front(struct waitfor *W, int p)
         return;
     uint64_t unit = front(w, 0)->unit, units = w->units;
     for (size_t i = 0; i < waiting(w) && front(w, i)->unit == unit; i++) {
-        struct wop o = *front(w, i);
-        struct wcomm *c = an_table_get(&W->comms, o.comm);
-        struct arrival *a = c ? arrival_at(c, o.at, true) : NULL;
+        struct wcomm *c = front(w, i)->c;
+        uint64_t at = front(w, i)->at;
+        struct arrival *a = arrival_at(c, at, true);
         if (a)
             a->n++;
-        if (c)
-            try_complete(W, c, o.at);
+        try_complete(W, c, at);
         if (!waiting(w) || front(w, 0)->unit != unit || w->units != units)
             return;
     }
@@ -243,7 +245,7 @@ static void issue(struct waitfor *W, int p, const struct wop *ops, size_t n)
         w->v[w->n++].unit = unit;
     }
     if (was_empty && waiting(w)) {
-        moved_on(W, p);
+        arrive_front(W, p);
         settle(W);
     }
 }
@@ -265,18 +267,19 @@ static void placed_late(struct waitfor *W, struct wcomm *c)
 static void executed(struct waitfor *W, int p, const struct shp_event *e, const struct an_entry *en,
                      bool in_group)
 {
-    struct wcomm *c = comm_get(W, e->comm, e->nranks);
+    struct wproc *w = &W->procs[p];
+    struct wcomm *c = w->last && w->last->id == e->comm ? w->last : comm_get(W, e->comm, e->nranks);
     struct wmember *m = member_of(c, p, e);
     if (!m)
         return;
+    w->last = c;
     uint64_t at = an_place_next(&m->place, en);
     bool late = !m->started && at > 0;
     if (!m->started) {
         m->started = true;
         m->first = at;
     }
-    struct wop o = {.comm = c->id, .at = at, .member = e->comm_rank, .en = *en};
-    struct wproc *w = &W->procs[p];
+    struct wop o = {.c = c, .comm = c->id, .at = at, .member = e->comm_rank, .en = *en};
     if (in_group) {
         if (shp_grow((void **)&w->group, &w->cap_group, w->ngroup, sizeof(*w->group)))
             w->group[w->ngroup++] = o;
@@ -388,7 +391,7 @@ static void wait_of(struct waitfor *W, int p, struct wait *wt)
         }
     if (!wt->in)
         return;
-    struct wcomm *c = an_table_get(&W->comms, wt->in->comm);
+    struct wcomm *c = wt->in->c;
     for (int r = 0; c && r < c->nranks; r++) {
         const struct wmember *m = &c->m[r];
         if (r == wt->in->member || unknown_at(m, wt->in->at) || m->proc < 0 || m->proc == p)
