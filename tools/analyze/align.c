@@ -1243,16 +1243,16 @@ static void report_untied(struct an_ctx *ctx, struct align *A)
         f->labels[0] = "the first of them";
         if (an_decode(ctx, &A->untied_first[p], &e))
             an_finding_event(f, &A->untied_first[p], e.t_ns);
-        char who[160], comm[64] = "no communicator its trace describes";
+        char who[160], why[96] = "they name no communicator that the traces describe";
         proc_name(ctx, (int)p, who, sizeof(who));
         if (A->untied_comm[p])
-            snprintf(comm, sizeof(comm), "communicator %.8" PRIx64 ", whose size or whose rank",
+            snprintf(why, sizeof(why),
+                     "communicator %.8" PRIx64 ": its size, or this rank's place in it, is unknown",
                      A->untied_comm[p] >> 32);
         snprintf(f->summary, sizeof(f->summary),
                  "%" PRIu64 " collective and send/receive call%s of %s could not be tied to a "
-                 "communicator (%s%s is unknown): they were not checked",
-                 A->untied[p], A->untied[p] == 1 ? "" : "s", who, comm,
-                 A->untied_comm[p] ? " there" : "");
+                 "communicator (%s): they were not checked",
+                 A->untied[p], A->untied[p] == 1 ? "" : "s", who, why);
     }
 }
 
