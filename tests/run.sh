@@ -42,7 +42,8 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
         test_one_communicator_of_two_sizes_is_a_finding \
         test_two_processes_claiming_one_rank_are_named_both \
         test_collectives_tied_to_no_communicator_are_counted \
-        test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block
+        test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
+        test_a_seq_far_ahead_is_lined_up_at_once
 else
     for t in "$B"/tests/test_*; do
         [ -x "$t" ] || continue

@@ -519,6 +519,21 @@ def test_byte_counts_that_wrap_are_a_finding():
     assert f["events"][0]["count"] == 1 << 62
 
 
+def test_a_seq_far_ahead_is_lined_up_at_once():
+    """A collective whose seq is 2^40 places ahead of the rank's others (damage, or a rank armed
+    that late): the places between are not known, and are passed in one step, not one by one
+    (the fuzzer found the analysis running for hours)."""
+    data = base_trace()
+    first = next(off for off, rtype, _ in records(data) if rtype == 1)
+    cid = struct.unpack_from("<Q", data, first + 64)[0]
+    c = bytearray(full_coll(cid, 0, 1))
+    struct.pack_into("<Q", c, 72, 1 << 40)  # seq
+    path = craft("far-seq", data, bytes(c))
+    t0 = time.monotonic()
+    readers_survive(path, timeout=20)
+    assert time.monotonic() - t0 < 20
+
+
 def test_expectation_file_that_is_a_fifo_does_not_block():
     """Issue 22 item 14: analyze --expect FIFO hung in open()."""
     d = fresh("expect-fifo")

@@ -437,6 +437,36 @@ static bool refused_tie(struct an_comm *c, struct position *pos)
     return true;
 }
 
+/* No member is known to have executed the places from c->at on until the next one some member
+ * is known at: jump there at once (a seq may be anything in a damaged trace, so one place at a
+ * time could take forever), a run of unknown places at a queue's head being used up as far. */
+static void skip_unknown(struct an_comm *c)
+{
+    uint64_t next = UINT64_MAX;
+    for (int i = 0; i < c->nranks; i++) {
+        const struct an_member *m = &c->m[i];
+        uint64_t at = m->head;
+        if (m->q.n && is_gap(an_queue_at((struct an_queue *)&m->q, 0)))
+            at = m->head + an_queue_at((struct an_queue *)&m->q, 0)->count;
+        if ((m->q.n || (m->started && !m->ended)) && at > c->at && at < next)
+            next = at;
+    }
+    if (next == UINT64_MAX)
+        next = c->at + 1;
+    for (int i = 0; i < c->nranks; i++) {
+        struct an_member *m = &c->m[i];
+        struct an_entry *h = m->q.n ? an_queue_at(&m->q, 0) : NULL;
+        if (h && is_gap(h) && m->head < next) {
+            uint64_t k = next - m->head < h->count ? next - m->head : h->count;
+            m->head += k;
+            if (!(h->count -= k))
+                an_queue_pop(&m->q);
+        }
+        drop_refusals(m, next);
+    }
+    c->at = next;
+}
+
 static bool has_entries(const struct an_comm *c)
 {
     for (int i = 0; i < c->nranks; i++)
@@ -892,8 +922,7 @@ static void advance(struct an_ctx *ctx, struct align *A, struct an_comm *c)
             break;
         switch (o) {
         case O_NOTHING:
-            pass_unknown(c);
-            retire(ctx, c, false);
+            skip_unknown(c);
             break;
         case O_AGREE:
             on_agree(ctx, c, &pos);
