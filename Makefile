@@ -51,7 +51,7 @@ CPPFLAGS_BASE := -I.
 GPU_INC := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
 
 # ---- shared code, built once with -fPIC for the preload and the tools ----
-COMMON_SRC := common/fs.c common/log.c common/ops.c common/rec.c
+COMMON_SRC := common/fs.c common/log.c common/ops.c common/pylayout.c common/rec.c
 COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 
 # ---- the preload ----
@@ -275,6 +275,7 @@ TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
 	$(B)/tests/shp_craft \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
+	$(B)/tests/hostile \
 	$(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
 
@@ -344,7 +345,8 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
-	$(DOUBLE_CUDART)
+	$(B)/tests/snap_ranks \
+	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
 check-gpu: all

@@ -166,6 +166,28 @@ figure "dump --json, bench/overhead's trace" "$((events * 1000 / (ms ? ms : 1)))
 info "dump --json, the same, per CPU second" \
     "$(echo "$cpu" | awk -v e="$events" '$1 + $2 > 0 {printf "%d", e / ($1 + $2)}')" "events/s"
 
+# export of many small traces: 10,000 copies (bench/copies.py) of one trace of 2 events with
+# native call sites (tests/load/hostile), beside its run's symbol file. The session symbolizes
+# each module once for the command; per trace, export took 16 MiB and 60 ms before.
+rm -rf "$tmp/small" "$tmp/many"
+"$TOOL" run --dir "$tmp/small" -- "$B/tests/hostile" calls 1 >/dev/null 2>&1
+python3 bench/copies.py "$(ls "$tmp"/small/*.shptrace)" "$tmp/many" 10000
+cp "$tmp"/small/*.symbols "$tmp/many/" 2>/dev/null || true
+# rss_s CMD...: "MAX_RSS_MIB WALL_S" of the command, its output thrown away: the medians of 3
+# runs.
+rss_s() {
+    runs=$(for i in 1 2 3; do /usr/bin/time -f '%M %e' "$@" 2>&1 >/dev/null | tail -n 1; done)
+    echo "$(($(echo "$runs" | awk '{print $1}' | median) / 1024))" \
+        "$(echo "$runs" | awk '{print $2}' | median)"
+}
+set -- $(rss_s "$TOOL" export -o "$tmp/many.json" "$tmp/many")
+figure "export of 10,000 two-event traces, max RSS" "$1" "MiB" 512 le
+[ "$(verdict "$1" 512 le)" = missed ] && why "without the analysis (--no-findings)" \
+    "$(rss_s "$TOOL" export --no-findings -o "$tmp/many.json" "$tmp/many" | cut -d' ' -f1) MiB;" \
+    "dump --json of the same traces $(rss_s "$TOOL" dump --json "$tmp/many" | cut -d' ' -f1) MiB"
+info "export of 10,000 two-event traces, wall" "$2" "s"
+rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
+
 # The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
 # 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
 for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
@@ -221,4 +243,42 @@ if "$PY" -c 'import ctypes' 2>/dev/null; then
     figure "Python frames over native stacks" "$(echo "$pp $pn" | awk '{printf "%.0f", $1 - $2}')" \
         "ns/call" 2000 le
 fi
+# shapetrace snapshot (issue 25): how long each process is stopped (target: 50 ms on average)
+# and the command's wall time, on the doubles (SIMULATED ranks): 4 C ranks, one sleeping while
+# the others wait in an all-reduce, and 2 Python ranks; the median of SNAP_ROUNDS snapshots.
+SR=${SNAP_ROUNDS:-9}
+echo
+echo "snapshot: medians of $SR snapshots of a hung job on the doubles (SIMULATED ranks)"
+snap_bench() { # label, ranks, then the rank's command (RELEASE is replaced by the release file)
+    label=$1 n=$2
+    shift 2
+    rm -f "$tmp/release" "$tmp/snap.out"
+    cmd=$(echo "$*" | sed "s|RELEASE|$tmp/release|")
+    # shellcheck disable=SC2086
+    SHAPETRACE_DOUBLE_TIMEOUT=120 "$B/tests/shp_launch" -n "$n" --timeout 120 -- $cmd \
+        >"$tmp/snap.out" 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+        [ "$(grep -c 'blocking, pid' "$tmp/snap.out")" -ge "$n" ] && break
+        sleep 0.05
+    done
+    pids=$(sed -n 's/.*blocking, pid \([0-9]*\).*/\1/p' "$tmp/snap.out")
+    : >"$tmp/snap.stats"
+    for _ in $(seq "$SR"); do
+        # shellcheck disable=SC2086
+        "$TOOL" snapshot --stats $pids 2>&1 >/dev/null | sed -n \
+            's/.* in \([0-9.]*\) s; stopped \([0-9.]*\) ms on average, \([0-9.]*\) ms at most.*/\1 \2 \3/p' \
+            >>"$tmp/snap.stats"
+    done
+    touch "$tmp/release"
+    wait "$job" || true
+    figure "snapshot, stopped a process, $label" "$(awk '{print $2}' "$tmp/snap.stats" | median)" \
+        "ms" 50 le
+    info "snapshot, stopped the longest, $label" "$(awk '{print $3}' "$tmp/snap.stats" | median)" "ms"
+    info "snapshot, the command's wall time, $label" \
+        "$(awk '{print $1}' "$tmp/snap.stats" | median)" "s"
+}
+snap_bench "4 C ranks" 4 "$B/tests/snap_ranks 60 RELEASE"
+snap_bench "2 Python ranks" 2 "$PY tests/load/snap_py.py $B/tests/libnccl.so.2 \
+$B/tests/libcudart.so.13 60 RELEASE"
 echo "load at end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -21,8 +21,16 @@ enum shp_log_level { SHP_LOG_NONE = 0, SHP_LOG_WARN = 1, SHP_LOG_INFO = 2, SHP_L
 struct shp_log {
     int level;        /* enum shp_log_level */
     uint32_t subsys;  /* SHP_SUB_* mask */
-    int fd;           /* where lines go (2 unless SHAPETRACE_DEBUG_FILE) */
+    int fd;           /* where lines go (2), unless path; -1: nowhere but divert */
     char prefix[128]; /* "shapetrace[r3 host:pid]" */
+    /* The preload's: fd is written only while it is still the file (dev, ino) it was when it
+     * was checked; path, when set, is opened (append, created 0600) for each line and closed
+     * again; quiet: no write raises SIGPIPE or SIGXFSZ. A warning that could not be written
+     * that way is given to divert (without the prefix), when set. */
+    bool checked, quiet;
+    uint64_t dev, ino;
+    const char *path;
+    void (*divert)(const char *text);
 };
 
 /* Parse "WARN", "INFO", "TRACE", "NONE" (case-insensitive); unknown or NULL gives `dflt`. */
@@ -31,8 +39,8 @@ int shp_log_parse_level(const char *s, int dflt);
 /* Parse a comma-separated subsystem list ("INIT,COMM", "^STACK" for all but); NULL gives ALL. */
 uint32_t shp_log_parse_subsys(const char *s);
 
-/* Format one line (prefix, level tag, text, newline) and write it with a single write(2).
- * No allocation; lines longer than 1 KiB are cut. Thread-safe. */
+/* Format one line (prefix, level tag, text, newline) and write it with a single write(2), as
+ * log says (see struct shp_log). No allocation; lines longer than 1 KiB are cut. Thread-safe. */
 void shp_log_emit(const struct shp_log *log, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -6,9 +6,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,11 +123,13 @@ static int env_rank(void)
     return -1;
 }
 
-/* Expand %h (host), %p (pid), %r (rank, or "x" when unknown), %% into out. */
-static void expand_pattern(const char *pat, char *out, size_t outlen)
+/* Expand %h (host), %p (pid), %r (rank, or "x" when unknown), %% into out. Returns 0, or
+ * -ENAMETOOLONG when the result does not fit (out then holds what did). */
+static int expand_pattern(const char *pat, char *out, size_t outlen)
 {
     size_t n = 0;
-    for (const char *p = pat; *p && n + 1 < outlen; p++) {
+    const char *p = pat;
+    for (; *p && n + 1 < outlen; p++) {
         char buf[32];
         const char *ins = NULL;
         if (*p == '%' && p[1]) {
@@ -145,8 +149,10 @@ static void expand_pattern(const char *pat, char *out, size_t outlen)
                 ins = buf;
             }
             size_t m = strlen(ins);
-            if (n + m >= outlen)
-                break;
+            if (n + m >= outlen) {
+                out[n] = 0;
+                return -ENAMETOOLONG;
+            }
             memcpy(out + n, ins, m);
             n += m;
         } else {
@@ -154,6 +160,7 @@ static void expand_pattern(const char *pat, char *out, size_t outlen)
         }
     }
     out[n] = 0;
+    return *p ? -ENAMETOOLONG : 0;
 }
 
 void shp_log_prefix_update(int comm_rank)
@@ -168,18 +175,99 @@ void shp_log_prefix_update(int comm_rank)
              (long)getpid());
 }
 
-static void open_log_file(void)
+/* Tracing is refused for good, with one warning: a path from the environment that cannot be
+ * used as it is (a FIFO would hang the application in open; a name cut at PATH_MAX would make
+ * directories nobody asked for). */
+__attribute__((format(printf, 1, 2))) static void refuse(const char *fmt, ...)
+{
+    if (shp_cfg.refused)
+        return;
+    shp_cfg.refused = true;
+    char text[PATH_MAX + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT, "%s; not tracing", text);
+}
+
+/* Standard error as it is now, before the application could put a file of its own on
+ * descriptor 2: warnings go there only while it is still that file, and into the trace
+ * otherwise (see shp_log). No descriptor 2: into the trace only. */
+static void check_stderr(void)
+{
+    struct stat st;
+    shp_log.quiet = true;
+    if (fstat(2, &st) != 0) {
+        shp_log.fd = -1;
+        return;
+    }
+    shp_log.fd = 2;
+    shp_log.checked = true;
+    shp_log.dev = st.st_dev;
+    shp_log.ino = st.st_ino;
+}
+
+/* SHAPETRACE_DEBUG_FILE: opened for each line and closed again (the preload keeps no descriptor
+ * of its own open), a regular file or none yet. */
+static void log_file(void)
 {
     const char *f = getenv(SHP_ENV_DEBUG_FILE);
     if (!f || !*f)
         return;
-    char path[PATH_MAX];
-    expand_pattern(f, path, sizeof(path));
-    FILE *fp = fopen(path, "ae");
-    if (fp) {
-        /* The FILE is kept open for the life of the process; only its descriptor is used. */
-        shp_log.fd = fileno(fp);
+    struct stat st;
+    if (expand_pattern(f, shp_cfg.log_path, sizeof(shp_cfg.log_path)) < 0)
+        refuse(SHP_ENV_DEBUG_FILE " is longer than PATH_MAX");
+    else if (lstat(shp_cfg.log_path, &st) == 0 && !S_ISREG(st.st_mode))
+        refuse(SHP_ENV_DEBUG_FILE "=%s is not a regular file", shp_cfg.log_path);
+    else
+        shp_log.path = shp_cfg.log_path;
+}
+
+/* SHAPETRACE_DIR, expanded and made absolute (the trace is reopened by name to grow it, after
+ * the application may have changed its directory), with room left for a trace's name. */
+static void run_dir(void)
+{
+    const char *dir = getenv(SHP_ENV_DIR);
+    char rel[PATH_MAX];
+    /* host, '-', pid, '.', a number, the suffix and the segment bytes beyond. */
+    const size_t room = sizeof(shp_cfg.host) + 48;
+    if (expand_pattern(dir && *dir ? dir : SHP_DEFAULT_DIR, rel, sizeof(rel) - room) < 0) {
+        refuse(SHP_ENV_DIR " is %zu bytes: with a trace's name it passes PATH_MAX (%d)",
+               strlen(dir ? dir : ""), PATH_MAX);
+        return;
     }
+    if (rel[0] == '/') {
+        snprintf(shp_cfg.dir, sizeof(shp_cfg.dir), "%s", rel);
+        return;
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd))) {
+        refuse(SHP_ENV_DIR "=%s is relative to a directory that cannot be named (%s)", rel,
+               strerror(errno));
+        return;
+    }
+    int n = snprintf(shp_cfg.dir, sizeof(shp_cfg.dir), "%s/%s", cwd, rel);
+    if (n < 0 || (size_t)n >= sizeof(shp_cfg.dir) - room)
+        refuse(SHP_ENV_DIR "=%s, after the current directory, passes PATH_MAX (%d)", rel, PATH_MAX);
+}
+
+/* SHAPETRACE_LIBUNWIND: a regular file, checked before anything opens it (a FIFO there held
+ * the application in dlopen for ever). */
+static void libunwind_path(void)
+{
+    const char *uw = getenv(SHP_ENV_LIBUNWIND);
+    if (!uw || !*uw)
+        return;
+    struct stat st;
+    if (strlen(uw) >= sizeof(shp_cfg.libunwind))
+        refuse(SHP_ENV_LIBUNWIND " is %zu bytes, longer than PATH_MAX", strlen(uw));
+    else if (stat(uw, &st) != 0)
+        refuse(SHP_ENV_LIBUNWIND "=%s: %s", uw, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        refuse(SHP_ENV_LIBUNWIND "=%s is not a regular file", uw);
+    else
+        snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);
 }
 
 static void self_dir(void)
@@ -206,13 +294,12 @@ void shp_config_load(void)
     shp_cfg.local_rank = env_int("LOCAL_RANK", -1);
     shp_cfg.world_size = env_int("WORLD_SIZE", -1);
 
+    check_stderr();
     shp_log.level = shp_log_parse_level(getenv(SHP_ENV_DEBUG), SHP_LOG_WARN);
     shp_log.subsys = shp_log_parse_subsys(getenv(SHP_ENV_DEBUG_SUBSYS));
-    open_log_file();
     shp_log_prefix_update(-1);
-
-    const char *dir = getenv(SHP_ENV_DIR);
-    expand_pattern(dir && *dir ? dir : SHP_DEFAULT_DIR, shp_cfg.dir, sizeof(shp_cfg.dir));
+    log_file();
+    run_dir();
 
     /* python by default: where no thread runs Python it records exactly what native does, and
      * in a Python program it is the line that made the call that a person looks for; it adds
@@ -261,9 +348,7 @@ void shp_config_load(void)
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
                 SHP_ENV_FILE_GROWTH "=%s is not one of chunk, populate, full, large; using chunk",
                 gr);
-    const char *uw = getenv(SHP_ENV_LIBUNWIND);
-    if (uw)
-        snprintf(shp_cfg.libunwind, sizeof(shp_cfg.libunwind), "%s", uw);
+    libunwind_path();
     self_dir();
 
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_INIT,

@@ -23,9 +23,12 @@ void shp_init(void)
          * triggers) passes straight through instead of recursing. */
         int saved = shp_own_enter();
         shp_config_load();
+        /* A warning that the application's standard error cannot take goes into the trace. */
+        shp_log.divert = shp_writer_note;
         pthread_atfork(NULL, NULL, atfork_child);
         shp_own_leave(saved);
-        atomic_store_explicit(&shp_state, SHP_STATE_ON, memory_order_release);
+        atomic_store_explicit(&shp_state, shp_cfg.refused ? SHP_STATE_OFF : SHP_STATE_ON,
+                              memory_order_release);
         return;
     }
     /* Another thread is initialising: wait for it; it does not call back into us. */

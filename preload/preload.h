@@ -99,7 +99,9 @@ struct shp_config {
     char libunwind[PATH_MAX]; /* SHAPETRACE_LIBUNWIND, may be empty */
     char self_dir[PATH_MAX];  /* directory holding libshapetrace.so */
     bool dormant;             /* SHAPETRACE_DORMANT: start with recording off */
+    bool refused;             /* a path in the environment cannot be used: no tracing at all */
     unsigned growth;          /* SHP_GROWTH_*: how the trace file gets its pages */
+    char log_path[PATH_MAX];  /* SHAPETRACE_DEBUG_FILE, expanded; may be empty */
 };
 
 /* How the writer makes the file's pages exist (SHAPETRACE_FILE_GROWTH; bench/RESULTS.md). */
@@ -132,7 +134,8 @@ static inline void shp_own_leave(int saved_errno)
     shp_guard--;
 }
 
-/* Read the environment into shp_cfg and shp_log (once, from shp_init). */
+/* Read the environment into shp_cfg and shp_log (once, from shp_init). A path there that
+ * cannot be used sets shp_cfg.refused, with one warning. */
 void shp_config_load(void);
 
 /* Switch tracing off for good after an error of ours; logs `why` once. */
@@ -182,6 +185,9 @@ int shp_writer_open(void);
  * no more records (the header is then marked disabled; the caller switches tracing off). Fill the
  * record, then shp_rec_publish it. Thread-safe, lock-free but for file growth. */
 void *shp_writer_reserve(unsigned type, size_t size, const char **why);
+/* A warning the application's standard error could not take (shp_log.divert): written into
+ * the trace as a mark record, or kept (the first one) until the trace is made. */
+void shp_writer_note(const char *text);
 /* The mapped header, NULL until the trace is open. */
 struct shp_file_header *shp_writer_header(void);
 /* Give the published communicator record `rec` (in the open trace) the next index of the

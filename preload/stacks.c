@@ -5,11 +5,16 @@
  * `backtrace` that would replace glibc's. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
 #include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/hash.h"
@@ -22,6 +27,7 @@ static struct {
     pthread_once_t once;
     unw_backtrace_fn unwind;
     bool use_glibc;
+    bool validate_all; /* a libunwind before 1.6: its accessor cannot be told what to check */
 } uw = {.once = PTHREAD_ONCE_INIT};
 
 /* Modules already written to this process's trace. */
@@ -32,6 +38,206 @@ static struct {
     uint64_t key[MAX_MODULES];
     unsigned n;
 } mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* libunwind checks that memory is readable, where unwind information is missing or doubtful,
+ * by writing it into a pipe of its own: two descriptors, held for good from its first unwind
+ * (1.6, 1.7) or its first check (1.8), that an application closing and reusing descriptors
+ * turned into its own files (2 bytes read from one, 2 bytes of stack written into the other).
+ * So its pipe(2) calls fail, and its reads of memory go through an accessor of ours that checks
+ * with no descriptor at all. */
+
+/* The beginning of libunwind's unw_accessors_t (libunwind-common.h), which its local address
+ * space starts with; unchanged from 0.99 to 1.8. */
+struct uw_accessors {
+    void *find_proc_info, *put_unwind_info, *get_dyn_info_list_addr;
+    int (*access_mem)(void *as, uintptr_t addr, uintptr_t *val, int write, void *arg);
+};
+
+static int no_pipe2(int fds[2], int flags)
+{
+    (void)fds;
+    (void)flags;
+    errno = EMFILE;
+    return -1;
+}
+
+static int no_pipe(int fds[2])
+{
+    return no_pipe2(fds, 0);
+}
+
+/* True if the 8 bytes at addr can be read. rt_sigprocmask copies its new set in before it looks
+ * at `how`: with a `how` that does not exist it fails with EFAULT for memory it cannot read and
+ * EINVAL otherwise, and changes nothing. No descriptor, no signal, about 100 ns. */
+static bool readable(uintptr_t addr)
+{
+    if (addr < 4096)
+        return false;
+    return !(syscall(SYS_rt_sigprocmask, ~0, (void *)addr, NULL, 8) < 0 && errno == EFAULT);
+}
+
+/* The pages this thread found readable last (libunwind keeps four the same way). */
+#define GOOD_PAGES 8
+static SHP_TLS uintptr_t good[GOOD_PAGES];
+static SHP_TLS unsigned good_next;
+
+static bool checked_readable(uintptr_t addr)
+{
+    uintptr_t page = addr & ~(uintptr_t)4095;
+    if (((addr + 7) & ~(uintptr_t)4095) == page)
+        for (unsigned i = 0; i < GOOD_PAGES; i++)
+            if (good[i] == page)
+                return true;
+    if (!readable(addr))
+        return false;
+    good[good_next++ % GOOD_PAGES] = page;
+    return true;
+}
+
+/* libunwind 1.6 and later pass the address space's argument with its lowest bit set when the
+ * memory is to be checked; older ones pass the cursor, so everything is checked. The words read
+ * are other frames' (saved registers, return addresses): not instrumented, as libunwind's own
+ * accessor is not, so that AddressSanitizer does not take them for overflows. */
+__attribute__((no_sanitize("address", "undefined"))) static int
+access_mem(void *as, uintptr_t addr, uintptr_t *val, int write, void *arg)
+{
+    (void)as;
+    if (write) {
+        *(volatile uintptr_t *)addr = *val;
+        return 0;
+    }
+    if ((uw.validate_all || ((uintptr_t)arg & 1)) && !checked_readable(addr))
+        return -1;
+    *val = *(const volatile uintptr_t *)addr;
+    return 0;
+}
+
+static uintptr_t probe_arg;
+static bool probing;
+
+static int access_mem_probe(void *as, uintptr_t addr, uintptr_t *val, int write, void *arg)
+{
+    if (probing && !probe_arg)
+        probe_arg = (uintptr_t)arg;
+    return access_mem(as, addr, val, write, arg);
+}
+
+static uintptr_t dyn_ptr(const struct link_map *lm, uintptr_t p)
+{
+    /* glibc relocates these entries of .dynamic in place; a loader that does not leaves them
+     * relative to the load address. */
+    return p < lm->l_addr ? lm->l_addr + p : p;
+}
+
+struct relro {
+    uintptr_t base, lo, hi;
+};
+
+static int relro_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct relro *r = data;
+    if (info->dlpi_addr != r->base)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+            r->lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+            r->hi = r->lo + info->dlpi_phdr[i].p_memsz;
+        }
+    return 1;
+}
+
+/* Point the object's imports of `name` (its PLT and GOT slots) at `to`. The object is one we
+ * loaded with RTLD_LOCAL; the slots are written once, before it runs. Returns how many, or -1
+ * when one of them could not be written (or the object's tables not be read). */
+static int redirect_import(void *handle, const char *name, void *to)
+{
+    struct link_map *lm;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_ld)
+        return -1;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    const ElfW(Rela) * rel[2] = {NULL, NULL};
+    size_t relsz[2] = {0, 0};
+    for (const ElfW(Dyn) *d = lm->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_SYMTAB)
+            symtab = (const void *)dyn_ptr(lm, d->d_un.d_ptr);
+        else if (d->d_tag == DT_STRTAB)
+            strtab = (const void *)dyn_ptr(lm, d->d_un.d_ptr);
+        else if (d->d_tag == DT_JMPREL)
+            rel[0] = (const void *)dyn_ptr(lm, d->d_un.d_ptr);
+        else if (d->d_tag == DT_PLTRELSZ)
+            relsz[0] = d->d_un.d_val;
+        else if (d->d_tag == DT_RELA)
+            rel[1] = (const void *)dyn_ptr(lm, d->d_un.d_ptr);
+        else if (d->d_tag == DT_RELASZ)
+            relsz[1] = d->d_un.d_val;
+    }
+    if (!symtab || !strtab)
+        return -1;
+    struct relro ro = {lm->l_addr, 0, 0};
+    dl_iterate_phdr(relro_cb, &ro);
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; rel[k] && i < relsz[k] / sizeof(ElfW(Rela)); i++) {
+            const ElfW(Rela) *r = &rel[k][i];
+            unsigned type = ELF64_R_TYPE(r->r_info);
+            if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) ||
+                strcmp(strtab + symtab[ELF64_R_SYM(r->r_info)].st_name, name))
+                continue;
+            void **slot = (void **)(lm->l_addr + r->r_offset);
+            uintptr_t page = (uintptr_t)slot & ~(uintptr_t)4095;
+            bool ro_slot = (uintptr_t)slot >= ro.lo && (uintptr_t)slot < ro.hi;
+            if (ro_slot && mprotect((void *)page, 4096, PROT_READ | PROT_WRITE) != 0)
+                return -1;
+            __atomic_store_n(slot, to, __ATOMIC_RELEASE);
+            if (ro_slot)
+                mprotect((void *)page, 4096, PROT_READ);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* libunwind as loaded at h, made to hold no descriptor and to check memory our way; false when
+ * that cannot be done (it is then not used). */
+static bool tame_unwinder(void *h)
+{
+    void **local_as = shp_libc_dlsym(h, "_ULx86_64_local_addr_space");
+    int (*getcontext_fn)(void *) = (int (*)(void *))shp_libc_dlsym(h, "_Ux86_64_getcontext");
+    int (*init_local)(void *, void *) =
+        (int (*)(void *, void *))shp_libc_dlsym(h, "_ULx86_64_init_local");
+    if (!local_as || !getcontext_fn || !init_local)
+        return false;
+    if (redirect_import(h, "pipe2", (void *)no_pipe2) < 0 ||
+        redirect_import(h, "pipe", (void *)no_pipe) < 0)
+        return false;
+    /* Its first cursor initialises it, pipe and local address space included; the probe
+     * tells the accessor's argument apart: the context (1.6 on) or the cursor (before). The
+     * sizes are libunwind's unw_context_t (a ucontext_t) and unw_cursor_t (127 words), with
+     * room to spare. */
+    static _Alignas(64) unsigned char ctx[4096], cursor[4096];
+    if (getcontext_fn(ctx) != 0 || init_local(cursor, ctx) != 0)
+        return false;
+    struct uw_accessors *acc = *local_as;
+    if (!acc)
+        return false;
+    __atomic_store_n(&acc->access_mem, access_mem_probe, __ATOMIC_RELEASE);
+    probing = true;
+    int rc = init_local(cursor, ctx);
+    probing = false;
+    uw.validate_all = rc != 0 || (probe_arg & ~(uintptr_t)1) != (uintptr_t)ctx;
+    __atomic_store_n(&acc->access_mem, access_mem, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* A candidate file to dlopen: a regular file, or a bare name the loader looks up. A FIFO or a
+ * device would hold the application inside dlopen. */
+static bool loadable(const char *path)
+{
+    struct stat st;
+    return !strchr(path, '/') || (stat(path, &st) == 0 && S_ISREG(st.st_mode));
+}
 
 static void load_unwinder(void)
 {
@@ -45,12 +251,21 @@ static void load_unwinder(void)
     tries[n++] = "libunwind.so.8";
     tries[n++] = "libunwind.so";
     for (int i = 0; i < n && !uw.unwind; i++) {
+        if (!loadable(tries[i]))
+            continue;
         void *h = dlopen(tries[i], RTLD_LAZY | RTLD_LOCAL);
         if (!h)
             continue;
         uw.unwind = (unw_backtrace_fn)shp_libc_dlsym(h, "unw_backtrace");
+        if (uw.unwind && !tame_unwinder(h)) {
+            uw.unwind = NULL;
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK,
+                    "%s is not a libunwind whose memory checks can be made ours: not used",
+                    tries[i]);
+        }
         if (uw.unwind)
-            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "stacks through %s", tries[i]);
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "stacks through %s%s", tries[i],
+                    uw.validate_all ? " (checking every read)" : "");
     }
     if (!uw.unwind) {
         uw.use_glibc = true;

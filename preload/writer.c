@@ -1,17 +1,24 @@
 /* shapetrace preload: the trace file. One file per process, created at the first record, mapped
  * MAP_SHARED so that a record is in the page cache (and survives SIGKILL) as soon as it is
  * stored, with no system call per record. Space is reserved by a CAS on the header's tail; the
- * file grows in chunks under a mutex, the only lock, taken once per chunk. The descriptor is kept
- * high and close-on-exec, and checked before each use: an application that closes descriptors
- * it did not open, then opens its own, must never have the preload act on its file. */
+ * file grows in chunks under a mutex, the only lock, taken once per chunk.
+ *
+ * The application's resources stay its own. No descriptor is kept: the file is opened to create
+ * it and each time it grows, checked to be the same file (device and inode), and closed (an
+ * application that closes every descriptor, or counts on all it may open, never meets ours).
+ * The mapping is made in segments as the file grows, within a share of what RLIMIT_AS leaves;
+ * the file never grows past RLIMIT_FSIZE; both limits lower the cap (say so in the header) and
+ * the records beyond are dropped and counted, as at the cap. No write of ours raises SIGXFSZ. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,37 +28,52 @@
 
 enum { W_CLOSED, W_OPEN, W_FAILED };
 
+/* The file is mapped in segments of 2^shift bytes of file, each mapping OVERLAP bytes more, so
+ * that a record that starts in a segment ends in the same mapping (no record is larger). */
+#define SEG_MAX 1024
+#define SEG_SHIFT_MAX 26 /* 64 MiB */
+#define SEG_SHIFT_MIN 20
+#define OVERLAP (512u << 10)
+_Static_assert(SHP_REC_MAX_SIZE <= OVERLAP, "a record fits in a segment's overlap");
+
 static struct {
+    /* What every record reads first, together. */
     _Atomic int state;
-    pthread_mutex_t mu;
-    int fd;
-    dev_t dev; /* the trace file's identity, to know that fd is still ours */
-    ino_t ino;
+    unsigned shift;
+    uint64_t mask;
+    _Atomic uint64_t ready; /* [0, ready) is allocated and mapped by this process */
     struct shp_file_header *hdr;
-    unsigned char *base;
-    size_t map_len;
-    uint64_t cap;    /* end offset for call records (the header's cap) */
-    uint32_t gen;    /* bumped at fork: communicator indexes name this file's records only */
-    uint32_t npairs; /* clock pairs stored so far (clock_pairs[npairs % SHP_CLOCK_PAIRS] next) */
+    unsigned char *seg[SEG_MAX]; /* mapping of segment i, or NULL; published before `ready` */
+    pthread_mutex_t mu;
+    dev_t dev; /* the trace file's identity, checked each time it is opened again */
+    ino_t ino;
+    uint64_t map_len;   /* the largest the file may become: cap plus the bookkeeping reserve */
+    uint64_t as_mapped; /* bytes of address space the segments take */
+    uint64_t cap;       /* end offset for call records (the header's cap) */
+    uint32_t gen;       /* bumped at fork: communicator indexes name this file's records only */
+    uint32_t npairs;    /* clock pairs stored so far (clock_pairs[npairs % SHP_CLOCK_PAIRS] next) */
     char path[PATH_MAX + 256];
-} w = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+    char why[PATH_MAX + 320]; /* why the trace could not be made */
+    char pending[128];        /* a warning said before the trace existed, for it */
+    _Atomic int pending_taken;
+} w = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 #define CHUNK_MIN (1ull << 20)
 #define CHUNK_MAX (64ull << 20)
-/* The lowest number the trace's descriptor may take. */
-#define SHP_TRACE_FD_MIN 512
+#define PAGE 4096ull
+/* Fewer bytes of records than this: no trace at all. */
+#define MIN_RECORDS (2 * PAGE)
 
 struct shp_file_header *shp_writer_header(void)
 {
     return atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN ? w.hdr : NULL;
 }
 
-/* True while w.fd is still the trace file: the application may have closed it and got the same
- * number for a file of its own. */
-static bool fd_is_ours(void)
+static uint64_t seg_len(unsigned i)
 {
-    struct stat st;
-    return w.fd >= 0 && fstat(w.fd, &st) == 0 && st.st_dev == w.dev && st.st_ino == w.ino;
+    uint64_t start = (uint64_t)i << w.shift;
+    uint64_t len = (1ull << w.shift) + OVERLAP;
+    return start + len > w.map_len ? w.map_len - start : len;
 }
 
 /* Store a fresh clock pair in the next slot: check zeroed first, stored last, so that a reader
@@ -79,39 +101,204 @@ static void populate(uint64_t from, uint64_t to)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-    uint64_t pg = 4096;
-    from &= ~(pg - 1);
-    if (to > from)
-        madvise(w.base + from, (size_t)(to - from), MADV_POPULATE_WRITE);
+    from &= ~(PAGE - 1);
+    while (from < to) {
+        unsigned i = (unsigned)(from >> w.shift);
+        uint64_t start = (uint64_t)i << w.shift, end = start + (1ull << w.shift);
+        uint64_t stop = to < end ? to : end;
+        madvise(w.seg[i] + (from - start), (size_t)(stop - from), MADV_POPULATE_WRITE);
+        from = stop;
+    }
 }
 
+static uint64_t limit_of(int resource)
+{
+    struct rlimit r;
+    return getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY ? (uint64_t)r.rlim_cur
+                                                                       : UINT64_MAX;
+}
+
+static const char *limit_name(uint32_t why)
+{
+    return why == SHP_CAP_FSIZE ? "file-size limit (RLIMIT_FSIZE)"
+                                : "address-space limit (RLIMIT_AS)";
+}
+
+/* The end offset of call records that keeps every record, bookkeeping included, below `len`. */
+static uint64_t cap_for(uint64_t len)
+{
+    if (len < SHP_HEADER_SIZE)
+        return SHP_HEADER_SIZE;
+    return SHP_HEADER_SIZE + (((len - SHP_HEADER_SIZE) / 17 * 16) & ~7ull);
+}
+
+/* A resource limit leaves the file `len` bytes at most: lower the cap to fit (records beyond it
+ * are then dropped and counted, as at the cap) and say so in the header. Under w.mu. */
+static void lower_cap(uint64_t len, uint32_t why, uint64_t limit)
+{
+    uint64_t cap = cap_for(len);
+    if (cap >= w.cap)
+        return;
+    w.cap = cap;
+    struct shp_file_header *h = w.hdr;
+    if (h) {
+        __atomic_store_n(&h->cap_limit, limit, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->cap_why, why, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->cap, cap, __ATOMIC_RELEASE);
+        SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE,
+                "the %s of %llu KiB caps the trace at %llu KiB", limit_name(why),
+                (unsigned long long)(limit >> 10), (unsigned long long)(cap >> 10));
+    }
+}
+
+/* A record dropped at the cap: one warning for each thing that set it. */
+static void cap_reached(struct shp_file_header *h)
+{
+    uint32_t why = __atomic_load_n(&h->cap_why, __ATOMIC_RELAXED);
+    if (why == SHP_CAP_MAX_MB)
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
+                      "trace cap of %llu MiB reached: later records are dropped and counted "
+                      "(" SHP_ENV_MAX_MB " raises it)",
+                      (unsigned long long)(shp_cfg.cap >> 20));
+    else
+        SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
+                      "trace cap of %llu KiB reached, which the %s of %llu KiB set: later records "
+                      "are dropped and counted",
+                      (unsigned long long)(__atomic_load_n(&h->cap, __ATOMIC_RELAXED) >> 10),
+                      limit_name(why),
+                      (unsigned long long)(__atomic_load_n(&h->cap_limit, __ATOMIC_RELAXED) >> 10));
+}
+
+/* The trace, opened again by its name to grow it: the same file (device and inode), or -ESTALE;
+ * -EMFILE when the application has no descriptor to spare (taking its last one, even for a
+ * moment, could make one of its own opens fail). */
+static int reopen(void)
+{
+    int fd = open(w.path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return errno == EMFILE || errno == ENFILE ? -EMFILE : -ESTALE;
+    if (!shp_fd_is(fd, w.dev, w.ino)) {
+        close(fd);
+        return -ESTALE;
+    }
+    int spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (spare < 0) {
+        close(fd);
+        return -EMFILE;
+    }
+    close(spare);
+    return fd;
+}
+
+/* The process's address space in use now (VmSize), in bytes; 0 if it cannot be read. */
+static uint64_t vm_size(void)
+{
+    char buf[64];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    return strtoull(buf, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The address space the segments may take: under RLIMIT_AS, an eighth of what the limit leaves
+ * the process now, counting what they already hold (the application's own growth since shrinks
+ * it); any amount without a limit. */
+static uint64_t as_share(void)
+{
+    uint64_t as = limit_of(RLIMIT_AS);
+    if (as == UINT64_MAX)
+        return UINT64_MAX;
+    uint64_t vm = vm_size();
+    return vm && as > vm ? (as - vm + w.as_mapped) / 8 : 0;
+}
+
+/* Map the segments of [from, to) that are not mapped yet. Under w.mu. Returns 0, or -ENOMEM
+ * with *mapped_to set to the end of what is mapped (the address-space share is spent, or the
+ * limit refused the mapping). */
+static int map_segments(int fd, uint64_t from, uint64_t to, uint64_t *mapped_to)
+{
+    for (unsigned i = (unsigned)(from >> w.shift); (uint64_t)i << w.shift < to; i++) {
+        if (w.seg[i])
+            continue;
+        uint64_t len = seg_len(i);
+        void *m = MAP_FAILED;
+        if (w.as_mapped + len <= as_share())
+            m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                     (off_t)((uint64_t)i << w.shift));
+        if (m == MAP_FAILED) {
+            *mapped_to = (uint64_t)i << w.shift;
+            return -ENOMEM;
+        }
+        w.as_mapped += len;
+        __atomic_store_n(&w.seg[i], (unsigned char *)m, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+/* Make [0, need) exist and be mapped, a chunk ahead. Returns 0; -EFBIG when a limit of the
+ * process leaves no room for it (the cap is lowered: the record is dropped, tracing goes on);
+ * or the error that switches tracing off. */
 static int grow(uint64_t need)
 {
     int rc = 0;
     pthread_mutex_lock(&w.mu);
-    uint64_t have = __atomic_load_n(&w.hdr->allocated, __ATOMIC_ACQUIRE);
-    if (need > have && !fd_is_ours()) {
-        rc = -EBADF;
-    } else if (need > have) {
-        uint64_t chunk = have < CHUNK_MIN ? CHUNK_MIN : have > CHUNK_MAX ? CHUNK_MAX : have;
-        if (shp_cfg.growth == SHP_GROWTH_LARGE)
-            chunk = CHUNK_MAX;
-        uint64_t want = need + chunk;
-        if (want > w.map_len)
-            want = w.map_len;
-        /* fallocate, not ftruncate: a full disk then fails here, with an error we can handle,
-         * instead of as SIGBUS on the first store into a hole. */
-        int e = posix_fallocate(w.fd, (off_t)have, (off_t)(want - have));
-        if (e != 0) {
-            rc = -e;
-        } else {
-            __atomic_store_n(&w.hdr->allocated, want, __ATOMIC_RELEASE);
-            if (shp_cfg.growth == SHP_GROWTH_POPULATE)
-                populate(have, want);
-            /* Once a chunk: a trace killed at any point converts with a pair this recent. */
-            clock_pair_store(w.hdr);
+    uint64_t have = atomic_load_explicit(&w.ready, memory_order_relaxed);
+    if (need <= have)
+        goto out;
+    uint64_t chunk = have < CHUNK_MIN ? CHUNK_MIN : have > CHUNK_MAX ? CHUNK_MAX : have;
+    if (shp_cfg.growth == SHP_GROWTH_LARGE)
+        chunk = CHUNK_MAX;
+    uint64_t want = need + chunk < w.map_len ? need + chunk : w.map_len;
+    /* As the limit is now: the application may have lowered it since the trace was made. */
+    uint64_t fsize = limit_of(RLIMIT_FSIZE);
+    if (want > (fsize & ~(PAGE - 1))) {
+        want = fsize & ~(PAGE - 1);
+        lower_cap(want, SHP_CAP_FSIZE, fsize);
+        if (need > want) {
+            rc = -EFBIG;
+            goto out;
         }
     }
+    int fd = reopen();
+    if (fd < 0) {
+        rc = fd;
+        goto out;
+    }
+    /* fallocate, not ftruncate: a full disk then fails here, with an error we can handle,
+     * instead of as SIGBUS on the first store into a hole. */
+    int e = shp_fallocate_quiet(fd, (off_t)have, (off_t)(want - have));
+    uint64_t mapped_to = want;
+    if (e == EFBIG) {
+        /* The limit was lowered between our look and the call. */
+        lower_cap(have, SHP_CAP_FSIZE, limit_of(RLIMIT_FSIZE));
+        rc = -EFBIG;
+    } else if (e != 0) {
+        rc = -e;
+    } else if (map_segments(fd, have, want, &mapped_to) < 0) {
+        lower_cap(mapped_to, SHP_CAP_AS, limit_of(RLIMIT_AS));
+        want = mapped_to > have ? mapped_to : have;
+        rc = need > want ? -EFBIG : 0;
+    }
+    close(fd);
+    if (want > have && e == 0) {
+        /* `attach` may have grown the file too: the header keeps the larger. */
+        struct shp_file_header *h = w.hdr;
+        uint64_t a = __atomic_load_n(&h->allocated, __ATOMIC_RELAXED);
+        while (a < want && !__atomic_compare_exchange_n(&h->allocated, &a, want, true,
+                                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            ;
+        atomic_store_explicit(&w.ready, want, memory_order_release);
+        if (shp_cfg.growth == SHP_GROWTH_POPULATE)
+            populate(have, want);
+        /* Once a chunk: a trace killed at any point converts with a pair this recent. */
+        clock_pair_store(h);
+    }
+out:
     pthread_mutex_unlock(&w.mu);
     return rc;
 }
@@ -121,9 +308,7 @@ static int grow(uint64_t need)
  * blocks the application in open(). */
 static bool trusted(const struct stat *st, const char *what, const char *path)
 {
-    const char *why = st->st_uid != geteuid()               ? "owned by another user"
-                      : (st->st_mode & (S_IWGRP | S_IWOTH)) ? "writable by others"
-                                                            : NULL;
+    const char *why = shp_dir_untrusted(st);
     if (!why)
         return true;
     SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "%s %s is %s: its control file is ignored", what,
@@ -147,9 +332,7 @@ static uint64_t run_armed(uint64_t dflt)
         close(fd);
         return dflt;
     }
-    struct stat dst;
-    if (!trusted(&st, "the control file", path) ||
-        (stat(shp_cfg.dir, &dst) == 0 && !trusted(&dst, "the run directory", shp_cfg.dir))) {
+    if (!trusted(&st, "the control file", path)) {
         close(fd);
         return dflt;
     }
@@ -161,7 +344,7 @@ static uint64_t run_armed(uint64_t dflt)
     return shp_control_armed(buf, dflt);
 }
 
-static void write_header(struct shp_file_header *h)
+static void write_header(struct shp_file_header *h, uint32_t cap_why, uint64_t cap_limit)
 {
     struct timespec rt, mono;
     clock_gettime(CLOCK_REALTIME, &rt);
@@ -189,6 +372,8 @@ static void write_header(struct shp_file_header *h)
     h->local_rank = shp_cfg.local_rank;
     h->world_size = shp_cfg.world_size;
     h->cap = w.cap;
+    h->cap_why = cap_why;
+    h->cap_limit = cap_limit;
     h->ctl[SHP_CTL_ARMED] = run_armed(shp_ctl[SHP_CTL_ARMED]);
     h->stacks_mode = shp_cfg.stacks;
     snprintf(h->host, sizeof(h->host), "%s", shp_cfg.host);
@@ -200,14 +385,72 @@ static void write_header(struct shp_file_header *h)
     memcpy(h->magic, SHP_TRACE_MAGIC, 8);
 }
 
+/* How big the file may become and how it is mapped, within the process's limits: the cap is
+ * lowered (why and the limit in *cap_why, *cap_limit) for a file-size limit it would pass, and
+ * for an address-space limit, of whose headroom the segments take an eighth at most. Returns
+ * false when no trace fits. */
+static bool plan(uint32_t *cap_why, uint64_t *cap_limit)
+{
+    w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
+    w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
+    *cap_why = SHP_CAP_MAX_MB;
+    *cap_limit = 0;
+    uint64_t fsize = limit_of(RLIMIT_FSIZE);
+    if (w.map_len > (fsize & ~(PAGE - 1))) {
+        w.cap = cap_for(fsize & ~(PAGE - 1));
+        w.map_len = fsize & ~(PAGE - 1);
+        *cap_why = SHP_CAP_FSIZE;
+        *cap_limit = fsize;
+    }
+    w.shift = SEG_SHIFT_MAX;
+    while ((w.map_len >> w.shift) >= SEG_MAX)
+        w.shift++;
+    uint64_t as = limit_of(RLIMIT_AS);
+    if (as != UINT64_MAX) {
+        uint64_t budget = as_share();
+        /* Segments small enough that a few fit in the share, so that a small trace maps
+         * little; then the cap that the share can map whole. */
+        while (w.shift > SEG_SHIFT_MIN && ((1ull << w.shift) + OVERLAP) * 4 > budget)
+            w.shift--;
+        uint64_t fit = budget / ((1ull << w.shift) + OVERLAP) << w.shift;
+        if (fit < w.map_len) {
+            w.cap = cap_for(fit);
+            w.map_len = fit;
+            *cap_why = SHP_CAP_AS;
+            *cap_limit = as;
+        }
+    }
+    if (w.map_len > (uint64_t)SEG_MAX << w.shift) {
+        w.map_len = (uint64_t)SEG_MAX << w.shift;
+        w.cap = cap_for(w.map_len);
+    }
+    w.mask = (1ull << w.shift) - 1;
+    if (w.cap - SHP_HEADER_SIZE < MIN_RECORDS) {
+        snprintf(w.why, sizeof(w.why), "the %s of %llu KiB leaves no room for a trace",
+                 limit_name(*cap_why), (unsigned long long)(*cap_limit >> 10));
+        return false;
+    }
+    return true;
+}
+
+/* Create the trace; on failure, w.why says why and no file is left behind. */
 static int open_file(void)
 {
-    int rc = shp_make_dirs(shp_cfg.dir);
+    const char *untrusted = NULL;
+    int rc = shp_run_dir(shp_cfg.dir, &untrusted);
     if (rc < 0) {
-        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot create %s: %s", shp_cfg.dir,
-                strerror(-rc));
+        if (untrusted)
+            snprintf(w.why, sizeof(w.why),
+                     "the run directory %s is %s (it must be the user's own, mode 0700)",
+                     shp_cfg.dir, untrusted);
+        else
+            snprintf(w.why, sizeof(w.why), "cannot create %s: %s", shp_cfg.dir, strerror(-rc));
         return rc;
     }
+    uint32_t cap_why;
+    uint64_t cap_limit;
+    if (!plan(&cap_why, &cap_limit))
+        return -EFBIG;
     int fd = -1;
     for (int i = 0; i < 100 && fd < 0; i++) {
         if (i == 0)
@@ -216,67 +459,78 @@ static int open_file(void)
         else
             snprintf(w.path, sizeof(w.path), "%s/%s-%ld.%d%s", shp_cfg.dir, shp_cfg.host,
                      (long)getpid(), i, SHP_TRACE_SUFFIX);
-        fd = open(w.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        fd = open(w.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
         if (fd < 0 && errno != EEXIST)
             break;
     }
     if (fd < 0) {
         rc = -errno;
-        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot create %s: %s", w.path,
-                strerror(errno));
+        snprintf(w.why, sizeof(w.why), "cannot create %s: %s", w.path, strerror(-rc));
         return rc;
     }
-    /* Out of the low numbers that applications reuse and hand to children by number. */
-    int hi = fcntl(fd, F_DUPFD_CLOEXEC, SHP_TRACE_FD_MIN);
-    if (hi >= 0) {
-        close(fd);
-        fd = hi;
-    }
+    const char *fail = NULL;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    int spare = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (spare < 0) {
+        rc = -EMFILE;
+        fail = "the application has no file descriptor to spare";
+        goto fail;
+    }
+    close(spare);
+    /* 0600 whatever the umask: under umask 0777 the file was made 0000, unreadable. */
+    if (fchmod(fd, 0600) != 0 || fstat(fd, &st) != 0) {
         rc = -errno;
-        close(fd);
-        unlink(w.path);
-        return rc;
+        fail = strerror(-rc);
+        goto fail;
     }
     w.dev = st.st_dev;
     w.ino = st.st_ino;
-    w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
-    w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
     uint64_t first = shp_cfg.growth == SHP_GROWTH_FULL    ? w.map_len
                      : shp_cfg.growth == SHP_GROWTH_LARGE ? CHUNK_MAX
                                                           : CHUNK_MIN;
     if (first > w.map_len)
         first = w.map_len;
-    int e = posix_fallocate(fd, 0, (off_t)first);
+    int e = shp_fallocate_quiet(fd, 0, (off_t)first);
+    uint64_t mapped_to;
     if (e != 0) {
-        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot size %s: %s", w.path, strerror(e));
-        close(fd);
-        unlink(w.path); /* no empty, headerless trace left behind */
-        return -e;
+        rc = -e;
+        fail = strerror(e);
+    } else if (map_segments(fd, 0, first, &mapped_to) < 0) {
+        rc = -ENOMEM;
+        fail = "no address space left to map it";
     }
-    void *m = mmap(NULL, w.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        rc = -errno;
-        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_TRACE, "cannot map %s: %s", w.path,
-                strerror(errno));
-        close(fd);
-        unlink(w.path);
-        return rc;
-    }
-    w.fd = fd;
-    w.base = m;
-    w.hdr = m;
+    if (fail)
+        goto fail;
+    close(fd);
+    w.hdr = (struct shp_file_header *)w.seg[0];
     w.hdr->allocated = first;
     w.npairs = 0;
-    write_header(w.hdr);
+    write_header(w.hdr, cap_why, cap_limit);
+    atomic_store_explicit(&w.ready, first, memory_order_release);
     if (shp_cfg.growth == SHP_GROWTH_POPULATE)
         populate(SHP_HEADER_SIZE, first);
     /* From now on the header's control words are the ones a tool can flip. */
     shp_ctl_use(w.hdr->ctl);
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
+    if (cap_why != SHP_CAP_MAX_MB)
+        SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE,
+                "the %s of %llu KiB caps the trace at %llu KiB", limit_name(cap_why),
+                (unsigned long long)(cap_limit >> 10), (unsigned long long)(w.cap >> 10));
     return 0;
+fail:
+    snprintf(w.why, sizeof(w.why), "cannot make the trace %s: %s", w.path, fail);
+    for (unsigned i = 0; i < SEG_MAX; i++)
+        if (w.seg[i]) {
+            munmap(w.seg[i], (size_t)seg_len(i));
+            w.seg[i] = NULL;
+        }
+    w.as_mapped = 0;
+    close(fd);
+    unlink(w.path); /* no empty, headerless trace left behind */
+    return rc;
 }
+
+static void write_note(struct shp_file_header *h, const char *text);
 
 int shp_writer_open(void)
 {
@@ -297,6 +551,10 @@ int shp_writer_open(void)
         rc = -EIO;
     }
     pthread_mutex_unlock(&w.mu);
+    if (rc < 0 && st == W_CLOSED)
+        shp_disable(w.why); /* the one line that says why */
+    if (rc == 1 && w.pending[0])
+        write_note(w.hdr, w.pending);
     return rc;
 }
 
@@ -309,10 +567,11 @@ static void dropped(struct shp_file_header *h, size_t size)
 /* Marks the trace disabled, with the first reason and when: the calls lost from then on are
  * counted by the wrappers (shp_call_lost). The clock is read here, not shp_now_ns, so that the
  * time is CLOCK_MONOTONIC whatever clock the records use. */
-static void switched_off(struct shp_file_header *h, int rc)
+static const char *switched_off(struct shp_file_header *h, int rc)
 {
     uint32_t reason = rc == -ENOSPC || rc == -EDQUOT ? SHP_OFF_NO_SPACE
-                      : rc == -EBADF                 ? SHP_OFF_FD_CLOSED
+                      : rc == -ESTALE                ? SHP_OFF_FILE_GONE
+                      : rc == -EMFILE                ? SHP_OFF_NO_FD
                                                      : SHP_OFF_GROW;
     uint32_t none = 0;
     if (__atomic_compare_exchange_n(&h->off_reason, &none, reason, false, __ATOMIC_RELAXED,
@@ -323,6 +582,10 @@ static void switched_off(struct shp_file_header *h, int rc)
                          __ATOMIC_RELAXED);
     }
     __atomic_or_fetch(&h->flags, SHP_FILE_DISABLED, __ATOMIC_RELEASE);
+#define SHP_REASON_PHRASE(name, num, key, phrase) [num] = phrase,
+    static const char *const phrases[SHP_OFF_COUNT] = {SHP_OFF_REASONS(SHP_REASON_PHRASE)};
+#undef SHP_REASON_PHRASE
+    return phrases[reason];
 }
 
 void *shp_writer_reserve(unsigned type, size_t size, const char **why)
@@ -333,14 +596,11 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
     uint64_t off = shp_rec_reserve(h, shp_rec_limit(h, type), size);
     if (!off) {
         dropped(h, size);
-        SHP_WARN_ONCE(&shp_log, SHP_SUB_TRACE,
-                      "trace cap of %llu MiB reached: later records are dropped and counted "
-                      "(" SHP_ENV_MAX_MB " raises it)",
-                      (unsigned long long)(shp_cfg.cap >> 20));
+        cap_reached(h);
         return NULL;
     }
     uint64_t end = off + size;
-    if (end > __atomic_load_n(&h->allocated, __ATOMIC_ACQUIRE)) {
+    if (end > atomic_load_explicit(&w.ready, memory_order_acquire)) {
         int rc = grow(end);
         if (rc < 0) {
             dropped(h, size);
@@ -349,30 +609,79 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
             uint64_t reserved_end = end;
             __atomic_compare_exchange_n(&h->tail, &reserved_end, off, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
-            switched_off(h, rc);
-            *why = rc == -ENOSPC  ? "no space left for the trace"
-                   : rc == -EBADF ? "the application closed the trace's file descriptor"
-                                  : "the trace cannot grow";
+            if (rc == -EFBIG) /* a limit of the process: a cap, tracing goes on */
+                cap_reached(h);
+            else
+                *why = switched_off(h, rc);
             return NULL;
         }
     }
-    void *r = w.base + off;
+    unsigned char *base = __atomic_load_n(&w.seg[off >> w.shift], __ATOMIC_RELAXED);
+    void *r = base + (off & w.mask);
     /* The reserved size first, so a reader can step over this record if we die filling it. */
     shp_rec_mark_reserved(r, size);
     return r;
 }
 
+/* A warning that could not go to the application's standard error, as a mark record of the
+ * trace (dump shows it). Only into space that exists: the warning may come from inside grow. */
+static void write_note(struct shp_file_header *h, const char *text)
+{
+    size_t size = sizeof(struct shp_rec_mark);
+    uint64_t off = shp_rec_reserve(h, shp_rec_limit(h, SHP_REC_MARK), size);
+    if (!off)
+        return;
+    if (off + size > atomic_load_explicit(&w.ready, memory_order_acquire)) {
+        dropped(h, size);
+        uint64_t reserved_end = off + size;
+        __atomic_compare_exchange_n(&h->tail, &reserved_end, off, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+        return;
+    }
+    struct shp_rec_mark *m =
+        (struct shp_rec_mark *)(__atomic_load_n(&w.seg[off >> w.shift], __ATOMIC_RELAXED) +
+                                (off & w.mask));
+    shp_rec_mark_reserved(m, size);
+    memset((char *)m + sizeof(m->h), 0, sizeof(*m) - sizeof(m->h));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    m->t_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    snprintf(m->text, sizeof(m->text), "shapetrace %s", text);
+    shp_rec_publish(m, SHP_REC_MARK, sizeof(*m));
+}
+
+void shp_writer_note(const char *text)
+{
+    static SHP_TLS int inside;
+    if (inside)
+        return;
+    inside = 1;
+    struct shp_file_header *h = shp_writer_header();
+    if (h)
+        write_note(h, text);
+    else if (!atomic_exchange(&w.pending_taken, 1))
+        snprintf(w.pending, sizeof(w.pending), "%s", text);
+    inside = 0;
+}
+
 int shp_writer_comm_index(const void *rec)
 {
     struct shp_file_header *h = shp_writer_header();
-    if (!h || (const unsigned char *)rec < w.base + SHP_HEADER_SIZE ||
-        (const unsigned char *)rec >= w.base + w.map_len)
+    if (!h)
+        return -1;
+    const unsigned char *p = rec;
+    uint64_t off = 0;
+    for (unsigned i = 0; i < SEG_MAX && !off; i++) {
+        const unsigned char *s = __atomic_load_n(&w.seg[i], __ATOMIC_ACQUIRE);
+        if (s && p >= s && p < s + seg_len(i))
+            off = ((uint64_t)i << w.shift) + (uint64_t)(p - s);
+    }
+    if (off < SHP_HEADER_SIZE)
         return -1;
     uint32_t i = __atomic_fetch_add(&h->ncomms, 1, __ATOMIC_RELAXED);
     if (i >= SHP_COMM_INDEX_MAX)
         return -1;
-    __atomic_store_n(&h->comm_off[i], (uint64_t)((const unsigned char *)rec - w.base),
-                     __ATOMIC_RELEASE);
+    __atomic_store_n(&h->comm_off[i], off, __ATOMIC_RELEASE);
     return (int)i;
 }
 
@@ -397,14 +706,16 @@ void shp_writer_atfork_child(void)
 {
     /* The parent's file is the parent's: the child unmaps it and opens its own at its first
      * record. */
-    if (atomic_load(&w.state) == W_OPEN) {
-        munmap(w.base, w.map_len);
-        if (fd_is_ours())
-            close(w.fd);
-    }
-    w.fd = -1;
-    w.base = NULL;
+    for (unsigned i = 0; i < SEG_MAX; i++)
+        if (w.seg[i]) {
+            munmap(w.seg[i], (size_t)seg_len(i));
+            w.seg[i] = NULL;
+        }
+    w.as_mapped = 0;
     w.hdr = NULL;
+    w.pending[0] = 0;
+    atomic_store(&w.pending_taken, 0);
+    atomic_store(&w.ready, 0);
     w.gen++;
     pthread_mutex_init(&w.mu, NULL);
     atomic_store(&w.state, W_CLOSED);

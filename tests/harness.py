@@ -1,5 +1,6 @@
 """shapetrace tests: the runner the Python suites share. Runs every test_* function of a module,
 one line each, and ends with 'LABEL: N passed, M failed' (the line tests/run.sh adds up)."""
+import glob
 import os
 import shutil
 import subprocess
@@ -16,6 +17,23 @@ def tool_env():
                                          capture_output=True, text=True).stdout.strip()
         e["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
     return e
+
+
+def other_pythons():
+    """CPython 3.10 to 3.13 interpreters besides the default `python3`, where pyenv has them."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    have = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[1])"],
+                          capture_output=True, text=True).stdout.strip()
+    found = []
+    for minor in (10, 11, 12, 13):
+        if str(minor) == have:
+            continue
+        for v in sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*"))):
+            py = os.path.join(v, "bin", f"python3.{minor}")
+            if os.access(py, os.X_OK):
+                found.append(py)
+                break
+    return found
 
 
 class NotRun(Exception):

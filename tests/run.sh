@@ -44,6 +44,8 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
         test_collectives_tied_to_no_communicator_are_counted \
         test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
         test_a_seq_far_ahead_is_lined_up_at_once
+    # The harm cases again: `run` and the readers under TSan, the preload plain.
+    suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
 else
     for t in "$B"/tests/test_*; do
         [ -x "$t" ] || continue
@@ -58,6 +60,7 @@ else
     suite "analyze" python3 tests/test_analyze.py "$B"
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
+    suite "snapshot" python3 tests/test_snapshot.py "$B"
 fi
 
 echo "== total ($B)"

@@ -434,11 +434,12 @@ STACKS_CASES = {
     "eagle_dp": ("deadlock", [2], 3, "draft_forward"),                # SGLang EAGLE + DP attention
     "graph_side_stream": ("count_mismatch", [2], 2, "capture_bucket_side"),  # NCCL side stream
     "nonblocking": ("count_mismatch", [5], 3, "tp_reduce"),           # config.blocking = 0
+    "decode_graphs": ("count_mismatch", [1], 2, "capture_bucket"),   # both of vLLM's at once
 }
 # `shapetrace run` options of a pattern (SHP_TOOL: the command, for ranks that arm themselves)
 STACKS_RUN = {"dormant": ["--dormant"], "capped": ["--max-mb", "1"]}
 STACKS_DIMS = {"gathered": ["hidden=512"], "replay_output": ["hidden=256"],
-               "graph_gathered": ["hidden=512"]}
+               "graph_gathered": ["hidden=512"], "decode_graphs": ["hidden=256"]}
 STACKS_EXPECT = {"replay_shapes": {
     "dims": {"hidden": 256},
     "expect": [{"name": "the decode graph writes whole hidden rows",
@@ -575,6 +576,43 @@ def test_merge_and_workers_read_call_sites_at_once():
         assert [x["kind"] for x in r["findings"]] == ["missing_collective"], r["findings"]
         assert "made one collective more" in r["findings"][0]["summary"]
     assert len(outs) == 1, "the report changed between runs"
+
+
+def test_findings_from_the_merge_and_a_worker_at_once():
+    """vLLM decode graphs, both bugs on one rank: the merge thread names the replay of a count
+    mismatch while a lineage worker names a stale read's replays, each symbolizing that rank's
+    stacks. Both loaded them lazily without a lock, and both entered libdw: analyze died of
+    SIGSEGV in a quarter to most runs of 4 and 8 ranks. The ThreadSanitizer run of this suite
+    reports any access the two threads still share without a lock."""
+    for n in ("4", "8"):
+        d = os.path.join(TMP, f"decode-graphs-{n}")
+        e = env()
+        e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+        subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
+                        f"{T}/stacks", "decode_graphs", "planted"], capture_output=True,
+                       timeout=120, env=e)
+        r, _ = analyze(d, dims=["hidden=256"])
+        kinds = [x["kind"] for x in r["findings"]]
+        assert kinds == ["count_mismatch", "stale_read"], (n, [x["summary"] for x in r["findings"]])
+        for f in r["findings"]:
+            assert f["ranks"] == [1] and "replay " in f["summary"], f["summary"]
+            assert "decode_step (" in f["summary"], f["summary"]
+            assert all(frames(ev)[0] for ev in f["events"]), f["events"]
+
+
+def test_one_analysis_fifty_times_is_one_output():
+    """The same traces, analysed 50 times, text and --json: 50 identical reports each (the
+    threads never change what is found, nor in which order, nor the texts)."""
+    d = os.path.join(TMP, "decode-graphs-8")
+    if not os.path.isdir(d):
+        test_findings_from_the_merge_and_a_worker_at_once()
+    for args in (["--json"], []):
+        outs = set()
+        for _ in range(50):
+            p = run([TOOL, "analyze", *args, "--dim", "hidden=256", d])
+            assert p.returncode == 1, (p.returncode, p.stderr)
+            outs.add(p.stdout)
+        assert len(outs) == 1, (args, len(outs))
 
 
 def test_global_ranks_in_p2p_findings():

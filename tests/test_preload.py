@@ -15,7 +15,7 @@ import struct
 import tempfile
 import time
 
-from harness import NotRun, run_all  # the script's own folder, tests/, is on sys.path
+from harness import NotRun, other_pythons, run_all  # tests/, the script's folder, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -636,23 +636,6 @@ def check_python_call_sites(py, name):
     assert counts.get(SHP_REC_PYCODE) == 13, counts  # the 13 functions on those stacks
     assert 5 <= counts.get(SHP_REC_PYSTACK, 0) <= 16, counts  # for 43 calls
     return ev
-
-
-def other_pythons():
-    """CPython 3.10 to 3.13 interpreters besides the default one, where pyenv has them."""
-    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    have = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[1])"],
-                          capture_output=True, text=True).stdout.strip()
-    found = []
-    for minor in (10, 11, 12, 13):
-        if str(minor) == have:
-            continue
-        for v in sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*"))):
-            py = os.path.join(v, "bin", f"python3.{minor}")
-            if os.access(py, os.X_OK):
-                found.append(py)
-                break
-    return found
 
 
 def test_python_call_sites():

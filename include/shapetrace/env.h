@@ -26,6 +26,9 @@
 /* Read by the tools: globs (comma-separated) of frames that are framework code, added to the site
  * rule's built-in list (tools/lib/site.h), as --site-skip does. */
 #define SHP_ENV_SITE_SKIP "SHAPETRACE_SITE_SKIP"
+/* Read by `shapetrace snapshot`: milliseconds to hold each process stopped after its copy, so
+ * that a test can kill the command while a target is stopped under it. */
+#define SHP_ENV_SNAPSHOT_HOLD_MS "SHAPETRACE_SNAPSHOT_HOLD_MS"
 
 #define SHP_DEFAULT_DIR "shapetrace-trace"
 #define SHP_DEFAULT_STACKS "python"

@@ -98,16 +98,42 @@ struct shp_file_header {
     uint32_t off_reason; /* SHP_OFF_*: why tracing switched itself off; 0 while it is on */
     uint64_t off_ns;     /* when it switched off, in nanoseconds of the monotonic clock, or 0 */
     uint64_t calls_lost; /* the application's calls passed through untraced since then */
-    uint64_t reserved2[4];
+    /* What set `cap` (SHP_CAP_*): SHAPETRACE_MAX_MB, or a resource limit of the process that
+     * lowered it, when the trace was made or later; cap_limit is that limit in bytes, else 0.
+     * Zero in a trace of a writer that did not say (its cap is SHAPETRACE_MAX_MB's). */
+    uint32_t cap_why;
+    uint32_t pad2;
+    uint64_t cap_limit;
+    uint64_t reserved2[2];
     /* File offset of the communicator record that compact records name by index; 0 if none. */
     uint64_t comm_off[SHP_COMM_INDEX_MAX];
 };
 _Static_assert(offsetof(struct shp_file_header, clock_first) == 640, "header layout");
 _Static_assert(sizeof(struct shp_file_header) == 816 + 8 * SHP_COMM_INDEX_MAX, "header layout");
-/* off_reason (with SHP_FILE_DISABLED); 0 in a trace of a writer that did not say why. */
-#define SHP_OFF_NO_SPACE 1u  /* the file system is full (or the quota) */
-#define SHP_OFF_FD_CLOSED 2u /* the application closed the trace's file descriptor */
-#define SHP_OFF_GROW 3u      /* the file could not grow for another reason */
+/* Why tracing switched itself off: off_reason (with SHP_FILE_DISABLED), 0 in a trace of a
+ * writer that did not say why. X(name, number, key, phrase): `key` is the name the JSON outputs
+ * give it, `phrase` what dump and analyze say. Never renumber one. */
+/* clang-format off */
+#define SHP_OFF_REASONS(X) \
+    X(NO_SPACE, 1, "no_space", "no space left for the trace") \
+    X(FD_CLOSED, 2, "fd_closed", "the application closed the trace's file descriptor") \
+    X(GROW, 3, "cannot_grow", "the trace could not grow") \
+    X(FILE_GONE, 4, "file_gone", "the trace file was moved, removed or replaced, or could no " \
+      "longer be opened to grow it") \
+    X(NO_FD, 5, "no_descriptor", "the application had no file descriptor to spare for growing " \
+      "the trace")
+/* What set the cap (cap_why), as X(name, number, key, phrase). */
+#define SHP_CAP_REASONS(X) \
+    X(MAX_MB, 0, "max_mb", "the trace's cap (SHAPETRACE_MAX_MB)") \
+    X(FSIZE, 1, "fsize", "the process's file-size limit (RLIMIT_FSIZE)") \
+    X(AS, 2, "address_space", "the process's address-space limit (RLIMIT_AS)")
+/* clang-format on */
+#define SHP_REASON_ENUM(name, num, key, phrase) SHP_OFF_##name = num,
+enum { SHP_OFF_REASONS(SHP_REASON_ENUM) SHP_OFF_COUNT };
+#undef SHP_REASON_ENUM
+#define SHP_REASON_ENUM(name, num, key, phrase) SHP_CAP_##name = num,
+enum { SHP_CAP_REASONS(SHP_REASON_ENUM) SHP_CAP_COUNT };
+#undef SHP_REASON_ENUM
 _Static_assert(sizeof(struct shp_file_header) <= SHP_HEADER_SIZE, "header fits its page");
 
 #define SHP_STACKS_NONE 0u

@@ -14,6 +14,7 @@
 #include "tools/analyze/analyze.h"
 #include "tools/lib/event.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -37,12 +38,14 @@ static void make_expect(void)
         snprintf(expect_path, sizeof(expect_path), "/proc/self/fd/%d", fd);
 }
 
-/* analyze PATH [PEER], as the command runs it, its report and its errors into the sink. */
+/* analyze PATH [PEER], as the command runs it: the session, the run, the report (text or
+ * JSON) and its errors into the sink. */
 static void analyze(const char *path, bool json, bool expect)
 {
     const char *peer = getenv("SHP_FUZZ_PEER");
     char *paths[] = {(char *)path, (char *)peer};
-    struct an_options o = {.paths = paths, .npaths = peer && *peer ? 2 : 1, .json = json};
+    struct an_options o;
+    memset(&o, 0, sizeof(o));
     o.dims.n = 2;
     snprintf(o.dims.v[0].name, sizeof(o.dims.v[0].name), "hidden");
     o.dims.v[0].value = 64;
@@ -52,7 +55,19 @@ static void analyze(const char *path, bool json, bool expect)
         o.expect = expect_path;
     FILE *out = stdout, *err = stderr;
     stdout = stderr = sink;
-    an_analyze(&o);
+    struct shp_session s;
+    struct an_result *res = NULL;
+    if (shp_session_open(&s, paths, peer && *peer ? 2 : 1, SHP_SESSION_UNIQUE, "the analysis") >=
+            0 &&
+        an_run(&o, &s, &res) == 0) {
+        if (json)
+            an_print_json(res, sink);
+        else
+            an_print_text(res, sink, false);
+    }
+    an_result_free(res);
+    shp_session_close(&s);
+    an_options_free(&o);
     fflush(sink);
     stdout = out;
     stderr = err;

@@ -3,7 +3,8 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts bench (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts harm llama cupy snapshot bench
+#                  decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +12,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts bench}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -91,6 +92,19 @@ for n in $RANKS; do
         rm -f "$W/uid$n"
         traced "pynccl$n" 120 $(tr_run "$n") "$here/pynccl_ranks.py" "$W/uid$n" --share-gpu
     fi
+    if has llama; then
+        for plant in none prompt fp16 leave; do
+            traced "llama${n}_$plant" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+                --timeout 20 --plant "$plant"
+        done
+    fi
+    if has cupy; then
+        for plant in none count dtype; do
+            rm -f "$W/cupy_uid${n}_$plant"
+            traced "cupy${n}_$plant" 120 $(tr_run "$n") "$here/cupy_ranks.py" \
+                "$W/cupy_uid${n}_$plant" --share-gpu --plant "$plant"
+        done
+    fi
     wait
     if has verdicts; then
         # NCCL on a side stream inside graphs, and a call NCCL refuses (ctypes, as pynccl);
@@ -113,6 +127,18 @@ for n in $RANKS; do
 done
 wait
 echo "multi-rank runs took $(($(date +%s) - start)) s"
+
+# shapetrace snapshot of a hung 4-rank job started without shapetrace, alone on the machine
+# (--all pictures every process of this user that maps NCCL): its verdict lines go to the
+# summary as they are; its log, JSON and text view to the logs.
+if has snapshot; then
+    mkdir -p "$W/snapshot"
+    timeout -k 5 600 python3 "$here/snapshot_check.py" "$W/snapshot" 4 >"$W/logs/snapshot.log" 2>&1
+    grep -E '^(PASS|FAIL|INFO) snapshot' "$W/logs/snapshot.log" >>"$SUMMARY"
+    grep -qE '^(PASS|FAIL) snapshot' "$W/logs/snapshot.log" ||
+        note "FAIL snapshot: no verdict (see logs/snapshot.log)"
+    cp "$W"/snapshot/*.json "$W"/snapshot/*.txt "$W"/snapshot/*.log "$W/logs/" 2>/dev/null
+fi
 
 if has smoke; then
     grep -q '^check.*FAIL' "$W/logs/smoke.log" &&
@@ -161,10 +187,10 @@ for n in $RANKS; do
             ncclAllReduce@captured=2 cudaGraphLaunch=4
         verdict analyze "side${n}_clean" "$W/traces/side${n}_clean" "$n" none
         verdict analyze "side${n}_planted" "$W/traces/side${n}_planted" "$n" \
-            count_mismatch:$([ "$n" -eq 2 ] && echo 0,1 || echo "$last"):all_reduce
+            count_mismatch:$([ "$n" -eq 2 ] && echo 0,1 || echo "$last"):all_reduce@nccl_verdicts.py
         verdict analyze "refused${n}_clean" "$W/traces/refused${n}_clean" "$n" none
         verdict analyze "refused${n}_planted" "$W/traces/refused${n}_planted" "$n" \
-            failed_collective:$last:broadcast
+            failed_collective:$last:broadcast@nccl_verdicts.py
         verdict analyze "tp${n}_nonblocking_none" "${d}_nonblocking_none" "$n" none -- \
             --dim hidden=7168
         verdict analyze "tp${n}_nonblocking_desync" "${d}_nonblocking_desync" "$n" \
@@ -180,6 +206,30 @@ learned after ncclInProgress, $(st dump --json --no-stacks "${d}_$v" 2>/dev/null
 ranks done"
         done
     fi
+    if has llama; then
+        # A Hugging Face Llama under DTensor: the site of the diverging all-reduce is the
+        # model's forward in modeling_llama.py, never torch's dispatch.
+        verdict analyze "llama${n}_none" "$W/traces/llama${n}_none" "$n" none
+        verdict analyze "llama${n}_prompt" "$W/traces/llama${n}_prompt" "$n" \
+            count_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_fp16" "$W/traces/llama${n}_fp16" "$n" \
+            dtype_mismatch:$desync_ranks:forward@modeling_llama.py
+        verdict analyze "llama${n}_leave" "$W/traces/llama${n}_leave" "$n" \
+            missing_collective:$last
+        for plant in none prompt fp16 leave; do
+            note "INFO llama${n}_$plant: exit status $(rc_of "llama${n}_$plant")"
+        done
+    fi
+    if has cupy; then
+        [ "$(grep -c ': cupy ok' "$W/logs/cupy${n}_none.log")" -eq "$n" ] &&
+            note "PASS cupy$n/data: $n ranks checked their sums" ||
+            note "FAIL cupy$n/data: $(grep -h ': cupy' "$W/logs/cupy${n}_none.log" | head -3)"
+        verdict analyze "cupy${n}_none" "$W/traces/cupy${n}_none" "$n" none
+        verdict analyze "cupy${n}_count" "$W/traces/cupy${n}_count" "$n" \
+            count_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
+        verdict analyze "cupy${n}_dtype" "$W/traces/cupy${n}_dtype" "$n" \
+            dtype_mismatch:$desync_ranks:reduce_gradients@cupy_ranks.py
+    fi
     if has pynccl; then
         [ "$(grep -c ': pynccl ok' "$W/logs/pynccl$n.log")" -eq "$n" ] &&
             note "PASS pynccl$n/data: $n ranks checked their sums" ||
@@ -189,6 +239,36 @@ ranks done"
         verdict analyze "pynccl$n/analyze" "$W/traces/pynccl$n" "$n" none
     fi
 done
+
+if has harm; then
+    # One torch process untraced, then traced with native and with Python stacks: the same
+    # output, line for line (its descriptors by kind, how many it holds, how many files it can
+    # still open at its limit). Before issue 22's fixes the traced ones held 3 more (libunwind's
+    # pipe, the trace's descriptor).
+    port=29640
+    $JOB_ENV timeout -k 5 120 python3 "$here/harm.py" "$port" >"$W/logs/harm_untraced.log" \
+        2>"$W/logs/harm_untraced.err"
+    base=$(awk '$1 == "held" {print $2}' "$W/logs/harm_untraced.log")
+    grep -q '^done' "$W/logs/harm_untraced.log" || note "FAIL harm/untraced: see its log"
+    for stacks in native python; do
+        port=$((port + 1))
+        rm -rf "$W/traces/harm_$stacks"
+        timeout -k 5 120 "$SHP_TOOL_RUN" --dir "$W/traces/harm_$stacks" --stacks "$stacks" \
+            --debug INFO -- $JOB_ENV python3 "$here/harm.py" "$port" "${base:-0}" \
+            >"$W/logs/harm_$stacks.log" 2>"$W/logs/harm_$stacks.err"
+        if cmp -s "$W/logs/harm_untraced.log" "$W/logs/harm_$stacks.log"; then
+            note "PASS harm/$stacks: output as untraced ($(grep '^fds' "$W/logs/harm_$stacks.log");" \
+                "$(grep '^opens' "$W/logs/harm_$stacks.log"))"
+        else
+            note "FAIL harm/$stacks: untraced '$(tr '\n' ';' <"$W/logs/harm_untraced.log")'," \
+                "traced '$(tr '\n' ';' <"$W/logs/harm_$stacks.log")'"
+        fi
+        note "INFO harm/$stacks: $(grep -o 'stacks through.*' "$W/logs/harm_$stacks.err" |
+            head -n 1); $(st dump --json "$W/traces/harm_$stacks" 2>/dev/null |
+            grep -c '"op":"ncclAllReduce"') all-reduces traced;" \
+            "$(grep -c ' WARN ' "$W/logs/harm_$stacks.err") warnings"
+    done
+fi
 
 if has bench; then
     res=$W/bench.jsonl
@@ -224,11 +304,45 @@ if has bench; then
     cp "$res" "$OUT/bench.jsonl"
 fi
 
+if has decode; then
+    # A serving loop's step, traced at each stack setting against dormant in one process; the
+    # untraced process, NCCL's log and the Flight Recorder (not switchable in a process) beside.
+    res=$W/decode.jsonl
+    : >"$res"
+    port=29700
+    pin=""
+    command -v taskset >/dev/null && pin="taskset -c 4-7"
+    for stacks in python native none; do
+        port=$((port + 1))
+        rm -rf "$W/traces/decode_$stacks"
+        $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" \
+            --dir "$W/traces/decode_$stacks" -- $JOB_ENV python3 "$here/bench_decode.py" "$res" \
+            "stacks $stacks" "$port" --attach "$W/traces/decode_$stacks" --tool "$SHP_TOOL" \
+            --tool-ld "${SHP_TOOL_LD:-}" \
+            >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
+    done
+    for cfg in untraced nccl_debug flight_recorder; do
+        port=$((port + 1))
+        case $cfg in
+        untraced) set -- ;;
+        nccl_debug) set -- NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL \
+            NCCL_DEBUG_FILE="$W/logs/decode_nccl_debug.%p.txt" ;;
+        flight_recorder) set -- TORCH_FR_BUFFER_SIZE=2000 ;;
+        esac
+        $pin env "$@" timeout -k 5 180 python3 "$here/bench_decode.py" "$res" "$cfg" "$port" \
+            >>"$W/logs/decode_$cfg.log" 2>&1 || note "FAIL decode $cfg: see its log"
+    done
+    python3 "$here/decode_table.py" "$res" >"$W/decode_table.txt" 2>&1
+    cp "$res" "$OUT/decode.jsonl"
+fi
+
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs
-tar -C "$W" --exclude="traces/bench_*" -czf "$OUT/traces.tar.gz" traces
+tar -C "$W" --exclude="traces/bench_*" --exclude="traces/decode_*" -czf "$OUT/traces.tar.gz" traces
 cp "$SUMMARY" "$OUT/summary.txt"
 [ -f "$W/bench_table.txt" ] && cp "$W/bench_table.txt" "$OUT/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cp "$W/decode_table.txt" "$OUT/decode_table.txt"
 echo "== check-gpu summary ($(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - start)) s)"
 [ -f "$W/bench_table.txt" ] && cat "$W/bench_table.txt"
+[ -f "$W/decode_table.txt" ] && cat "$W/decode_table.txt"
 cat "$SUMMARY"
 ! grep -q '^FAIL' "$SUMMARY"

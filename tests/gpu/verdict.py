@@ -2,9 +2,11 @@
 
   verdict.py analyze NAME DIR NRANKS WANT [--incomplete RANK] [-- ANALYZE_ARGS...]
       WANT is 'none' (no findings) or KIND:RANKS[:CONSUMER[:PRODUCER]] (RANKS like 1,2): the
-      first finding's kind and ranks ('-': none, a process without a rank), and the innermost
-      Python frame outside torch of its call and of its nearest producer. --incomplete: that
-      rank's trace must be incomplete and hold events.
+      first finding's kind and ranks ('-': none, a process without a rank), and the site of its
+      call and of its nearest producer: FUNCTION, or FUNCTION@FILE (the file's last component),
+      compared with the event's "site" (the analyzer's site rule), or, in an older report
+      without one, the innermost Python frame outside torch. --incomplete: that rank's trace
+      must be incomplete and hold events.
   verdict.py count NAME DIR NRANKS OP[@captured]=N...
       every trace holds exactly N calls of OP (with @captured, only those captured in a graph).
 The tool is $SHP_TOOL, run with LD_LIBRARY_PATH=$SHP_TOOL_LD when set. Prints
@@ -25,12 +27,35 @@ def tool(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def py_site(event):
-    """The innermost Python frame outside torch's own package."""
+def site_frame(event):
+    """The frame the report shows first: the analyzer's site, else (an older report) the
+    innermost Python frame outside torch's own package."""
+    if event.get("site"):
+        return event["site"]
     for frame in event.get("stack") or []:
         if frame.startswith("py: ") and "/torch/" not in frame:
-            return frame[4:].split(" (")[0]
+            return frame
     return None
+
+
+def py_site(event):
+    """FUNCTION@FILE of the site frame ("forward@modeling_llama.py"), or None."""
+    frame = site_frame(event)
+    if not frame:
+        return None
+    text = frame[4:] if frame.startswith("py: ") else frame
+    func, _, place = text.partition(" (")
+    func = func.split("+0x")[0]
+    file = os.path.basename(place.rstrip(")").split(":")[0]) if place else ""
+    return f"{func}@{file}" if file else func
+
+
+def site_matches(event, want):
+    """want is FUNCTION or FUNCTION@FILE."""
+    got = py_site(event)
+    if got is None:
+        return False
+    return got == want if "@" in want else got.split("@")[0] == want
 
 
 def describe(f):
@@ -69,9 +94,10 @@ def check_analyze(name, run_dir, nranks, want, rest):
         want_ranks = [] if ranks == "-" else [int(r) for r in ranks.split(",")]
         if f["kind"] != kind or f["ranks"] != want_ranks:
             problems.append(f"expected {kind} ranks {ranks}")
-        if sites and py_site(f["events"][0]) != sites[0]:
+        if sites and not site_matches(f["events"][0], sites[0]):
             problems.append(f"expected the call at {sites[0]}")
-        if len(sites) > 1 and (not f.get("lineage") or py_site(f["lineage"][0]) != sites[1]):
+        if len(sites) > 1 and (not f.get("lineage") or
+                               not site_matches(f["lineage"][0], sites[1])):
             problems.append(f"expected the producer at {sites[1]}")
         if len(sites) > 1 and f.get("lineage"):
             seen += f", producer {py_site(f['lineage'][0])}"

@@ -1,14 +1,38 @@
-/* shapetrace tests: an application that is hard on the preload. Usage: hostile closeall FILE N
- * (after its first CUDA call, closes every descriptor above 2, as daemons do, opens FILE, writes
- * 17 bytes, puts FILE on every descriptor up to 1023, then makes N copies; exits 0 only if FILE
- * still holds its 17 bytes) | calls N (N copies, nothing else) | exec N (N copies, then exec of
- * itself to make N more) | linger N (N copies, then waits until its stdin is closed). */
+/* shapetrace tests: an application that is hard on the preload. Each mode prints what it saw on
+ * stdout, so that a traced run can be compared with an untraced one byte for byte:
+ *   closeall FILE N   after its first CUDA call, closes every descriptor above 2, as daemons do,
+ *                     opens FILE, writes 17 bytes, puts FILE on every descriptor up to 1023, then
+ *                     makes N copies; exits 0 only if FILE still holds its 17 bytes
+ *   calls N           N copies, nothing else
+ *   exec N            N copies, then exec of itself to make N more
+ *   linger N          N copies, then waits until its stdin is closed
+ *   pause N M         N copies, then waits for a line on its stdin, then M copies
+ *   write FILE BYTES N  N copies, then writes BYTES bytes to FILE (its own file-size limit applies)
+ *   fsize KB N FILE   counts SIGXFSZ; 1 copy, lowers its RLIMIT_FSIZE to KB KiB, N copies, then
+ *                     writes FILE until the limit stops it (one SIGXFSZ, then EFBIG)
+ *   malloc MB N       N copies, then allocates and touches MB MiB
+ *   vmsize            1 copy, then prints its address space in use (VmSize), in KiB
+ *   reuse A B N       1 copy, close_range(3, ~0), its own A (16 bytes) and B dup2'd onto 3 and 4,
+ *                     N copies from new threads and call sites, then reads A back and checks B
+ *                     is empty
+ *   nofile N          1 copy, opens /dev/null until it runs out of descriptors, then N copies
+ *   lastfd N          opens /dev/null until it runs out, closes one, makes its first N copies,
+ *                     then opens one more file: the one it freed
+ *   stderr FILE N     puts its data FILE (5 bytes) on descriptor 2, then N copies
+ *   umask N           umask 0777, then N copies */
+#define _GNU_SOURCE
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int copies(int n)
@@ -44,8 +68,181 @@ static int close_all(const char *file, int n)
     return rc;
 }
 
+static int write_file(const char *file, long bytes, int n)
+{
+    int rc = copies(n);
+    if (rc)
+        return rc;
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return 5;
+    static char buf[4096];
+    memset(buf, 'x', sizeof(buf));
+    long done = 0;
+    while (done < bytes) {
+        size_t k = bytes - done < (long)sizeof(buf) ? (size_t)(bytes - done) : sizeof(buf);
+        ssize_t w = write(fd, buf, k);
+        if (w <= 0)
+            break;
+        done += w;
+    }
+    printf("wrote %ld of %ld bytes\n", done, bytes);
+    return close(fd) == 0 && done == bytes ? 0 : 7;
+}
+
+static volatile sig_atomic_t xfsz_seen;
+
+static void on_xfsz(int sig)
+{
+    (void)sig;
+    xfsz_seen++;
+}
+
+static int fsize(long kb, int n, const char *file)
+{
+    signal(SIGXFSZ, on_xfsz);
+    int rc = copies(1);
+    if (rc)
+        return rc;
+    struct rlimit r = {(rlim_t)kb << 10, (rlim_t)kb << 10};
+    if (setrlimit(RLIMIT_FSIZE, &r) != 0)
+        return 8;
+    rc = copies(n);
+    printf("after %d copies: %d SIGXFSZ\n", n, (int)xfsz_seen);
+    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return 5;
+    static char buf[4096];
+    long done = 0;
+    ssize_t w = 0;
+    while ((w = write(fd, buf, sizeof(buf))) > 0)
+        done += w;
+    printf("own file: %ld bytes, then %s, %d SIGXFSZ\n", done, w < 0 ? strerror(errno) : "0",
+           (int)xfsz_seen);
+    close(fd);
+    return rc;
+}
+
+static int alloc(long mb, int n)
+{
+    int rc = copies(n);
+    if (rc)
+        return rc;
+    char *p = malloc((size_t)mb << 20);
+    if (!p) {
+        printf("malloc of %ld MiB failed\n", mb);
+        return 7;
+    }
+    for (size_t i = 0; i < (size_t)mb << 20; i += 1 << 20)
+        p[i] = 1;
+    printf("malloc of %ld MiB succeeded\n", mb);
+    free(p);
+    return 0;
+}
+
+/* Each level is a new call site: the unwinder meets frames it has not cached. */
+static int vmsize(void)
+{
+    int rc = copies(1);
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "re");
+    while (rc == 0 && f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmSize:", 7))
+            printf("%ld\n", atol(line + 7));
+    if (f)
+        fclose(f);
+    return rc;
+}
+
+static int __attribute__((noinline)) deep(int level, int n)
+{
+    if (level > 0) {
+        int rc = deep(level - 1, n);
+        __asm__ volatile("" ::: "memory"); /* no tail call: the frame stays */
+        return rc;
+    }
+    return copies(n);
+}
+
+static void *deep_thread(void *arg)
+{
+    return (void *)(intptr_t)deep((int)(intptr_t)arg, 1);
+}
+
+static int reuse(const char *a, const char *b, int n)
+{
+    int rc = copies(1);
+    if (rc)
+        return rc;
+    syscall(SYS_close_range, 3u, ~0u, 0u);
+    int fa = open(a, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    int fb = open(b, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fa < 0 || fb < 0 || write(fa, "sixteen bytes!!\n", 16) != 16)
+        return 5;
+    if ((fa != 3 && dup2(fa, 3) < 0) || (fb != 4 && dup2(fb, 4) < 0))
+        return 5;
+    lseek(3, 0, SEEK_SET);
+    /* From new threads: the unwinder's cache of memory it checked is per thread. */
+    for (int i = 0; i < n; i++) {
+        pthread_t t;
+        void *ret;
+        if (pthread_create(&t, NULL, deep_thread, (void *)(intptr_t)(i % 16)) != 0 ||
+            pthread_join(t, &ret) != 0 || ret)
+            return 3;
+    }
+    char buf[64];
+    ssize_t got = read(3, buf, sizeof(buf));
+    struct stat st;
+    fstat(4, &st);
+    printf("read %zd of 16 bytes from A; B has %lld bytes\n", got, (long long)st.st_size);
+    return got == 16 && st.st_size == 0 ? 0 : 6;
+}
+
+static int open_all(void)
+{
+    int k = 0;
+    while (open("/dev/null", O_RDONLY) >= 0)
+        k++;
+    return k;
+}
+
+static int nofile(int n)
+{
+    int rc = copies(1);
+    if (rc)
+        return rc;
+    printf("opened %d files\n", open_all());
+    rc = copies(n);
+    printf("copies: %s\n", rc ? "failed" : "ok");
+    return rc;
+}
+
+static int lastfd(int n)
+{
+    int k = open_all();
+    close(3);
+    int rc = copies(n);
+    int fd = open("/dev/null", O_RDONLY);
+    printf("opened %d files, freed one, copies %s, then %s\n", k, rc ? "failed" : "ok",
+           fd >= 0 ? "opened it again" : strerror(errno));
+    return rc ? rc : fd >= 0 ? 0 : 6;
+}
+
+static int on_stderr(const char *file, int n)
+{
+    int fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, "data\n", 5) != 5 || dup2(fd, 2) < 0)
+        return 5;
+    int rc = copies(n);
+    struct stat st;
+    fstat(2, &st);
+    printf("data file: %lld bytes\n", (long long)st.st_size);
+    return rc ? rc : st.st_size == 5 ? 0 : 6;
+}
+
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 3 && !strcmp(argv[1], "closeall"))
         return close_all(argv[2], atoi(argv[3]));
     if (argc > 2 && !strcmp(argv[1], "calls"))
@@ -64,6 +261,38 @@ int main(int argc, char **argv)
             ;
         return rc;
     }
-    fprintf(stderr, "usage: hostile closeall FILE N | calls N | exec N | linger N\n");
+    if (argc > 3 && !strcmp(argv[1], "pause")) {
+        int rc = copies(atoi(argv[2]));
+        char line[64];
+        if (rc == 0 && fgets(line, sizeof(line), stdin))
+            rc = copies(atoi(argv[3]));
+        printf("pause: %s\n", rc ? "failed" : "ok");
+        return rc;
+    }
+    if (argc > 4 && !strcmp(argv[1], "write"))
+        return write_file(argv[2], atol(argv[3]), atoi(argv[4]));
+    if (argc > 4 && !strcmp(argv[1], "fsize"))
+        return fsize(atol(argv[2]), atoi(argv[3]), argv[4]);
+    if (argc > 3 && !strcmp(argv[1], "malloc"))
+        return alloc(atol(argv[2]), atoi(argv[3]));
+    if (argc > 1 && !strcmp(argv[1], "vmsize"))
+        return vmsize();
+    if (argc > 4 && !strcmp(argv[1], "reuse"))
+        return reuse(argv[2], argv[3], atoi(argv[4]));
+    if (argc > 2 && !strcmp(argv[1], "nofile"))
+        return nofile(atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "lastfd"))
+        return lastfd(atoi(argv[2]));
+    if (argc > 3 && !strcmp(argv[1], "stderr"))
+        return on_stderr(argv[2], atoi(argv[3]));
+    if (argc > 2 && !strcmp(argv[1], "umask")) {
+        umask(0777);
+        return copies(atoi(argv[2]));
+    }
+    fprintf(
+        stderr,
+        "usage: hostile closeall FILE N | calls N | exec N | linger N | pause N M | write FILE "
+        "BYTES N | fsize KB N FILE | malloc MB N | vmsize | reuse A B N | nofile N | lastfd N | "
+        "stderr FILE N | umask N\n");
     return 2;
 }

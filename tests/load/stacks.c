@@ -208,6 +208,15 @@ static void replay_shapes(ncclComm_t comm, void *buf)
     decode_outputs(buf, false, planted && rank == 2 ? 2 : 0);
 }
 
+/* Both at once, on one rank's decode graphs: planted, rank 1 replays the bucket of 2 at step 3
+ * (a count mismatch inside a replay, found by the analyzer's merge thread) and takes a stale row
+ * of the output buffer at step 4 (found by a lineage worker), each with call sites to name. */
+static void decode_graphs(ncclComm_t comm, void *buf)
+{
+    replay_buckets(comm, buf, capture_bucket, 1, false);
+    decode_outputs((char *)buf + (1 << 16), planted && rank == 1, 0);
+}
+
 /* vLLM pynccl: its own communicator from a unique id, all-reduces on a stream. */
 NOINLINE static void pynccl_all_reduce(ncclComm_t comm, void *buf, int step)
 {
@@ -733,6 +742,7 @@ static const struct pattern patterns[] = {
     {"pynccl_root", pynccl_root},
     {"eagle_dp", eagle_dp},
     {"nonblocking", nonblocking_comms},
+    {"decode_graphs", decode_graphs},
 };
 
 int main(int argc, char **argv)

@@ -1,14 +1,21 @@
 /* Unit tests of tools/lib, linked without the command's main: the reader on traces built here
  * (whole, torn, cut, still being written, read by two walks at once), events and the byte ranges
- * they read and write, stacks, the allocation tracker and the output helpers. */
+ * they read and write, stacks, the session's policy and its stacks from several threads, the
+ * allocation tracker and the output helpers; and common/fs.c, which the preload and `run` share
+ * (the run directory, private files, writes without signals). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +27,7 @@
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
@@ -122,6 +130,16 @@ static int count_records(const struct shp_trace *t, struct shp_cursor *c)
     while (shp_trace_next(t, c, &type, &size))
         n++;
     return n;
+}
+
+/* Stack 5: two frames, 0x1234 then 0x5678. */
+static void put_stack5(struct buf *b)
+{
+    struct {
+        struct shp_rec_stack s;
+        uint64_t frames[2];
+    } st = {.s = {.id = 5, .nframes = 2}, .frames = {0x1234, 0x5678}};
+    put(b, &st, SHP_REC_STACK, sizeof(st), 1);
 }
 
 /* ---- tests ---- */
@@ -275,11 +293,7 @@ static void test_stacks(void)
     test_group("stacks");
     struct buf b;
     start(&b);
-    struct {
-        struct shp_rec_stack s;
-        uint64_t frames[2];
-    } st = {.s = {.id = 5, .nframes = 2}, .frames = {0x1234, 0x5678}};
-    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    put_stack5(&b);
     struct shp_rec_coll c0 = coll(SHP_OP_ncclAllReduce, 0, 64, 0x1000, 0x1000);
     c0.ev.stack = 5;
     put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
@@ -306,7 +320,7 @@ static void test_stacks(void)
     start(&b);
     put_module(&b, "/usr/lib/x86_64-linux-gnu/libnccl.so.2", 0x1000, 0x2000);
     put_module(&b, "/app/serve", 0x5000, 0x6000);
-    put(&b, &st, SHP_REC_STACK, sizeof(st), 1);
+    put_stack5(&b);
     put(&b, &c0, SHP_REC_COLL, sizeof(c0), 1);
     path = finish(&b, SHP_FILE_COMPLETE, 0);
     shp_trace_open(&t, path, err, sizeof(err));
@@ -338,6 +352,166 @@ static void test_stacks(void)
              "std::function<void (int)>::operator()(int) const");
     shp_frame_function("0x7f12", fn, sizeof(fn));
     test_str("a bare address is returned whole", fn, "0x7f12");
+}
+
+/* ---- the session ---- */
+
+/* A trace of pid with a stacked all-reduce, written as dir/name, cut to its first `keep` bytes
+ * when keep is not 0. */
+static void trace_at(const char *dir, const char *name, uint64_t pid, size_t keep)
+{
+    struct buf b;
+    start(&b);
+    put_stack5(&b);
+    for (uint64_t seq = 0; seq < 4; seq++) {
+        struct shp_rec_coll c = coll(SHP_OP_ncclAllReduce, seq, 64, 0x1000, 0x1000);
+        c.ev.stack = 5;
+        put(&b, &c, SHP_REC_COLL, sizeof(c), 1);
+    }
+    size_t n = b.n;
+    const char *tmp = finish(&b, SHP_FILE_COMPLETE, 0);
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(tmp, "r+b");
+    if (!f || fseek(f, offsetof(struct shp_file_header, pid), SEEK_SET) ||
+        fwrite(&pid, sizeof(pid), 1, f) != 1 || fclose(f) || rename(tmp, path) ||
+        (keep && truncate(path, (off_t)(keep < n ? keep : n))))
+        abort();
+}
+
+struct sites {
+    struct shp_session *s;
+    char site[4][64];
+};
+
+static void *sites_of(void *arg)
+{
+    struct sites *x = arg;
+    /* Both processes, in turns: each one's stacks load on the first call of any thread. */
+    for (int round = 0; round < 200; round++)
+        for (size_t i = 0; i < x->s->nprocs; i++) {
+            size_t n;
+            shp_session_site(x->s, i, 5, x->site[i], sizeof(x->site[i]));
+            if (!shp_session_frames(x->s, i, 5, &n) || n != 2)
+                x->site[i][0] = 0;
+        }
+    return NULL;
+}
+
+static void test_session(void)
+{
+    test_group("session");
+    char top[] = "/tmp/shp_session.XXXXXX", dir[64], empty[64], one[128], junk[128], cmd[128];
+    if (!mkdtemp(top)) {
+        test_cond("a temporary directory", 0);
+        return;
+    }
+    snprintf(dir, sizeof(dir), "%s/run", top);
+    snprintf(empty, sizeof(empty), "%s/empty", top);
+    mkdir(dir, 0700);
+    mkdir(empty, 0700);
+    trace_at(dir, "a.shptrace", 100, 0);
+    trace_at(dir, "b.shptrace", 101, 0);
+    snprintf(one, sizeof(one), "%s/a.shptrace", dir);
+    snprintf(junk, sizeof(junk), "%s/zero.shptrace", dir);
+    fclose(fopen(junk, "w"));
+    snprintf(junk, sizeof(junk), "%s/fifo.shptrace", dir);
+    mkfifo(junk, 0600);
+    snprintf(junk, sizeof(junk), "%s/junk.shptrace", dir);
+    FILE *f = fopen(junk, "w");
+    for (int i = 0; i < 5000; i++)
+        fputc('x', f); /* longer than a header: refused by its magic */
+    fclose(f);
+
+    struct shp_session s;
+    char *run[] = {dir}, *named[] = {junk}, *none[] = {empty}, *both[] = {empty, dir},
+         *twice[] = {dir, one}, *missing[] = {top, dir};
+    snprintf(cmd, sizeof(cmd), "%s/nowhere", top);
+    missing[0] = cmd;
+    test_cond("a run directory opens", shp_session_open(&s, run, 1, 0, "the test") == 0);
+    test_cond("its two traces are processes", s.nprocs == 2 && s.procs[0].t.hdr->pid == 100);
+    test_cond("the empty, junk and FIFO files are named and skipped, never processes",
+              s.nunreadable == 3 && strstr(s.unreadable[0].file, "fifo") &&
+                  strstr(s.unreadable[1].why, "bad magic") && strstr(s.unreadable[2].why, "0 "));
+    test_cond("the global rank is the header's", s.procs[1].rank == 3);
+    test_cond("not walked yet: no events", !s.procs[0].walked && s.procs[0].events == 0);
+
+    /* The analyzer's threads ask for call sites at once: one lock, one load of each. */
+    struct sites x[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&x[i], 0, sizeof(x[i]));
+        x[i].s = &s;
+        pthread_create(&th[i], NULL, sites_of, &x[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    test_cond("three threads read the same sites", !strcmp(x[0].site[0], "0x1234") &&
+                                                       !strcmp(x[1].site[1], "0x1234") &&
+                                                       !strcmp(x[2].site[0], x[2].site[1]));
+    shp_session_close(&s);
+
+    test_cond("a named junk file is refused", shp_session_open(&s, named, 1, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("an empty directory alone is refused", shp_session_open(&s, none, 1, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("an empty directory beside traces is a note",
+              shp_session_open(&s, both, 2, 0, "t") == 0 && s.nprocs == 2);
+    shp_session_close(&s);
+    test_cond("the same trace twice is refused when asked",
+              shp_session_open(&s, twice, 2, SHP_SESSION_UNIQUE, "t") < 0);
+    shp_session_close(&s);
+    test_cond("and kept otherwise", shp_session_open(&s, twice, 2, 0, "t") == 0 && s.nprocs == 3);
+    shp_session_close(&s);
+    test_cond("a missing PATH refuses the whole set", shp_session_open(&s, missing, 2, 0, "t") < 0);
+    shp_session_close(&s);
+    test_cond("or, partial, leaves the others open",
+              shp_session_open(&s, missing, 2, SHP_SESSION_PARTIAL, "t") == 1 && s.nprocs == 2);
+    shp_session_close(&s);
+    test_cond("a missing PATH is no refusal when no trace yet is fine",
+              shp_session_open(&s, missing, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 0);
+    shp_session_close(&s);
+
+    /* status --watch: a file being created joins once it is a trace, a new trace is added, and
+     * neither is named again. */
+    test_cond("a run directory is watched",
+              shp_session_open(&s, run, 1, SHP_SESSION_EMPTY, "t") == 0 && s.nprocs == 2);
+    trace_at(dir, "zero.shptrace", 103, 0);
+    trace_at(dir, "c.shptrace", 104, 0);
+    test_cond("it is looked at again", shp_session_update(&s) == 0);
+    test_cond("the file now a trace, and the new one, are processes",
+              s.nprocs == 4 && s.procs[2].t.hdr->pid == 104 && s.procs[3].t.hdr->pid == 103);
+    test_cond("what is still unreadable stays listed once", s.nunreadable == 2);
+    shp_session_close(&s);
+
+    /* One rule of completeness: a file cut short of its header's tail is incomplete, walked
+     * or not, whatever its header's flag says. */
+    trace_at(empty, "cut.shptrace", 102, SHP_HEADER_SIZE + 400);
+    test_cond("a cut trace opens", shp_session_open(&s, none, 1, 0, "t") == 0 && s.nprocs == 1);
+    test_cond("a cut trace is incomplete before a walk",
+              s.nprocs && !shp_proc_complete(&s.procs[0]));
+    struct shp_cursor cur = {0};
+    uint64_t events = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    while (s.nprocs && (r = shp_trace_next(&s.procs[0].t, &cur, &type, &size))) {
+        struct shp_event e;
+        if (shp_event_decode(&s.procs[0].t, r, type, &e)) {
+            events++;
+            shp_proc_saw(&s.procs[0], &e);
+        }
+    }
+    if (s.nprocs)
+        shp_proc_walked(&s.procs[0], &cur, events);
+    test_cond("and after it, with its events and time span",
+              s.nprocs && !shp_proc_complete(&s.procs[0]) && s.procs[0].events == events &&
+                  s.procs[0].first_ns && s.procs[0].last_ns >= s.procs[0].first_ns);
+    test_cond("its reason names the cut", s.nprocs && strstr(shp_proc_incomplete_why(&s.procs[0]),
+                                                             "shorter than its header says"));
+    shp_session_close(&s);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
+    test_cond("clean up", system(cmd) == 0);
 }
 
 static void test_allocs(void)
@@ -403,6 +577,99 @@ static void test_make_dirs(void)
     longp[0] = '/';
     longp[sizeof(longp) - 1] = 0;
     test_cond("a path longer than PATH_MAX", shp_make_dirs(longp) == -ENAMETOOLONG);
+    snprintf(path, sizeof(path), "rm -rf '%s'", top);
+    test_cond("clean up", system(path) == 0);
+}
+
+static volatile sig_atomic_t got_pipe, got_xfsz;
+static void on_pipe(int sig)
+{
+    (void)sig;
+    got_pipe++;
+}
+static void on_xfsz(int sig)
+{
+    (void)sig;
+    got_xfsz++;
+}
+
+/* The rest of common/fs.c: what may hold traces, files created for a rename, and the writes
+ * that raise no signal in the traced application (issue 22). */
+static void test_fs_private(void)
+{
+    test_group("fs");
+    char top[] = "/tmp/shp_fs.XXXXXX", path[PATH_MAX], tmp[PATH_MAX + 32];
+    struct stat st;
+    if (!mkdtemp(top)) {
+        test_cond("a temporary directory", 0);
+        return;
+    }
+    mode_t old = umask(0777);
+    snprintf(path, sizeof(path), "%s/u/v", top);
+    test_cond("under umask 0777 new directories are still made", shp_make_dirs(path) == 0);
+    test_cond("and are 0700", stat(path, &st) == 0 && (st.st_mode & 07777) == 0700);
+    const char *why = NULL;
+    test_cond("a private directory is a run directory", shp_run_dir(path, &why) == 0 && !why);
+    int fd = shp_create_private(path, "name", tmp, sizeof(tmp));
+    test_cond("a private file is made", fd >= 0);
+    test_cond("mode 0600 whatever the umask",
+              fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 07777) == 0600);
+    char want[PATH_MAX + 8];
+    snprintf(want, sizeof(want), "%s/.name.", path);
+    test_cond("under a name of its own", !strncmp(tmp, want, strlen(want)));
+    if (fd >= 0)
+        close(fd);
+    umask(old);
+    chmod(path, 0777);
+    why = NULL;
+    test_cond("a directory others can write is refused", shp_run_dir(path, &why) == -EPERM);
+    test_str("and says why", why, "writable by others");
+    chmod(path, 01777);
+    test_cond("sticky makes no difference", shp_run_dir(path, &why) == -EPERM);
+
+    int p[2];
+    struct sigaction sa = {.sa_handler = on_pipe}, saved_pipe, saved_xfsz;
+    sigaction(SIGPIPE, &sa, &saved_pipe);
+    if (pipe(p) == 0) {
+        close(p[0]);
+        errno = 0;
+        test_cond("a write to a pipe nobody reads fails",
+                  shp_write_quiet(p[1], "x", 1) < 0 && errno == EPIPE);
+        test_cond("and raises no SIGPIPE", got_pipe == 0);
+        close(p[1]);
+    }
+    sigaction(SIGPIPE, &saved_pipe, NULL);
+
+    sa.sa_handler = on_xfsz;
+    sigaction(SIGXFSZ, &sa, &saved_xfsz);
+    struct rlimit lim, small = {65536, 65536};
+    getrlimit(RLIMIT_FSIZE, &lim);
+    snprintf(path, sizeof(path), "%s/big", top);
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && setrlimit(RLIMIT_FSIZE, &small) == 0) {
+        small.rlim_max = lim.rlim_max;
+        test_cond("growing past RLIMIT_FSIZE fails", shp_fallocate_quiet(fd, 0, 1 << 20) == EFBIG);
+        test_cond("and raises no SIGXFSZ", got_xfsz == 0);
+        lseek(fd, 65536, SEEK_SET);
+        test_cond("a quiet write past it neither",
+                  shp_write_quiet(fd, "x", 1) < 0 && errno == EFBIG && got_xfsz == 0);
+        sigset_t block, before, pending;
+        sigemptyset(&block);
+        sigaddset(&block, SIGXFSZ);
+        pthread_sigmask(SIG_BLOCK, &block, &before);
+        raise(SIGXFSZ);
+        shp_fallocate_quiet(fd, 0, 1 << 20);
+        sigpending(&pending);
+        test_cond("a SIGXFSZ of the caller's own, pending, stays", sigismember(&pending, SIGXFSZ));
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
+        test_cond("and is delivered when it unblocks it", got_xfsz == 1);
+        test_cond("the caller's own write still raises its SIGXFSZ",
+                  write(fd, "x", 1) < 0 && got_xfsz == 2);
+        setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    if (fd >= 0)
+        close(fd);
+    sigaction(SIGXFSZ, &saved_xfsz, NULL);
     snprintf(path, sizeof(path), "rm -rf '%s'", top);
     test_cond("clean up", system(path) == 0);
 }
@@ -505,5 +772,7 @@ int main(void)
     test_allocs();
     test_out();
     test_make_dirs();
+    test_fs_private();
+    test_session();
     return test_report();
 }

@@ -62,6 +62,42 @@ static void test_llama(void)
     test_cond("a freed rule is the built-in list again", r.n == 0 && r.globs == NULL);
 }
 
+/* The same call as the H200 recorded it (2026-12-03), torch in a virtualenv made in /opt/torch:
+ * a package's glob is matched below site-packages only, so the model's file is not torch's. */
+static void test_llama_venv(void)
+{
+    test_group("Llama in a virtualenv named torch");
+#define VENV "/opt/torch/.venv/lib/python3.12/site-packages/"
+    struct shp_site_frame f[] = {
+        nat("c10d::ProcessGroupNCCL::allreduce_impl(...)+0xf2 (libtorch_cuda.so)",
+            VENV "torch/lib/libtorch_cuda.so"),
+        py("py: redispatch (" VENV "torch/_ops.py:872)", VENV "torch/_ops.py"),
+        nat("pybind11::cpp_function::dispatcher(_object*, _object*, _object*)+0xe30 "
+            "(libtorch_python.so)",
+            VENV "torch/lib/libtorch_python.so"),
+        py("py: _prepare_output_fn (" VENV "torch/distributed/tensor/parallel/style.py:290)",
+           VENV "torch/distributed/tensor/parallel/style.py"),
+        py("py: _call_impl (" VENV "torch/nn/modules/module.py:1885)",
+           VENV "torch/nn/modules/module.py"),
+        py("py: forward (" VENV "transformers/models/llama/modeling_llama.py:280)",
+           VENV "transformers/models/llama/modeling_llama.py"),
+        py("py: __call__ (" VENV "transformers/modeling_layers.py:109)",
+           VENV "transformers/modeling_layers.py"),
+        py("py: decode_step (/work/tests/gpu/llama_tp.py:69)", "/work/tests/gpu/llama_tp.py"),
+    };
+#undef VENV
+    test_cond("the site is the attention's o_proj line in modeling_llama.py",
+              shp_site_pick(NULL, f, N(f)) == 5);
+    struct shp_site_rule r = {0};
+    shp_site_rule_add(&r, "/opt/torch/*");
+    test_cond("a whole-path glob of the user's still reaches the environment",
+              shp_site_pick(&r, f, N(f)) == 7);
+    shp_site_rule_free(&r);
+    struct shp_site_frame mine = py("py: f (/home/u/torch/app.py:3)", "/home/u/torch/app.py");
+    test_cond("a folder named torch outside site-packages is the user's",
+              !shp_site_skipped(NULL, &mine));
+}
+
 static void test_cupy_vllm_jax(void)
 {
     test_group("CuPy, vLLM, JAX");
@@ -92,6 +128,18 @@ static void test_cupy_vllm_jax(void)
     test_cond("a '!' glob of the user's keeps what the built-in list skips",
               shp_site_pick(&keep, vllm, N(vllm)) == 3);
     shp_site_rule_free(&keep);
+
+    struct shp_site_frame editable[] = {
+        py("py: all_reduce (pynccl.py:120)", "/src/vllm/vllm/distributed/pynccl.py"),
+        py("py: forward (llama.py:120)", "/src/vllm/vllm/model_executor/models/llama.py"),
+    };
+    test_cond("an editable install is not a package: its frames are the user's",
+              shp_site_pick(NULL, editable, N(editable)) == 0);
+    struct shp_site_rule ed = {0};
+    shp_site_rule_add(&ed, "*/vllm/distributed/*");
+    test_cond("until a glob of the user's names it",
+              shp_site_pick(&ed, editable, N(editable)) == 1);
+    shp_site_rule_free(&ed);
 
     struct shp_site_frame jax[] = {
         nat("0x99 (libnccl.so.2)", SP "nvidia/nccl/lib/libnccl.so.2"),
@@ -159,6 +207,7 @@ static void test_lists(void)
 int main(void)
 {
     test_llama();
+    test_llama_venv();
     test_cupy_vllm_jax();
     test_native();
     test_lists();

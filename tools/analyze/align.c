@@ -16,7 +16,6 @@
 #include "tools/analyze/findings.h"
 #include "tools/analyze/pass.h"
 #include "tools/lib/out.h"
-#include "tools/lib/stacks.h"
 
 /* A call NCCL refused at the place it would have taken (an_refused). */
 struct refusal {
@@ -74,7 +73,6 @@ struct align {
     struct an_ref *untied_first;
     uint64_t *untied_comm;
     size_t nprocs;
-    struct shp_stacks **stacks; /* per process, for comparing call sites (frames_of) */
 };
 
 static uint64_t comm_key(const void *item)
@@ -127,7 +125,7 @@ static struct an_comm *comm_get(struct align *A, uint64_t id, int nranks)
 static int global_rank(const struct an_ctx *ctx, const struct an_comm *c, int member)
 {
     int p = c->m[member].proc;
-    return p >= 0 && ctx->procs[p].rank >= 0 ? ctx->procs[p].rank : member;
+    return p >= 0 && ctx->procs[p].sp->rank >= 0 ? ctx->procs[p].sp->rank : member;
 }
 
 /* ---- comparing one place ---- */
@@ -300,28 +298,24 @@ static void drop_refusals(struct an_member *m, uint64_t at)
  * all-reduce) make one place of look-ahead ambiguous. */
 #define AN_LOOK 3
 
-/* The frames of the call at r, from stacks of its process that this pass loads for itself:
- * the merge's thread does not share a symbolizer with the workers'. NULL when unknown. */
-static const char *const *frames_of(struct an_ctx *ctx, struct align *A, const struct an_ref *r,
-                                    size_t *n)
+/* The frames of the call at r (an_frames: the session's, safe beside the workers); NULL when
+ * unknown. */
+static const char *const *frames_of(struct an_ctx *ctx, const struct an_ref *r, size_t *n)
 {
     struct shp_event e;
     *n = 0;
-    if (r->proc >= A->nprocs || !an_decode(ctx, r, &e) || !e.stack)
+    if (!an_decode(ctx, r, &e) || !e.stack)
         return NULL;
-    if (!A->stacks[r->proc])
-        A->stacks[r->proc] = shp_stacks_load(&ctx->procs[r->proc].t, true);
-    return shp_stacks_frames(A->stacks[r->proc], e.stack, n);
+    return an_frames(ctx, r->proc, e.stack, n);
 }
 
 /* Whether two calls were made from the same place, every frame alike (an SPMD program makes a
  * collective from the same line on every rank; a rarely taken branch makes it from another). */
-static bool same_site(struct an_ctx *ctx, struct align *A, const struct an_entry *a,
-                      const struct an_entry *b)
+static bool same_site(struct an_ctx *ctx, const struct an_entry *a, const struct an_entry *b)
 {
     size_t na, nb;
-    const char *const *fa = frames_of(ctx, A, &a->ref, &na);
-    const char *const *fb = frames_of(ctx, A, &b->ref, &nb);
+    const char *const *fa = frames_of(ctx, &a->ref, &na);
+    const char *const *fb = frames_of(ctx, &b->ref, &nb);
     if (!fa || !fb || na != nb)
         return false;
     for (size_t i = 0; i < na; i++)
@@ -333,8 +327,7 @@ static bool same_site(struct an_ctx *ctx, struct align *A, const struct an_entry
 /* How the entries of a from ia line up with those of b from ib, for up to AN_LOOK places or
  * until one runs out or reaches a place it is not known at: 0 when a call differs or nothing
  * could be compared, 1 when the calls agree, 2 when their call sites agree as well. */
-static int lineup(struct an_ctx *ctx, struct align *A, struct an_queue *a, size_t ia,
-                  struct an_queue *b, size_t ib)
+static int lineup(struct an_ctx *ctx, struct an_queue *a, size_t ia, struct an_queue *b, size_t ib)
 {
     size_t k = 0;
     bool sites = true;
@@ -344,7 +337,7 @@ static int lineup(struct an_ctx *ctx, struct align *A, struct an_queue *a, size_
             break;
         if (!same(x, y))
             return 0;
-        sites = sites && same_site(ctx, A, x, y);
+        sites = sites && same_site(ctx, x, y);
     }
     return k == 0 ? 0 : sites ? 2 : 1;
 }
@@ -475,8 +468,7 @@ static bool has_entries(const struct an_comm *c)
     return false;
 }
 
-static enum outcome classify(struct an_ctx *ctx, struct align *A, struct an_comm *c,
-                             struct position *pos)
+static enum outcome classify(struct an_ctx *ctx, struct an_comm *c, struct position *pos)
 {
     pos->np = pos->na = 0;
     for (int i = 0; i < c->nranks; i++) {
@@ -524,8 +516,8 @@ static enum outcome classify(struct an_ctx *ctx, struct align *A, struct an_comm
     struct an_member *cm = &c->m[pos->culprit], *mm = &c->m[pos->maj];
     if ((mm->q.n < AN_LOOK + 1 && !mm->ended) || (cm->q.n < AN_LOOK + 1 && !cm->ended))
         return O_WAIT_AHEAD;
-    int stay = lineup(ctx, A, &cm->q, 1, &mm->q, 1), skip = lineup(ctx, A, &cm->q, 0, &mm->q, 1),
-        extra = lineup(ctx, A, &cm->q, 1, &mm->q, 0);
+    int stay = lineup(ctx, &cm->q, 1, &mm->q, 1), skip = lineup(ctx, &cm->q, 0, &mm->q, 1),
+        extra = lineup(ctx, &cm->q, 1, &mm->q, 0);
     if (stay == 2 || (stay && skip < 2 && extra < 2))
         return O_MISMATCH;
     if (skip == 2 || (skip && extra < 2))
@@ -726,7 +718,7 @@ static void on_extra(struct an_ctx *ctx, struct an_comm *c, const struct positio
 static bool finished(struct an_ctx *ctx, int p)
 {
     struct shp_event e;
-    if (p < 0 || !shp_trace_complete(&ctx->procs[p].t, &ctx->procs[p].cur))
+    if (p < 0 || !shp_proc_complete(ctx->procs[p].sp))
         return false;
     return !an_decode(ctx, &ctx->procs[p].last, &e) || (e.dur_ns != SHP_NONE && e.result == 0);
 }
@@ -913,7 +905,7 @@ static void advance(struct an_ctx *ctx, struct align *A, struct an_comm *c)
         return;
     pos.absent = pos.present + c->nranks;
     for (;;) {
-        enum outcome o = classify(ctx, A, c, &pos);
+        enum outcome o = classify(ctx, c, &pos);
         if (o == O_WAIT)
             break;
         if (o != O_AGREE && o != O_NOTHING)
@@ -968,10 +960,11 @@ static void conflict_add(struct align *A, uint64_t comm, int proc)
 static void proc_name(const struct an_ctx *ctx, int p, char *out, size_t len)
 {
     const struct an_proc *ap = &ctx->procs[p];
-    if (ap->rank >= 0)
-        snprintf(out, len, "rank %d (%s:%" PRIu64 ")", ap->rank, ap->t.hdr->host, ap->t.hdr->pid);
+    const struct shp_proc *sp = ap->sp;
+    if (sp->rank >= 0)
+        snprintf(out, len, "rank %d (%s:%" PRIu64 ")", sp->rank, sp->t.hdr->host, sp->t.hdr->pid);
     else
-        snprintf(out, len, "%s:%" PRIu64, ap->t.hdr->host, ap->t.hdr->pid);
+        snprintf(out, len, "%s:%" PRIu64, sp->t.hdr->host, sp->t.hdr->pid);
 }
 
 /* Process pidx's record (at s) contradicts what an earlier trace said of communicator `id`:
@@ -1000,8 +993,8 @@ static void contradiction(struct an_ctx *ctx, struct align *A, struct an_comm *c
     }
     if (op >= 0) {
         proc_name(ctx, op, other, sizeof(other));
-        if (ctx->procs[op].rank >= 0)
-            an_finding_rank_in(f, ctx->procs[op].rank, size ? -1 : member);
+        if (ctx->procs[op].sp->rank >= 0)
+            an_finding_rank_in(f, ctx->procs[op].sp->rank, size ? -1 : member);
         const struct an_member *om = NULL;
         for (int r = 0; r < c->nranks && !om; r++)
             if (c->m[r].proc == op)
@@ -1011,8 +1004,8 @@ static void contradiction(struct an_ctx *ctx, struct align *A, struct an_comm *c
     } else {
         snprintf(other, sizeof(other), "an earlier trace");
     }
-    if (ctx->procs[pidx].rank >= 0)
-        an_finding_rank_in(f, ctx->procs[pidx].rank, size ? -1 : member);
+    if (ctx->procs[pidx].sp->rank >= 0)
+        an_finding_rank_in(f, ctx->procs[pidx].sp->rank, size ? -1 : member);
     an_finding_event(f, s->ref, s->e->t_ns);
     if (size)
         snprintf(f->summary, sizeof(f->summary),
@@ -1083,9 +1076,7 @@ static void *align_init(struct an_ctx *ctx)
     A->untied = calloc(n, sizeof(*A->untied));
     A->untied_first = calloc(n, sizeof(*A->untied_first));
     A->untied_comm = calloc(n, sizeof(*A->untied_comm));
-    A->stacks = calloc(n, sizeof(*A->stacks));
-    if (!A->untied || !A->untied_first || !A->untied_comm || !A->stacks) {
-        free(A->stacks);
+    if (!A->untied || !A->untied_first || !A->untied_comm) {
         free(A->untied);
         free(A->untied_first);
         free(A->untied_comm);
@@ -1267,8 +1258,8 @@ static void report_untied(struct an_ctx *ctx, struct align *A)
             return;
         struct shp_event e;
         f->comm = A->untied_comm[p];
-        if (ctx->procs[p].rank >= 0)
-            an_finding_rank(f, ctx->procs[p].rank);
+        if (ctx->procs[p].sp->rank >= 0)
+            an_finding_rank(f, ctx->procs[p].sp->rank);
         f->labels[0] = "the first of them";
         if (an_decode(ctx, &A->untied_first[p], &e))
             an_finding_event(f, &A->untied_first[p], e.t_ns);
@@ -1336,9 +1327,6 @@ static void align_free(void *st)
     free(A->untied);
     free(A->untied_first);
     free(A->untied_comm);
-    for (size_t i = 0; i < A->nprocs; i++)
-        shp_stacks_free(A->stacks[i]);
-    free(A->stacks);
     free(A);
 }
 

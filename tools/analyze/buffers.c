@@ -17,6 +17,17 @@ struct buffers {
     size_t nprocs;
 };
 
+/* "rank 3", or "pid 4242" for a process without a rank; the process is the finding's culprit. */
+static void culprit(struct an_finding *f, const struct an_proc *p, char *who, size_t len)
+{
+    if (p->sp->rank >= 0) {
+        an_finding_rank(f, p->sp->rank);
+        snprintf(who, len, "rank %d", p->sp->rank);
+    } else {
+        snprintf(who, len, "pid %" PRIu64, p->sp->t.hdr->pid);
+    }
+}
+
 static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an_step *s,
                   const struct shp_span *span, const char *what)
 {
@@ -31,18 +42,12 @@ static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an
     struct an_finding *f = an_finding_add(&ctx->findings, AN_BUFFER_OVERRUN, true);
     if (!f)
         return;
-    struct an_proc *p = s->proc;
     f->comm = e->comm ? e->comm : 0;
     f->seq = e->seq;
-    if (p->rank >= 0)
-        f->ranks[f->nranks++] = p->rank;
     f->events[f->nevents++] = *s->ref;
     f->t_ns = e->t_ns;
     char who[64];
-    if (p->rank >= 0)
-        snprintf(who, sizeof(who), "rank %d", p->rank);
-    else
-        snprintf(who, sizeof(who), "pid %" PRIu64, p->t.hdr->pid);
+    culprit(f, s->proc, who, sizeof(who));
     snprintf(f->summary, sizeof(f->summary),
              "%s: %s %s %" PRIu64 " bytes at 0x%" PRIx64 ", %" PRIu64
              " bytes past the end of its %" PRIu64 "-byte allocation at 0x%" PRIx64,
@@ -57,17 +62,11 @@ static void impossible(struct an_ctx *ctx, struct an_step *s)
     struct an_finding *f = an_finding_add(&ctx->findings, AN_IMPOSSIBLE_SIZE, true);
     if (!f)
         return;
-    struct an_proc *p = s->proc;
     f->comm = e->comm;
     f->seq = e->seq;
-    if (p->rank >= 0)
-        an_finding_rank(f, p->rank);
     an_finding_event(f, s->ref, e->t_ns);
     char who[64], what[160];
-    if (p->rank >= 0)
-        snprintf(who, sizeof(who), "rank %d", p->rank);
-    else
-        snprintf(who, sizeof(who), "pid %" PRIu64, p->t.hdr->pid);
+    culprit(f, s->proc, who, sizeof(who));
     if (e->type == SHP_REC_COPY)
         snprintf(what, sizeof(what), "a copy of %" PRIu64 " rows of %" PRIu64 " bytes", e->height,
                  e->width);

@@ -1,7 +1,7 @@
 /* shapetrace analyze, the driver: the only place that names the passes. It reads the merged
  * event stream once on this thread for the merged-stream passes, while worker threads walk
  * one process's trace at a time for the per-process passes, then merges what the workers
- * found, orders the findings and reports them. */
+ * found, orders the findings and returns them as the result the reporters print. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,7 +17,7 @@
 #include "tools/analyze/load.h"
 #include "tools/analyze/pass.h"
 #include "tools/analyze/replay.h"
-#include "tools/analyze/report.h"
+#include "tools/lib/out.h"
 
 extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers, an_pass_waitfor;
 extern const struct an_pass an_pass_lineage, an_pass_expect;
@@ -99,9 +98,10 @@ static void walk(struct worker *w, uint32_t proc)
     unsigned type;
     size_t size;
     const struct shp_rec *r;
-    while ((r = shp_trace_next(&p->t, &cur, &type, &size))) {
+    const struct shp_trace *t = &p->sp->t;
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&p->t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e))
             continue;
         e.index = index++;
         w->events++;
@@ -180,27 +180,117 @@ static void join_workers(struct an_ctx *ctx, struct worker *ws, void **into, boo
     }
 }
 
-static void free_summaries(struct an_ctx *ctx)
+int an_options_expect(struct an_options *o)
 {
-    for (size_t i = 0; i < ctx->ncomms; i++)
-        free(ctx->comms[i].ranks);
-    free(ctx->comms);
-    ctx->comms = NULL;
-    ctx->ncomms = 0;
+    if (!o->expect || o->spec)
+        return 0;
+    o->spec = an_expect_load(o->expect, &o->dims);
+    return o->spec ? 0 : -1;
 }
 
-int an_analyze(const struct an_options *o)
+void an_options_free(struct an_options *o)
+{
+    an_expect_free(o->spec);
+    o->spec = NULL;
+}
+
+/* The count of the call at r, or 0 when it has none: the other side of a comparison. */
+static uint64_t count_of(struct an_ctx *ctx, const struct an_ref *r)
+{
+    struct shp_event e;
+    return an_decode(ctx, r, &e) && e.count != SHP_NONE ? e.count : 0;
+}
+
+/* The call at r, decoded, with its shape in the factoring it shares with other (0: none). */
+static void call_of(struct an_ctx *ctx, const struct an_ref *r, uint64_t other, const char *label,
+                    struct an_call *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->label = label;
+    if (!an_decode(ctx, r, &c->e))
+        return;
+    c->ok = true;
+    c->proc = r->proc;
+    if (c->e.count != SHP_NONE)
+        an_shape_as(&ctx->dims, c->e.count, other, c->shape, sizeof(c->shape));
+}
+
+/* The findings in causal order, their calls decoded, and each process's last call: all the
+ * reporters need, so that none of them reads the passes' store. */
+static int build_result(struct an_ctx *ctx, struct an_result *res)
+{
+    res->session = ctx->session;
+    res->events = ctx->events;
+    res->collectives = ctx->collectives;
+    res->comms = ctx->comms;
+    res->ncomms = ctx->ncomms;
+    ctx->comms = NULL;
+    ctx->ncomms = 0;
+    res->last = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(*res->last));
+    res->findings = calloc(ctx->findings.n ? ctx->findings.n : 1, sizeof(*res->findings));
+    if (!res->last || !res->findings)
+        return -1;
+    for (size_t i = 0; i < ctx->nprocs; i++)
+        call_of(ctx, &ctx->procs[i].last, 0, NULL, &res->last[i]);
+    /* at[o]: the finding at causal position o, as an_findings_order numbered them (when it
+     * had no memory to, they stay in the order they were added). */
+    size_t n = ctx->findings.n, *at = malloc((n ? n : 1) * sizeof(*at));
+    bool numbered = true;
+    if (!at)
+        return -1;
+    for (size_t o = 0; o < n; o++)
+        at[o] = SIZE_MAX;
+    for (size_t i = 0; i < n && numbered; i++) {
+        size_t o = ctx->findings.v[i].order;
+        numbered = o < n && at[o] == SIZE_MAX;
+        if (numbered)
+            at[o] = i;
+    }
+    for (size_t o = 0; o < n && !numbered; o++)
+        at[o] = o;
+    res->nfindings = n;
+    for (size_t o = 0; o < n; o++) {
+        struct an_finding *f = &ctx->findings.v[at[o]];
+        struct an_result_finding *rf = &res->findings[o];
+        /* Every culprit's rank in the finding's communicator, where its calls say it. */
+        an_finding_comm_ranks(ctx, f);
+        rf->f = *f;
+        uint64_t expected = f->has_expected ? count_of(ctx, &f->expected) : 0;
+        for (int i = 0; i < f->nevents; i++)
+            call_of(ctx, &f->events[i], expected, f->labels[i], &rf->events[i]);
+        for (int i = 0; i < f->nlineage; i++)
+            call_of(ctx, &f->lineage[i], 0, NULL, &rf->lineage[i]);
+        if (f->has_expected)
+            call_of(ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0, NULL,
+                    &rf->expected);
+    }
+    free(at);
+    return 0;
+}
+
+void an_result_free(struct an_result *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncomms; i++)
+        free(r->comms[i].ranks);
+    free(r->comms);
+    free(r->last);
+    free(r->findings);
+    free(r);
+}
+
+int an_run(struct an_options *o, struct shp_session *session, struct an_result **out)
 {
     struct an_ctx ctx;
     memset(&ctx, 0, sizeof(ctx));
-    ctx.dims = o->dims;
-    struct an_expect *expect = NULL;
-    if (o->expect && !(expect = an_expect_load(o->expect, &ctx.dims)))
+    *out = NULL;
+    if (an_options_expect(o) < 0)
         return -1;
-    ctx.expect = expect;
-    double t0 = now_s(), c0 = cpu_s();
-    if (an_load(&ctx, o->paths, o->npaths) < 0) {
-        an_expect_free(expect);
+    ctx.dims = o->dims;
+    ctx.expect = o->spec;
+    double t0 = now_s();
+    if (an_load(&ctx, session) < 0) {
         an_unload(&ctx);
         return -1;
     }
@@ -256,28 +346,24 @@ int an_analyze(const struct an_options *o)
             process_passes[k]->done(main_state[k], &ctx);
     an_findings_compact(&ctx.findings);
     an_findings_order(&ctx.findings);
-    if (o->json)
-        an_report_json(&ctx, o->out ? o->out : stdout);
-    else
-        an_report_text(&ctx, o->out ? o->out : stdout, o->color);
-    if (o->stats) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        fprintf(stderr, "shapetrace: main thread, all: wall %.3f s, CPU %.3f s\n", now_s() - t0,
-                cpu_s() - c0);
-        fprintf(stderr, "shapetrace: analyze took %.3f s, max RSS %ld MiB, %" PRIu64 " events\n",
-                now_s() - t0, ru.ru_maxrss / 1024, ctx.events);
+    struct an_result *res = calloc(1, sizeof(*res));
+    int rc = res && build_result(&ctx, res) == 0 ? 0 : -1;
+    if (rc < 0) {
+        shp_err("out of memory");
+        an_result_free(res);
+        res = NULL;
     }
-    int status = ctx.findings.n ? 1 : 0;
     for (size_t k = 0; k < NMERGED; k++)
         if (merged[k])
             merged_passes[k]->free(merged[k]);
     for (size_t k = 0; k < NPROCESS; k++)
         if (main_state[k])
             process_passes[k]->free(main_state[k]);
-    free_summaries(&ctx);
-    an_expect_free(expect);
+    for (size_t i = 0; i < ctx.ncomms; i++)
+        free(ctx.comms[i].ranks);
+    free(ctx.comms);
     an_findings_free(&ctx.findings);
     an_unload(&ctx);
-    return status;
+    *out = res;
+    return rc;
 }

@@ -409,7 +409,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
             continue;
         if (x->kind[0] && (e->kind < 0 || e->kind > 3 || strcmp(x->kind, shp_kind_names[e->kind])))
             continue;
-        if (x->rank >= 0 && p->rank != x->rank)
+        if (x->rank >= 0 && p->sp->rank != x->rank)
             continue;
         if (x->comm[0]) {
             char id[24];
@@ -419,7 +419,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         }
         if (x->site[0]) {
             size_t n;
-            const char *const *fr = shp_stacks_frames(an_stacks(ctx, ref->proc), e->stack, &n);
+            const char *const *fr = an_frames(ctx, ref->proc, e->stack, &n);
             bool hit = false;
             for (size_t k = 0; k < n && !hit; k++)
                 hit = site_matches(x->site, fr[k]);
@@ -453,8 +453,8 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         f->comm = e->comm;
         f->seq = e->seq;
         f->t_ns = e->t_ns;
-        if (p->rank >= 0)
-            f->ranks[f->nranks++] = p->rank;
+        if (p->sp->rank >= 0)
+            f->ranks[f->nranks++] = p->sp->rank;
         f->events[f->nevents++] = *ref;
         for (int k = 0; k < s->nproducers && f->nlineage < AN_MAX_LINEAGE; k++)
             f->lineage[f->nlineage++] = s->producers[k];

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tools/analyze/pass.h"
-#include "tools/lib/stacks.h"
+#include "tools/lib/session.h"
 
 const char *const an_kind_names[AN_KIND_COUNT] = {
     "op_mismatch",   "count_mismatch",     "dtype_mismatch",    "redop_mismatch",
@@ -236,17 +236,14 @@ void an_shape_as(const struct an_dims *d, uint64_t count, uint64_t other, char *
         snprintf(out, len, "[%" PRIu64 ", %s]", count / best, name);
 }
 
-struct shp_stacks *an_stacks(struct an_ctx *ctx, uint32_t proc)
+const char *const *an_frames(struct an_ctx *ctx, uint32_t proc, uint32_t stack, size_t *n)
 {
-    struct an_proc *p = &ctx->procs[proc];
-    if (!p->stacks)
-        p->stacks = shp_stacks_load(&p->t, true);
-    return p->stacks;
+    return shp_session_frames(ctx->session, proc, stack, n);
 }
 
 bool an_decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e)
 {
-    if (!r->rec || !shp_event_decode(&ctx->procs[r->proc].t, r->rec, r->type, e))
+    if (!r->rec || !shp_event_decode(&ctx->procs[r->proc].sp->t, r->rec, r->type, e))
         return false;
     e->index = r->index;
     return true;
@@ -257,7 +254,7 @@ void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len)
     struct shp_event e;
     out[0] = 0;
     if (an_decode(ctx, r, &e))
-        shp_stacks_site(an_stacks(ctx, r->proc), e.stack, out, len);
+        shp_session_site(ctx->session, r->proc, e.stack, out, len);
     if (!out[0])
         snprintf(out, len, "an unknown site");
 }
@@ -278,7 +275,7 @@ void an_finding_comm_ranks(struct an_ctx *ctx, struct an_finding *f)
         return;
     for (int k = 0; k < f->nevents; k++) {
         struct shp_event e;
-        int g = ctx->procs[f->events[k].proc].rank;
+        int g = ctx->procs[f->events[k].proc].sp->rank;
         if (!an_decode(ctx, &f->events[k], &e) || e.comm != f->comm || e.comm_rank < 0)
             continue;
         for (int i = 0; i < f->nranks; i++)

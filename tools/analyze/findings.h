@@ -121,13 +121,14 @@ void an_shape(const struct an_dims *d, uint64_t count, char *out, size_t len);
 void an_shape_as(const struct an_dims *d, uint64_t count, uint64_t other, char *out, size_t len);
 
 struct an_ctx;
-/* The stacks of process `proc`, loaded on first use (by the thread that walks that process,
- * or by the report after the walks). */
-struct shp_stacks *an_stacks(struct an_ctx *ctx, uint32_t proc);
+/* The frames of stack `stack` of process `proc` (shp_stacks_frames), loaded and symbolized on
+ * first use: any thread may call it, and this and an_site are the only ways the passes read
+ * stacks (the session's lock keeps libdw and the shared texts to one thread at a time). */
+const char *const *an_frames(struct an_ctx *ctx, uint32_t proc, uint32_t stack, size_t *n);
 /* Decode the call at r; false if r holds none. */
 bool an_decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e);
 /* The call site of r as a person wrote it: the innermost Python frame when there is one, else
- * the innermost frame ("generate (hidden.c:63)"), else "an unknown site". */
+ * the innermost frame ("generate (hidden.c:63)"), else "an unknown site". Any thread. */
 void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len);
 /* "replay N of the graph launched at SITE (captured at SITE)" for a call that replay N of the
  * launch at `launch` executed, `captured` being the call as recorded at its capture. */

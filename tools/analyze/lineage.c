@@ -205,8 +205,8 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
     if (!f)
         return;
     L->stale_reported = true;
-    if (st->proc->rank >= 0)
-        an_finding_rank(f, st->proc->rank);
+    if (st->proc->sp->rank >= 0)
+        an_finding_rank(f, st->proc->sp->rank);
     an_finding_event(f, st->ref, st->e->t_ns);
     f->labels[f->nevents] = "the replayed call that wrote the first bytes";
     f->events[f->nevents++] = nw->ref;
@@ -430,15 +430,15 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
     f->events[f->nevents++] = g->first;
     f->t_ns = 0;
     struct shp_event e;
-    if (shp_event_decode(&ctx->procs[g->first.proc].t, g->first.rec, g->first.type, &e))
+    if (shp_event_decode(&ctx->procs[g->first.proc].sp->t, g->first.rec, g->first.type, &e))
         f->t_ns = e.t_ns;
-    int rank = ctx->procs[g->first.proc].rank;
+    int rank = ctx->procs[g->first.proc].sp->rank;
     if (rank >= 0)
         f->ranks[f->nranks++] = rank;
     chain(L, f, region);
     struct shp_event pe;
     const char *producer = "?";
-    if (shp_event_decode(&ctx->procs[r->ref.proc].t, r->ref.rec, r->ref.type, &pe))
+    if (shp_event_decode(&ctx->procs[r->ref.proc].sp->t, r->ref.rec, r->ref.type, &pe))
         producer = shp_op_name(pe.op);
     char csite[256], psite[256];
     an_site(ctx, &g->first, csite, sizeof(csite));
@@ -507,7 +507,7 @@ static void lineage_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
     shp_ranges_clear(&L->map, on_ref, L);
     L->stale_reported = false;
     shp_allocs_clear(&L->al);
-    madvise((void *)p->t.map, p->t.size, MADV_DONTNEED);
+    madvise((void *)p->sp->t.map, p->sp->t.size, MADV_DONTNEED);
 }
 
 static void lineage_finish(void *st, struct an_ctx *ctx)

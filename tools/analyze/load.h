@@ -6,9 +6,9 @@
 
 #include "tools/analyze/pass.h"
 
-/* Open the inputs (files or directories) into ctx->procs; 0, or -1 after printing one line
- * (call an_unload either way). */
-int an_load(struct an_ctx *ctx, char **paths, int npaths);
+/* The session's traces as ctx->procs, each read up to its first event for the merge; 0, or -1
+ * after printing one line (call an_unload either way). */
+int an_load(struct an_ctx *ctx, struct shp_session *s);
 /* The next event in time order across all processes; false at the end. *e points into the
  * process's read-ahead buffers and holds until the next call. After the last event of a
  * process, that process's `ended` is set. */

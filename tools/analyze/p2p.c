@@ -243,7 +243,7 @@ static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if ((e->type == SHP_REC_COMM || e->type == SHP_REC_P2P) && e->nranks > 0) {
         member_seen(P, e->comm, -2, e->nranks, -1); /* the size, as first said */
         if (trusted(P, e, proc))
-            member_seen(P, e->comm, e->comm_rank, s->proc->rank, proc);
+            member_seen(P, e->comm, e->comm_rank, s->proc->sp->rank, proc);
     }
     if (an_graphs_event(&P->graphs, s, SHP_REC_P2P))
         return; /* captured: it executes at each launch */

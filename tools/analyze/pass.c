@@ -29,7 +29,7 @@ bool an_refused(const struct shp_event *e)
 
 bool an_lost_end(const struct an_proc *p)
 {
-    const struct shp_file_header *h = p->t.hdr;
+    const struct shp_file_header *h = p->sp->t.hdr;
     return h->dropped || (h->flags & SHP_FILE_DISABLED) || h->off_reason ||
            h->ctl[SHP_CTL_ARMED] == 0;
 }

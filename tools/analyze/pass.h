@@ -14,14 +14,15 @@
 #include "tools/analyze/findings.h"
 #include "tools/lib/event.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 
+/* A process as the analyzer walks it: the session's description (its trace, its global rank),
+ * and the merged stream's place in it. */
 struct an_proc {
-    struct shp_trace t;
-    struct shp_cursor cur;     /* the merged stream's walk (load.c) */
-    struct shp_stacks *stacks; /* loaded on first use: an_stacks */
-    int rank;                  /* global rank, -1 if unknown */
-    uint64_t index;            /* events handed out so far */
-    uint64_t released;         /* bytes of the mapping given back (load.c) */
+    struct shp_proc *sp;   /* the session's (tools/lib/session.h): sp->t, sp->rank */
+    struct shp_cursor cur; /* the merged stream's walk (load.c) */
+    uint64_t index;        /* events handed out so far */
+    uint64_t released;     /* bytes of the mapping given back (load.c) */
     bool ended;
     /* the next event, read ahead for the merge into one of two buffers, so that the event
      * handed out is not copied */
@@ -46,7 +47,8 @@ struct an_load;
 struct an_expect;
 
 struct an_ctx {
-    struct an_proc *procs;
+    struct shp_session *session; /* the traces, their stacks (thread-safe: an_site, an_frames) */
+    struct an_proc *procs;       /* by the session's index */
     size_t nprocs;
     struct an_findings findings;
     struct an_dims dims;
@@ -57,12 +59,6 @@ struct an_ctx {
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
     uint64_t bytes_total, bytes_done;
-    /* Files found in a directory that are not readable traces: skipped, and the analysis says
-     * it is partial (an input named on the command line is refused instead). */
-    struct an_unreadable {
-        char *file, *why;
-    } * unreadable;
-    size_t nunreadable;
 };
 
 /* One event as the passes see it. */

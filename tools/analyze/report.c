@@ -1,68 +1,56 @@
-/* shapetrace analyze, the report: the findings in causal order, for a person (first finding
- * first, next to what the majority did, then the rest briefly, then one line) or as the JSON
- * object of docs/CONTRACTS.md. */
-#include "tools/analyze/report.h"
-
+/* shapetrace analyze, the reporters: a result's findings in causal order, for a person (first
+ * finding first, next to what the majority did, then the rest briefly, then one line) or as the
+ * JSON object of docs/CONTRACTS.md. They read the result (analyze.h) and the session's traces,
+ * never the passes' store. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/ops.h"
-#include "tools/analyze/findings.h"
-#include "tools/analyze/pass.h"
+#include "tools/analyze/analyze.h"
 #include "tools/lib/out.h"
+#include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
-/* The element count of the call at r, or 0 when it has none. */
-static uint64_t count_of(struct an_ctx *ctx, const struct an_ref *r)
+/* One call, indented, with its first max_frames frames (from the Python line that made it, in a
+ * Python program: the native frames below it are the framework's). */
+static void print_call(FILE *out, const struct an_result *r, const struct an_call *c,
+                       const char *indent, size_t max_frames)
 {
-    struct shp_event e;
-    return an_decode(ctx, r, &e) && e.count != SHP_NONE ? e.count : 0;
-}
-
-/* other: the count the call is compared with (0: none), so both sides read in one factoring. */
-static void print_call(FILE *out, struct an_ctx *ctx, const struct an_ref *r, const char *indent,
-                       size_t max_frames, uint64_t other)
-{
-    struct shp_event e;
-    if (!an_decode(ctx, r, &e))
+    if (!c->ok)
         return;
-    struct an_proc *p = &ctx->procs[r->proc];
-    char shape[96] = "";
+    const struct shp_event *e = &c->e;
+    const struct shp_proc *p = &r->session->procs[c->proc];
     if (p->rank >= 0)
         fprintf(out, "%srank %d (%s:%" PRIu64 ")  %s", indent, p->rank, p->t.hdr->host,
-                p->t.hdr->pid, shp_op_name(e.op));
+                p->t.hdr->pid, shp_op_name(e->op));
     else
         fprintf(out, "%s%s:%" PRIu64 "  %s", indent, p->t.hdr->host, p->t.hdr->pid,
-                shp_op_name(e.op));
-    if (e.count != SHP_NONE) {
-        an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
-        fprintf(out, " count %" PRIu64 "%s%s", e.count, shape[0] ? " " : "", shape);
-    }
-    if (e.dtype >= 0)
-        fprintf(out, " %s", shp_dtype_name((unsigned)e.dtype));
-    if (e.redop >= 0)
-        fprintf(out, " %s", shp_redop_name((unsigned)e.redop));
-    if (e.root >= 0)
-        fprintf(out, " root %d", e.root);
-    if (e.peer >= 0)
-        fprintf(out, " peer %d", e.peer);
-    if (e.bytes != SHP_NONE)
-        fprintf(out, ", %" PRIu64 " bytes", e.bytes);
-    if (e.comm && e.seq != SHP_NONE)
-        fprintf(out, ", comm %.8" PRIx64 " #%" PRIu64, e.comm >> 32, e.seq);
-    if (e.type == SHP_REC_COPY && e.kind >= 0 && e.kind <= 4)
-        fprintf(out, " %s 0x%" PRIx64 " -> 0x%" PRIx64, shp_kind_names[e.kind], e.src, e.dst);
-    if (e.dur_ns == SHP_NONE)
+                shp_op_name(e->op));
+    if (e->count != SHP_NONE)
+        fprintf(out, " count %" PRIu64 "%s%s", e->count, c->shape[0] ? " " : "", c->shape);
+    if (e->dtype >= 0)
+        fprintf(out, " %s", shp_dtype_name((unsigned)e->dtype));
+    if (e->redop >= 0)
+        fprintf(out, " %s", shp_redop_name((unsigned)e->redop));
+    if (e->root >= 0)
+        fprintf(out, " root %d", e->root);
+    if (e->peer >= 0)
+        fprintf(out, " peer %d", e->peer);
+    if (e->bytes != SHP_NONE)
+        fprintf(out, ", %" PRIu64 " bytes", e->bytes);
+    if (e->comm && e->seq != SHP_NONE)
+        fprintf(out, ", comm %.8" PRIx64 " #%" PRIu64, e->comm >> 32, e->seq);
+    if (e->type == SHP_REC_COPY && e->kind >= 0 && e->kind <= 4)
+        fprintf(out, " %s 0x%" PRIx64 " -> 0x%" PRIx64, shp_kind_names[e->kind], e->src, e->dst);
+    if (e->dur_ns == SHP_NONE)
         fprintf(out, " [in flight]");
-    else if (e.result)
-        fprintf(out, " [error %d]", e.result);
+    else if (e->result)
+        fprintf(out, " [error %d]", e->result);
     fprintf(out, "\n");
     size_t n;
-    const char *const *fr = shp_stacks_frames(an_stacks(ctx, r->proc), e.stack, &n);
-    /* In a Python program, start at the Python line that made the call: the native frames
-     * below it are the framework's. */
+    const char *const *fr = shp_session_frames(r->session, c->proc, e->stack, &n);
     size_t from = 0;
     while (from < n && strncmp(fr[from], "py: ", 4) != 0)
         from++;
@@ -70,13 +58,6 @@ static void print_call(FILE *out, struct an_ctx *ctx, const struct an_ref *r, co
         from = 0;
     for (size_t i = from; i < n && i < from + max_frames; i++)
         fprintf(out, "%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
-}
-
-/* Every culprit's rank in the finding's communicator, where its calls say it. */
-static void fill_comm_ranks(struct an_ctx *ctx)
-{
-    for (size_t i = 0; i < ctx->findings.n; i++)
-        an_finding_comm_ranks(ctx, &ctx->findings.v[i]);
 }
 
 /* "rank 5 is rank 1 of communicator 1234abcd, ..." for the culprits whose two ranks differ;
@@ -95,79 +76,77 @@ static void print_comm_ranks(FILE *out, const struct an_finding *f)
         fprintf(out, " of communicator %.8" PRIx64 ")\n", f->comm >> 32);
 }
 
-void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
+void an_print_text(const struct an_result *r, FILE *out, bool color)
 {
     const char *bold = color ? "\033[1m" : "", *red = color ? "\033[1;31m" : "",
                *off = color ? "\033[0m" : "";
-    size_t ncomm = ctx->ncomms;
+    const struct shp_session *s = r->session;
+    size_t ncomm = r->ncomms;
     fprintf(out,
             "shapetrace analyze: %zu process%s, %zu communicator%s, %" PRIu64
             " collectives aligned, %" PRIu64 " events\n",
-            ctx->nprocs, ctx->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s",
-            ctx->collectives, ctx->events);
+            s->nprocs, s->nprocs == 1 ? "" : "es", ncomm, ncomm == 1 ? "" : "s", r->collectives,
+            r->events);
     /* Holes first: a finding-free report over missing traces or dropped calls would read as
      * clean. */
-    for (size_t i = 0; i < ctx->nunreadable; i++)
+    for (size_t i = 0; i < s->nunreadable; i++)
         fprintf(out, "  %sINCOMPLETE%s: %s could not be read: %s; that process is not checked\n",
-                bold, off, ctx->unreadable[i].file, ctx->unreadable[i].why);
-    for (size_t i = 0; i < ctx->nprocs; i++) {
-        struct an_proc *p = &ctx->procs[i];
-        struct shp_event last;
+                bold, off, s->unreadable[i].file, s->unreadable[i].why);
+    for (size_t i = 0; i < s->nprocs; i++) {
+        const struct shp_proc *p = &s->procs[i];
+        const struct an_call *last = &r->last[i];
         char where[96] = "the first drop";
         /* From where: its last recorded call (the calls dropped at a cap are the last ones). */
-        if (an_decode(ctx, &p->last, &last) && last.t_ns >= p->t.hdr->realtime_ns)
+        if (last->ok && last->e.t_ns >= p->t.hdr->realtime_ns)
             snprintf(where, sizeof(where), "its event %" PRIu64 " (%.3f s into the trace)",
-                     last.index, (double)(last.t_ns - p->t.hdr->realtime_ns) / 1e9);
+                     last->e.index, (double)(last->e.t_ns - p->t.hdr->realtime_ns) / 1e9);
         if (p->t.hdr->dropped)
             fprintf(out,
                     "  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
                     " call%s: %s; its calls after %s are not checked\n",
                     bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
-                    p->t.hdr->dropped == 1 ? "" : "s", shp_trace_incomplete_why(&p->t, &p->cur),
-                    where);
+                    p->t.hdr->dropped == 1 ? "" : "s", shp_proc_incomplete_why(p), where);
     }
-    for (size_t i = 0; i < ctx->nprocs; i++) {
-        struct an_proc *p = &ctx->procs[i];
-        if (!shp_trace_complete(&p->t, &p->cur) && !p->t.hdr->dropped) {
+    for (size_t i = 0; i < s->nprocs; i++) {
+        const struct shp_proc *p = &s->procs[i];
+        if (!shp_proc_complete(p) && !p->t.hdr->dropped) {
             fprintf(out, "  note: rank %d (%s:%" PRIu64 "): %s; last call:", p->rank,
-                    p->t.hdr->host, p->t.hdr->pid, shp_trace_incomplete_why(&p->t, &p->cur));
-            struct shp_event e;
-            if (an_decode(ctx, &p->last, &e))
-                fprintf(out, " %s%s\n", shp_op_name(e.op),
-                        e.dur_ns == SHP_NONE ? " [in flight]" : "");
+                    p->t.hdr->host, p->t.hdr->pid, shp_proc_incomplete_why(p));
+            const struct an_call *last = &r->last[i];
+            if (last->ok)
+                fprintf(out, " %s%s\n", shp_op_name(last->e.op),
+                        last->e.dur_ns == SHP_NONE ? " [in flight]" : "");
             else
                 fprintf(out, " none\n");
         }
     }
-    fill_comm_ranks(ctx);
-    const struct an_finding *first = an_findings_nth(&ctx->findings, 0);
-    if (!first) {
+    if (!r->nfindings) {
         fprintf(out,
                 "\nno findings: the ranks agree on every collective and send/receive, and every "
                 "read fits the shape its producer wrote.\n");
         return;
     }
+    const struct an_result_finding *rf = &r->findings[0];
+    const struct an_finding *first = &rf->f;
     fprintf(out, "\n%sFIRST FINDING%s  %s%s%s (%s)\n  %s\n", bold, off, red,
             an_kind_names[first->kind], off, first->error ? "error" : "warning", first->summary);
     print_comm_ranks(out, first);
     if (first->nevents) {
         fprintf(out, "  diverging call%s:\n", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++) {
-            if (first->labels[i])
-                fprintf(out, "    %s:\n", first->labels[i]);
-            print_call(out, ctx, &first->events[i], "    ", 4,
-                       first->has_expected ? count_of(ctx, &first->expected) : 0);
+            if (rf->events[i].label)
+                fprintf(out, "    %s:\n", rf->events[i].label);
+            print_call(out, r, &rf->events[i], "    ", 4);
         }
     }
     if (first->has_expected) {
         fprintf(out, "  what the others did:\n");
-        print_call(out, ctx, &first->expected, "    ", 4,
-                   first->nevents ? count_of(ctx, &first->events[0]) : 0);
+        print_call(out, r, &rf->expected, "    ", 4);
     }
     if (first->nlineage) {
         fprintf(out, "  where its bytes came from (producers, nearest first):\n");
         for (int i = 0; i < first->nlineage; i++)
-            print_call(out, ctx, &first->lineage[i], "    ", 2, 0);
+            print_call(out, r, &rf->lineage[i], "    ", 2);
     }
     if (first->consequences)
         fprintf(out,
@@ -175,29 +154,31 @@ void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
                 "consequence (not reported separately).\n",
                 first->consequences, first->consequences == 1 ? "" : "s",
                 first->consequences == 1 ? "s" : "");
-    if (ctx->findings.n > 1) {
+    if (r->nfindings > 1) {
         fprintf(out, "\n%sOTHER FINDINGS%s\n", bold, off);
-        for (size_t o = 1; o < ctx->findings.n; o++) {
-            const struct an_finding *f = an_findings_nth(&ctx->findings, o);
-            fprintf(out, "  %zu. %s: %s\n", o + 1, an_kind_names[f->kind], f->summary);
-            if (f->nevents) {
-                char site[512];
-                an_site(ctx, &f->events[0], site, sizeof(site));
-                fprintf(out, "     at %s\n", site);
+        for (size_t o = 1; o < r->nfindings; o++) {
+            const struct an_result_finding *x = &r->findings[o];
+            fprintf(out, "  %zu. %s: %s\n", o + 1, an_kind_names[x->f.kind], x->f.summary);
+            if (x->f.nevents) {
+                char site[512] = "";
+                if (x->events[0].ok)
+                    shp_session_site(r->session, x->events[0].proc, x->events[0].e.stack, site,
+                                     sizeof(site));
+                fprintf(out, "     at %s\n", site[0] ? site : "an unknown site");
             }
         }
     }
     size_t errors = 0;
-    for (size_t i = 0; i < ctx->findings.n; i++)
-        errors += ctx->findings.v[i].error;
+    for (size_t i = 0; i < r->nfindings; i++)
+        errors += r->findings[i].f.error;
     char ranks[128];
     size_t off2 = 0;
     ranks[0] = 0;
     for (int i = 0; i < first->nranks && off2 < sizeof(ranks); i++)
         off2 += (size_t)snprintf(ranks + off2, sizeof(ranks) - off2, "%s%d", i ? "," : "",
                                  first->ranks[i]);
-    fprintf(out, "\n%zu finding%s (%zu error%s); first: %s", ctx->findings.n,
-            ctx->findings.n == 1 ? "" : "s", errors, errors == 1 ? "" : "s",
+    fprintf(out, "\n%zu finding%s (%zu error%s); first: %s", r->nfindings,
+            r->nfindings == 1 ? "" : "s", errors, errors == 1 ? "" : "s",
             an_kind_names[first->kind]);
     if (first->comm)
         fprintf(out, " on communicator %.8" PRIx64, first->comm >> 32);
@@ -208,63 +189,60 @@ void an_report_text(struct an_ctx *ctx, FILE *out, bool color)
     fprintf(out, "\n");
 }
 
-/* The call at r as dump --json prints it, plus "shape": its count as the text report shows it,
- * in the factoring it shares with other (the count it is compared with, 0: none), null when
- * the dims do not factor it; and, when label is not NULL, "label": what the event is to the
- * finding (*label, null for a plain diverging call). */
-static void json_ref(FILE *out, struct an_ctx *ctx, const struct an_ref *r, uint64_t other,
-                     const char *const *label)
+/* The call c as dump --json prints it, plus "shape": its count as the text report shows it,
+ * null when the dims do not factor it; and, with label, "label": what the event is to the
+ * finding (null for a plain diverging call). null for a reference that holds no call. */
+static void json_call(FILE *out, const struct an_result *r, const struct an_call *c, bool label)
 {
-    struct shp_event e;
-    if (!an_decode(ctx, r, &e)) {
+    if (!c->ok) {
         fputs("null", out);
         return;
     }
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&buf, &len);
-    if (!mem) {
-        shp_event_json(out, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
+    struct shp_proc *p = &r->session->procs[c->proc];
+    struct shp_stacks *st = shp_session_stacks(r->session, c->proc);
+    struct shp_out *o = malloc(sizeof(*o));
+    if (!o) {
+        shp_event_json(out, &p->t, st, &c->e);
         return;
     }
-    shp_event_json(mem, &ctx->procs[r->proc].t, an_stacks(ctx, r->proc), &e);
-    fclose(mem);
-    char shape[96] = "";
-    if (e.count != SHP_NONE)
-        an_shape_as(&ctx->dims, e.count, other, shape, sizeof(shape));
-    if (len && buf[len - 1] == '}') {
-        fprintf(out, "%.*s,\"shape\":", (int)(len - 1), buf);
-        if (shape[0])
-            shp_json_str(out, shape);
-        else
-            fputs("null", out);
-        if (label) {
-            fputs(",\"label\":", out);
-            if (*label)
-                shp_json_str(out, *label);
-            else
-                fputs("null", out);
-        }
-        fputc('}', out);
-    } else {
-        fwrite(buf, 1, len, out);
+    /* The event's object, with the finding's keys before its closing brace. */
+    shp_out_init(o, out);
+    shp_event_json_out(o, &p->t, st, &c->e);
+    o->len--;
+    shp_out_mem(o, ",\"shape\":", 9);
+    shp_out_json_str(o, c->shape[0] ? c->shape : NULL);
+    if (label) {
+        shp_out_mem(o, ",\"label\":", 9);
+        shp_out_json_str(o, c->label);
     }
-    free(buf);
+    shp_out_char(o, '}');
+    shp_out_flush(o);
+    free(o);
+}
+
+/* What set the trace's cap: SHAPETRACE_MAX_MB or a resource limit of the process. */
+static void json_cap(FILE *out, const struct shp_trace *t)
+{
+#define SHP_REASON_KEY(name, num, key, phrase) [num] = key,
+    static const char *const keys[SHP_CAP_COUNT] = {SHP_CAP_REASONS(SHP_REASON_KEY)};
+#undef SHP_REASON_KEY
+    uint32_t r = t->hdr->cap_why < SHP_CAP_COUNT ? t->hdr->cap_why : SHP_CAP_MAX_MB;
+    fprintf(out, ",\"capped_by\":\"%s\"", keys[r]);
 }
 
 /* What became of the process, and when and why tracing switched itself off. */
-static void json_fate(FILE *out, const struct shp_trace *t)
+static void json_fate(FILE *out, const struct shp_proc *p)
 {
     static const char *const fates[] = {[SHP_FATE_EXITED] = "exited",
                                         [SHP_FATE_RUNNING] = "running",
                                         [SHP_FATE_EXECD] = "exec",
                                         [SHP_FATE_KILLED] = "killed"};
-    static const char *const reasons[] = {[SHP_OFF_NO_SPACE] = "no_space",
-                                          [SHP_OFF_FD_CLOSED] = "fd_closed",
-                                          [SHP_OFF_GROW] = "cannot_grow"};
-    const struct shp_file_header *h = t->hdr;
-    fprintf(out, ",\"ended\":\"%s\",\"switched_off\":", fates[shp_trace_fate(t, NULL, 0)]);
-    if (!shp_trace_off_why(t)) {
+#define SHP_REASON_KEY(name, num, key, phrase) [num] = key,
+    static const char *const reasons[SHP_OFF_COUNT] = {SHP_OFF_REASONS(SHP_REASON_KEY)};
+#undef SHP_REASON_KEY
+    const struct shp_file_header *h = p->t.hdr;
+    fprintf(out, ",\"ended\":\"%s\",\"switched_off\":", fates[shp_proc_fate(p)]);
+    if (!shp_trace_off_why(&p->t)) {
         fprintf(out, "null");
         return;
     }
@@ -279,12 +257,12 @@ static void json_fate(FILE *out, const struct shp_trace *t)
     fprintf(out, ",\"calls_lost\":%" PRIu64 "}", h->calls_lost);
 }
 
-void an_report_json(struct an_ctx *ctx, FILE *out)
+void an_print_json(const struct an_result *r, FILE *out)
 {
-    fill_comm_ranks(ctx);
+    const struct shp_session *s = r->session;
     fprintf(out, "{\"version\":1,\"processes\":[");
-    for (size_t i = 0; i < ctx->nprocs; i++) {
-        struct an_proc *p = &ctx->procs[i];
+    for (size_t i = 0; i < s->nprocs; i++) {
+        const struct shp_proc *p = &s->procs[i];
         fprintf(out, "%s{\"file\":", i ? "," : "");
         shp_json_str(out, p->t.path);
         fprintf(out, ",\"host\":");
@@ -294,14 +272,15 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
             fprintf(out, "%d", p->rank);
         else
             fprintf(out, "null");
-        fprintf(out, ",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->index,
-                shp_trace_complete(&p->t, &p->cur) ? "true" : "false", p->t.hdr->dropped);
-        json_fate(out, &p->t);
+        fprintf(out, ",\"events\":%" PRIu64 ",\"complete\":%s,\"dropped\":%" PRIu64, p->events,
+                shp_proc_complete(p) ? "true" : "false", p->t.hdr->dropped);
+        json_cap(out, &p->t);
+        json_fate(out, p);
         fputc('}', out);
     }
     fprintf(out, "],\"comms\":[");
-    for (size_t i = 0; i < ctx->ncomms; i++) {
-        const struct an_comm_summary *c = &ctx->comms[i];
+    for (size_t i = 0; i < r->ncomms; i++) {
+        const struct an_comm_summary *c = &r->comms[i];
         fprintf(out, "%s{\"id\":\"%016" PRIx64 "\",\"nranks\":%d,\"ranks\":[", i ? "," : "", c->id,
                 c->nranks);
         for (int k = 0; k < c->nmembers; k++)
@@ -309,8 +288,9 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
         fprintf(out, "],\"collectives\":%" PRIu64 "}", c->collectives);
     }
     fprintf(out, "],\"findings\":[");
-    for (size_t o = 0; o < ctx->findings.n; o++) {
-        const struct an_finding *f = an_findings_nth(&ctx->findings, o);
+    for (size_t o = 0; o < r->nfindings; o++) {
+        const struct an_result_finding *rf = &r->findings[o];
+        const struct an_finding *f = &rf->f;
         fprintf(out, "%s{\"kind\":\"%s\",\"severity\":\"%s\",\"comm\":", o ? "," : "",
                 an_kind_names[f->kind], f->error ? "error" : "warning");
         if (f->comm)
@@ -330,18 +310,17 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
         for (int i = 0; i < f->nevents; i++) {
             if (i)
                 fputc(',', out);
-            json_ref(out, ctx, &f->events[i], f->has_expected ? count_of(ctx, &f->expected) : 0,
-                     &f->labels[i]);
+            json_call(out, r, &rf->events[i], true);
         }
         fprintf(out, "],\"lineage\":[");
         for (int i = 0; i < f->nlineage; i++) {
             if (i)
                 fputc(',', out);
-            json_ref(out, ctx, &f->lineage[i], 0, NULL);
+            json_call(out, r, &rf->lineage[i], false);
         }
         fprintf(out, "],\"expected\":");
         if (f->has_expected)
-            json_ref(out, ctx, &f->expected, f->nevents ? count_of(ctx, &f->events[0]) : 0, NULL);
+            json_call(out, r, &rf->expected, false);
         else
             fprintf(out, "null");
         fprintf(out, ",\"consequences\":%" PRIu64 ",\"comm_ranks\":[", f->consequences);
@@ -353,18 +332,13 @@ void an_report_json(struct an_ctx *ctx, FILE *out)
         fprintf(out, "]}");
     }
     fprintf(out, "],\"unreadable\":[");
-    for (size_t i = 0; i < ctx->nunreadable; i++) {
+    for (size_t i = 0; i < s->nunreadable; i++) {
         fprintf(out, "%s{\"file\":", i ? "," : "");
-        shp_json_str(out, ctx->unreadable[i].file);
+        shp_json_str(out, s->unreadable[i].file);
         fprintf(out, ",\"error\":");
-        shp_json_str(out, ctx->unreadable[i].why);
+        shp_json_str(out, s->unreadable[i].why);
         fputc('}', out);
     }
-    fprintf(out, "],\"first\":");
-    /* Findings are printed in causal order, so the first is at index 0. */
-    if (ctx->findings.n)
-        fprintf(out, "0");
-    else
-        fprintf(out, "null");
-    fprintf(out, "}\n");
+    /* The findings are in causal order, so the first is at index 0. */
+    fprintf(out, "],\"first\":%s}\n", r->nfindings ? "0" : "null");
 }

@@ -467,7 +467,7 @@ out:
 
 static int rank_of(const struct an_ctx *ctx, int p)
 {
-    return ctx->procs[p].rank >= 0 ? ctx->procs[p].rank : p;
+    return ctx->procs[p].sp->rank >= 0 ? ctx->procs[p].sp->rank : p;
 }
 
 /* "ranks 0, 1, 3" of the processes ps. */

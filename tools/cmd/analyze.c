@@ -1,16 +1,21 @@
 /* shapetrace analyze: line the ranks up and report where they first diverge. The command
- * line: options, usage and exit status; the analyzer is tools/analyze. */
+ * line: options, usage and exit status; the session (tools/lib/session.h) opens the traces and
+ * the analyzer is tools/analyze. */
 #define _GNU_SOURCE
 #include "tools/analyze/analyze.h"
 
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
+#include "tools/lib/session.h"
 
 static void analyze_usage(FILE *f)
 {
@@ -55,12 +60,41 @@ static int parse_dim(struct an_dims *dims, const char *arg)
     return 0;
 }
 
-int shp_cmd_analyze(int argc, char **argv)
+int shp_cmd_dim(struct an_dims *dims, const char *arg)
 {
-    return shp_cmd_analyze_to(argc, argv, stdout);
+    int dr = parse_dim(dims, arg);
+    if (dr == -2)
+        shp_err("--dim %s: %.*s is already given another value", arg, (int)strcspn(arg, "="), arg);
+    else if (dr < 0)
+        shp_err("--dim takes NAME=VALUE with a positive integer VALUE, not '%s'", arg);
+    return dr < 0 ? -1 : 0;
 }
 
-int shp_cmd_analyze_to(int argc, char **argv, FILE *out)
+int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs)
+{
+    for (int i = 0; i + 1 < nargs; i += 2) {
+        if (!strcmp(args[i], "--expect"))
+            o->expect = args[i + 1];
+        else if (shp_cmd_dim(&o->dims, args[i + 1]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_result **res)
+{
+    int rc = an_run(o, s, res);
+    return rc < 0 ? SHP_EXIT_USAGE : (*res)->nfindings ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
+}
+
+static double clock_s(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int shp_cmd_analyze(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'},         {"dim", required_argument, 0, 'd'},
@@ -69,23 +103,16 @@ int shp_cmd_analyze_to(int argc, char **argv, FILE *out)
     };
     struct an_options o;
     memset(&o, 0, sizeof(o));
+    bool json = false;
     int c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'j') {
-            o.json = true;
+            json = true;
         } else if (c == 'd') {
-            int dr = parse_dim(&o.dims, optarg);
-            if (dr == -2) {
-                shp_err("--dim %s: %.*s is already given another value", optarg,
-                        (int)strcspn(optarg, "="), optarg);
+            if (shp_cmd_dim(&o.dims, optarg) < 0)
                 return SHP_EXIT_USAGE;
-            }
-            if (dr < 0) {
-                shp_err("--dim takes NAME=VALUE with a positive integer VALUE, not '%s'", optarg);
-                return SHP_EXIT_USAGE;
-            }
         } else if (c == 's') {
             o.stats = true;
         } else if (c == 'e') {
@@ -99,10 +126,37 @@ int shp_cmd_analyze_to(int argc, char **argv, FILE *out)
     }
     if (optind >= argc)
         return shp_usage_error("analyze", "no trace given");
-    o.paths = argv + optind;
-    o.npaths = argc - optind;
-    o.out = out;
-    o.color = !o.json && out == stdout && isatty(1) && !getenv("NO_COLOR");
-    int rc = an_analyze(&o);
-    return rc < 0 ? SHP_EXIT_USAGE : rc ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
+    bool color = !json && isatty(1) && !getenv("NO_COLOR");
+    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    struct shp_session s;
+    struct an_result *res = NULL;
+    int status = SHP_EXIT_USAGE;
+    /* The expectation file first: a malformed one is the error to see, whatever the traces. */
+    if (an_options_expect(&o) < 0) {
+        memset(&s, 0, sizeof(s));
+        goto out;
+    }
+    if (shp_session_open(&s, argv + optind, argc - optind, SHP_SESSION_UNIQUE, "the analysis") < 0)
+        goto out;
+    status = shp_cmd_analysis(&o, &s, &res);
+    if (!res)
+        goto out;
+    if (json)
+        an_print_json(res, stdout);
+    else
+        an_print_text(res, stdout, color);
+    if (o.stats) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double t = clock_s(CLOCK_MONOTONIC) - t0;
+        fprintf(stderr, "shapetrace: main thread, all: wall %.3f s, CPU %.3f s\n", t,
+                clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
+        fprintf(stderr, "shapetrace: analyze took %.3f s, max RSS %ld MiB, %" PRIu64 " events\n", t,
+                ru.ru_maxrss / 1024, res->events);
+    }
+out:
+    an_result_free(res);
+    shp_session_close(&s);
+    an_options_free(&o);
+    return status;
 }

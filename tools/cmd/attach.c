@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/rec.h"
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
@@ -151,11 +152,11 @@ static int dir_of_pid(long pid, char *out, size_t len)
 static int write_run_control(const char *dir, int arm)
 {
     char tmp[PATH_MAX + 32], final[PATH_MAX + 16];
-    snprintf(tmp, sizeof(tmp), "%s/." SHP_CONTROL_FILE ".%ld", dir, (long)getpid());
     snprintf(final, sizeof(final), "%s/" SHP_CONTROL_FILE, dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* Created exclusively under a name of its own: no link followed, no file reused. */
+    int fd = shp_create_private(dir, SHP_CONTROL_FILE, tmp, sizeof(tmp));
     if (fd < 0)
-        return -errno;
+        return fd;
     char line[32];
     int n = shp_control_format(line, sizeof(line), arm);
     bool ok = write(fd, line, (size_t)n) == n;

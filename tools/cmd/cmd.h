@@ -27,16 +27,32 @@ int shp_cmd_dump(int argc, char **argv);
 int shp_cmd_attach(int argc, char **argv);
 int shp_cmd_status(int argc, char **argv);
 int shp_cmd_analyze(int argc, char **argv);
-/* shp_cmd_analyze with the report printed on out (export and report read it from memory). */
-int shp_cmd_analyze_to(int argc, char **argv, FILE *out);
 int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
 int shp_cmd_symbols(int argc, char **argv);
+int shp_cmd_snapshot(int argc, char **argv);
+
+struct an_dims;
+struct an_options;
+struct an_result;
+struct shp_session;
+/* Adds --dim NAME=VALUE (arg) to dims, as analyze, export and report take it. Returns 0, or -1
+ * after one line (malformed, or NAME already given another value). */
+int shp_cmd_dim(struct an_dims *dims, const char *arg);
+/* The analysis options export and report pass on, kept as given ("--dim", VALUE, "--expect",
+ * FILE, ...: nargs strings) and read into o once the traces are open, in that order. Returns 0,
+ * or -1 after one line. */
+int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs);
+/* Runs the analysis of o over s into *res (analyze.h) for a command. Returns the exit status
+ * analyze would give: SHP_EXIT_OK, SHP_EXIT_FINDINGS, or SHP_EXIT_USAGE after one line (then
+ * *res is NULL). */
+int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_result **res);
 
 /* What shp_symbols_write did: traces of this host read, frame lines written, modules that had
- * frames, the file's size and the wall time taken. */
+ * frames, the file's size, the wall time taken, and the files skipped. */
 struct shp_symbols_stats {
     uint64_t traces, frames, modules, bytes;
+    uint64_t unreadable; /* files of DIR that are not readable traces, skipped */
     double seconds;
     char path[4096]; /* the file written */
 };

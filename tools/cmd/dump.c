@@ -1,7 +1,6 @@
 /* shapetrace dump: print traces, as a table for a person or as JSON Lines for programs (the keys
  * are a contract: see docs/CONTRACTS.md). */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -14,8 +13,8 @@
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
-#include "tools/lib/symbolize.h"
 
 static void dump_usage(FILE *f)
 {
@@ -24,6 +23,7 @@ static void dump_usage(FILE *f)
           "Prints every event of the traces in PATH (trace files or run directories).\n"
           "  --json       JSON Lines, one event per line (keys in the README)\n"
           "  --no-stacks  leave call sites out (faster on large traces)\n"
+          "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
           "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
           "printed).\n",
           f);
@@ -112,16 +112,11 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
             site, status, "");
 }
 
-static int dump_one(struct shp_out *o, struct shp_symcache *cache, const char *path, bool json,
-                    bool stacks)
+static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool json)
 {
-    struct shp_trace t;
-    char err[256];
-    if (shp_trace_open(&t, path, err, sizeof(err)) < 0) {
-        shp_err("%s: %s", path, err);
-        return -1;
-    }
-    struct shp_stacks *st = shp_stacks_load_shared(&t, stacks, cache);
+    struct shp_proc *p = &s->procs[i];
+    const struct shp_trace *t = &p->t;
+    struct shp_stacks *st = shp_session_stacks(s, i);
     struct shp_cursor cur = {0};
     uint64_t index = 0, t0 = 0;
     unsigned type;
@@ -131,43 +126,44 @@ static int dump_one(struct shp_out *o, struct shp_symcache *cache, const char *p
         fprintf(stdout,
                 "== %s\n   host %s  pid %" PRIu64 "  rank %d  exe %s\n"
                 "%6s %11s %7s %-24s %-40s %10s %-10s %11s %s\n",
-                t.path, t.hdr->host, t.hdr->pid, shp_trace_rank(&t), t.hdr->exe, "index", "t(s)",
-                "tid", "op", "what", "count", "dtype", "bytes", "site");
-    while ((r = shp_trace_next(&t, &cur, &type, &size))) {
+                t->path, t->hdr->host, t->hdr->pid, p->rank, t->hdr->exe, "index", "t(s)", "tid",
+                "op", "what", "count", "dtype", "bytes", "site");
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e))
             continue;
         e.index = index++;
         if (!t0)
             t0 = e.t_ns;
+        shp_proc_saw(p, &e);
         if (json) {
-            shp_event_json_out(o, &t, st, &e);
+            shp_event_json_out(o, t, st, &e);
             shp_out_char(o, '\n');
         } else {
             print_row(stdout, st, &e, t0);
         }
     }
     shp_out_flush(o);
-    bool complete = shp_trace_complete(&t, &cur);
-    const struct shp_file_header *h = t.hdr;
+    shp_proc_walked(p, &cur, index);
+    bool complete = shp_proc_complete(p);
+    const struct shp_file_header *h = t->hdr;
     if (!json) {
         fprintf(stdout, "   %" PRIu64 " events; %s", index, complete ? "complete" : "INCOMPLETE");
         if (!complete)
-            fprintf(stdout, " (%s)", shp_trace_incomplete_why(&t, &cur));
-        if (cur.torn)
-            fprintf(stdout, "; %" PRIu64 " torn record%s skipped", cur.torn,
-                    cur.torn == 1 ? "" : "s");
+            fprintf(stdout, " (%s)", shp_proc_incomplete_why(p));
+        if (p->torn)
+            fprintf(stdout, "; %" PRIu64 " torn record%s skipped", p->torn,
+                    p->torn == 1 ? "" : "s");
         if (h->dropped)
             fprintf(stdout, "; %" PRIu64 " records DROPPED%s", h->dropped,
                     h->flags & SHP_FILE_DISABLED ? "" : " at the cap");
         fputc('\n', stdout);
     }
     if (!complete)
-        fprintf(stderr, "shapetrace: %s: incomplete trace: %s%s\n", path,
-                shp_trace_incomplete_why(&t, &cur), h->dropped ? "; records were dropped" : "");
-    shp_stacks_free(st);
-    shp_trace_close(&t);
-    return 0;
+        fprintf(stderr, "shapetrace: %s: incomplete trace: %s%s\n", t->path,
+                shp_proc_incomplete_why(p), h->dropped ? "; records were dropped" : "");
+    /* Done with it: a dump of thousands of traces holds one at a time. */
+    shp_session_release(s, i);
 }
 
 int shp_cmd_dump(int argc, char **argv)
@@ -196,7 +192,6 @@ int shp_cmd_dump(int argc, char **argv)
     }
     if (optind >= argc)
         return shp_usage_error("dump", "no trace given");
-    int status = SHP_EXIT_OK;
     /* One writer for every trace: JSON lines go through it, the table through printf. */
     struct shp_out *o = malloc(sizeof(*o));
     if (!o) {
@@ -204,25 +199,15 @@ int shp_cmd_dump(int argc, char **argv)
         return SHP_EXIT_USAGE;
     }
     shp_out_init(o, stdout);
-    /* The traces of one run are mostly the same programs: their modules are symbolized once. */
-    struct shp_symcache *cache = stacks ? shp_symcache_new() : NULL;
-    for (int i = optind; i < argc; i++) {
-        char **files = NULL;
-        size_t n = 0;
-        int rc = shp_trace_collect(argv[i], &files, &n);
-        if (rc < 0) {
-            shp_err("%s: %s", argv[i],
-                    rc == -ENOENT && n == 0 ? "no such file, or no traces in it" : strerror(-rc));
-            status = SHP_EXIT_USAGE;
-        }
-        for (size_t k = 0; k < n; k++) {
-            if (dump_one(o, cache, files[k], json, stacks) < 0)
-                status = SHP_EXIT_USAGE;
-            free(files[k]);
-        }
-        free(files);
-    }
+    /* A PATH that is not a readable trace is refused, but the others are still printed. The
+     * traces of one run are mostly the same programs: the session symbolizes their modules
+     * once. */
+    struct shp_session s;
+    int rc = shp_session_open(&s, argv + optind, argc - optind,
+                              SHP_SESSION_PARTIAL | (stacks ? 0 : SHP_SESSION_RAW), "the dump");
+    for (size_t i = 0; rc >= 0 && i < s.nprocs; i++)
+        dump_one(o, &s, i, json);
     free(o);
-    shp_symcache_free(cache);
-    return status;
+    shp_session_close(&s);
+    return rc == 0 ? SHP_EXIT_OK : SHP_EXIT_USAGE;
 }

@@ -11,12 +11,13 @@
 #include <string.h>
 
 #include "common/ops.h"
-#include "tools/cmd/analysis.h"
+#include "tools/analyze/analyze.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/perfetto.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
 static void export_usage(FILE *f)
@@ -57,18 +58,15 @@ struct lflow {          /* one end of a lineage arrow */
     bool out;
 };
 
+/* One process of the timeline: the session's description, and what the drawing keeps of it. */
 struct proc {
-    char *path;
-    struct shp_trace t;
-    struct shp_stacks *st;
-    int rank;
-    uint32_t pid; /* in the timeline: 1.. in rank order */
+    struct shp_proc *sp; /* the session's: trace, rank, time span, completeness */
+    size_t si;           /* its index in the session */
+    uint32_t pid;        /* in the timeline: 1.. in rank order */
     uint32_t *tids;
     size_t ntids;
     struct proc_comm *pc;
     size_t npc;
-    uint64_t first_ns, last_ns, events;
-    bool complete;
     struct lflow *lf;
     size_t nlf;
     /* call sites by stack id, filled as they are met */
@@ -88,14 +86,16 @@ struct comm {
 };
 
 struct xp {
+    struct shp_session *session;
     struct proc *procs;
     size_t nprocs;
+    struct proc **of_session; /* by session index: its process here, NULL if left out */
     struct comm *comms;
     size_t ncomms, hint; /* hint: the communicator looked up last */
     uint64_t t0, tend, from, to;
     bool perfetto;
     FILE *out;
-    json_t *report;
+    const struct an_result *report; /* the analysis, or NULL (--no-findings) */
     uint64_t slices, flows, instants;
 };
 
@@ -153,16 +153,15 @@ static void scan(struct proc *p)
     size_t size, tcap = 0, pccap = 0;
     const struct shp_rec *r;
     struct proc_comm *last = NULL;
-    while ((r = shp_trace_next(&p->t, &cur, &type, &size))) {
+    const struct shp_trace *t = &p->sp->t;
+    uint64_t events = 0;
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&p->t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e))
             continue;
-        p->events++;
-        if (!p->first_ns || e.t_ns < p->first_ns)
-            p->first_ns = e.t_ns;
+        events++;
+        shp_proc_saw(p->sp, &e);
         uint64_t end = e.dur_ns == SHP_NONE ? e.t_ns : e.t_ns + e.dur_ns;
-        if (end > p->last_ns)
-            p->last_ns = end;
         size_t k = 0;
         while (k < p->ntids && p->tids[k] != e.tid)
             k++;
@@ -177,7 +176,7 @@ static void scan(struct proc *p)
             last->c[last->n++] = (struct coll_at){e.seq, e.t_ns, e.dur_ns == SHP_NONE ? 0 : end};
         }
     }
-    p->complete = shp_trace_complete(&p->t, &cur);
+    shp_proc_walked(p->sp, &cur, events);
     for (size_t i = 0; i < p->npc; i++) {
         struct proc_comm *c = &p->pc[i];
         bool sorted = true;
@@ -746,9 +745,10 @@ static int pf_end(struct xp *x)
 
 /* ---- the timeline ---- */
 
-static const char *site_of(struct proc *p, uint32_t stack)
+static const char *site_of(struct xp *x, struct proc *p, uint32_t stack)
 {
-    if (!stack || !p->st)
+    struct shp_stacks *st = stack ? shp_session_stacks(x->session, p->si) : NULL;
+    if (!st)
         return NULL;
     if (stack >= p->nsites) {
         size_t n = p->nsites ? p->nsites : 64;
@@ -763,7 +763,7 @@ static const char *site_of(struct proc *p, uint32_t stack)
     }
     if (!p->sites[stack]) {
         char buf[512];
-        shp_stacks_site(p->st, stack, buf, sizeof(buf));
+        shp_stacks_site(st, stack, buf, sizeof(buf));
         p->sites[stack] = strdup(buf);
     }
     return p->sites[stack];
@@ -830,7 +830,8 @@ static void lineage_flows(const struct proc *p, uint64_t index, struct slice *s)
         s->f[s->nf++] = (struct flow){p->lf[lo].id, p->lf[lo].out, "lineage"};
 }
 
-static void fill_args(struct proc *p, const struct shp_event *e, uint64_t index, struct slice *s)
+static void fill_args(struct xp *x, struct proc *p, const struct shp_event *e, uint64_t index,
+                      struct slice *s)
 {
     s->na = 0;
     arg_s(s, "op", e->mark ? "mark" : shp_op_name(e->op));
@@ -856,7 +857,7 @@ static void fill_args(struct proc *p, const struct shp_event *e, uint64_t index,
         arg_u(s, "height", e->height);
     }
     arg_u(s, "size", e->size);
-    arg_s(s, "site", site_of(p, e->stack));
+    arg_s(s, "site", site_of(x, p, e->stack));
     arg_s(s, "mark", e->mark);
     if (e->flags & SHP_EV_CAPTURED && s->na < MAX_ARGS)
         s->a[s->na++] = (struct arg){"captured", ARG_B, 1, NULL};
@@ -877,12 +878,12 @@ static uint32_t tord_of(const struct proc *p, uint32_t tid)
 
 static void proc_name(const struct proc *p, char *out, size_t len)
 {
-    if (p->rank >= 0)
-        snprintf(out, len, "rank %d (%s:%" PRIu64 ")%s", p->rank, p->t.hdr->host, p->t.hdr->pid,
-                 p->complete ? "" : " INCOMPLETE");
+    const struct shp_file_header *h = p->sp->t.hdr;
+    const char *incomplete = shp_proc_complete(p->sp) ? "" : " INCOMPLETE";
+    if (p->sp->rank >= 0)
+        snprintf(out, len, "rank %d (%s:%" PRIu64 ")%s", p->sp->rank, h->host, h->pid, incomplete);
     else
-        snprintf(out, len, "rank ? (%s:%" PRIu64 ")%s", p->t.hdr->host, p->t.hdr->pid,
-                 p->complete ? "" : " INCOMPLETE");
+        snprintf(out, len, "rank ? (%s:%" PRIu64 ")%s", h->host, h->pid, incomplete);
 }
 
 static void write_tracks(struct xp *x, struct proc *p)
@@ -894,7 +895,7 @@ static void write_tracks(struct xp *x, struct proc *p)
     else
         json_meta(p->pid, 0, "process_name", name, (int)p->pid);
     for (uint32_t k = 0; k < p->ntids; k++) {
-        const char *what = p->tids[k] == p->t.hdr->pid ? "main thread" : "thread";
+        const char *what = p->tids[k] == p->sp->t.hdr->pid ? "main thread" : "thread";
         if (x->perfetto) {
             pf_track(x, p->pid, (int)k, what, p->tids[k]);
         } else {
@@ -914,9 +915,10 @@ static void write_proc(struct xp *x, struct proc *p)
     size_t size;
     const struct shp_rec *r;
     struct slice s;
-    while ((r = shp_trace_next(&p->t, &cur, &type, &size))) {
+    const struct shp_trace *t = &p->sp->t;
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&p->t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e))
             continue;
         uint64_t i = index++;
         uint64_t end = e.mark ? e.t_ns : end_of(x, &e);
@@ -930,7 +932,7 @@ static void write_proc(struct xp *x, struct proc *p)
         s.name = e.mark ? "mark" : shp_op_name(e.op);
         s.cat = cat_of(&e);
         s.nf = 0;
-        fill_args(p, &e, i, &s);
+        fill_args(x, p, &e, i, &s);
         if (type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE)
             coll_flows(x, &e, &s);
         if (p->nlf)
@@ -951,20 +953,18 @@ static void write_proc(struct xp *x, struct proc *p)
     }
 }
 
-/* ---- findings and lineage, from the analysis report ---- */
+/* ---- findings and lineage, from the analysis's result ---- */
 
-static struct proc *proc_by_file(struct xp *x, const char *file)
+/* The process of a call a finding names, NULL when it is left out (or the call is none). */
+static struct proc *proc_of(struct xp *x, const struct an_call *c)
 {
-    for (size_t i = 0; file && i < x->nprocs; i++)
-        if (!strcmp(x->procs[i].path, file))
-            return &x->procs[i];
-    return NULL;
+    return c->ok ? x->of_session[c->proc] : NULL;
 }
 
 static struct proc *proc_by_rank(struct xp *x, long long rank)
 {
     for (size_t i = 0; i < x->nprocs; i++)
-        if (x->procs[i].rank == rank)
+        if (x->procs[i].sp->rank == rank)
             return &x->procs[i];
     return NULL;
 }
@@ -991,37 +991,31 @@ static int by_index(const void *a, const void *b)
  * event). The same pair met in two findings gets one arrow. */
 static void plan_lineage(struct xp *x)
 {
-    json_t *fs = json_object_get(x->report, "findings");
-    size_t i;
-    json_t *f;
     uint64_t next_id = 1ull << 63;
-    json_array_foreach(fs, i, f)
-    {
-        json_t *lin = json_object_get(f, "lineage"), *evs = json_object_get(f, "events");
-        size_t n = json_array_size(lin);
-        if (!n || !json_array_size(evs))
+    for (size_t i = 0; i < x->report->nfindings; i++) {
+        const struct an_result_finding *f = &x->report->findings[i];
+        size_t n = (size_t)f->f.nlineage;
+        if (!n || !f->f.nevents)
             continue;
-        const json_t *chain[CHAIN_MAX];
+        const struct an_call *chain[CHAIN_MAX];
         size_t m = 0;
         for (size_t k = n; k-- > 0 && m < CHAIN_MAX - 1;)
-            chain[m++] = json_array_get(lin, k);
-        chain[m++] = json_array_get(evs, 0);
+            chain[m++] = &f->lineage[k];
+        chain[m++] = &f->events[0];
         for (size_t k = 0; k + 1 < m; k++) {
-            struct proc *a = proc_by_file(x, shp_json_text(chain[k], "file", NULL));
-            struct proc *b = proc_by_file(x, shp_json_text(chain[k + 1], "file", NULL));
-            long long ia = shp_json_int(chain[k], "index", -1);
-            long long ib = shp_json_int(chain[k + 1], "index", -1);
-            if (!a || !b || ia < 0 || ib < 0)
+            struct proc *a = proc_of(x, chain[k]), *b = proc_of(x, chain[k + 1]);
+            if (!a || !b)
                 continue;
+            uint64_t ia = chain[k]->e.index, ib = chain[k + 1]->e.index;
             bool seen = false;
             for (size_t q = 0; q < a->nlf && !seen; q++)
-                if (a->lf[q].index == (uint64_t)ia && a->lf[q].out)
+                if (a->lf[q].index == ia && a->lf[q].out)
                     for (size_t w = 0; w < b->nlf && !seen; w++)
-                        seen = b->lf[w].index == (uint64_t)ib && b->lf[w].id == a->lf[q].id;
+                        seen = b->lf[w].index == ib && b->lf[w].id == a->lf[q].id;
             if (seen)
                 continue;
-            add_lf(a, (uint64_t)ia, next_id, true);
-            add_lf(b, (uint64_t)ib, next_id, false);
+            add_lf(a, ia, next_id, true);
+            add_lf(b, ib, next_id, false);
             next_id++;
         }
     }
@@ -1034,36 +1028,32 @@ static void plan_lineage(struct xp *x)
  * that rank's trace ends (a rank that stopped). */
 static void write_findings(struct xp *x)
 {
-    json_t *fs = json_object_get(x->report, "findings");
-    size_t i, k;
-    json_t *f, *rank;
-    json_array_foreach(fs, i, f)
-    {
-        const char *kind = shp_json_text(f, "kind", "finding");
-        json_array_foreach(json_object_get(f, "ranks"), k, rank)
-        {
-            struct proc *p = proc_by_rank(x, json_integer_value(rank));
+    for (size_t i = 0; i < x->report->nfindings; i++) {
+        const struct an_result_finding *f = &x->report->findings[i];
+        const char *kind = an_kind_names[f->f.kind];
+        char comm[24] = "";
+        if (f->f.comm)
+            snprintf(comm, sizeof(comm), "%016" PRIx64, f->f.comm);
+        for (int k = 0; k < f->f.nranks; k++) {
+            struct proc *p = proc_by_rank(x, f->f.ranks[k]);
             if (!p)
                 continue;
-            uint64_t ts = p->last_ns;
-            size_t j;
-            json_t *ev;
-            json_array_foreach(json_object_get(f, "events"), j, ev)
-            {
-                if (shp_json_int(ev, "rank", -2) == p->rank) {
-                    ts = (uint64_t)shp_json_int(ev, "t_ns", (long long)ts);
+            uint64_t ts = p->sp->last_ns;
+            for (int j = 0; j < f->f.nevents; j++) {
+                const struct an_call *ev = &f->events[j];
+                /* A process without a rank names none. */
+                if (ev->ok && p->sp->rank >= 0 && x->session->procs[ev->proc].rank == p->sp->rank) {
+                    ts = ev->e.t_ns;
                     break;
                 }
             }
             if (!in_window(x, ts, ts))
                 continue;
             struct slice s = {.na = 0};
-            arg_s(&s, "summary", shp_json_text(f, "summary", ""));
-            arg_s(&s, "severity", shp_json_text(f, "severity", ""));
-            arg_s(&s, "comm", shp_json_text(f, "comm", NULL));
-            long long seq = shp_json_int(f, "seq", -1);
-            if (seq >= 0)
-                arg_u(&s, "seq", (uint64_t)seq);
+            arg_s(&s, "summary", f->f.summary);
+            arg_s(&s, "severity", f->f.error ? "error" : "warning");
+            arg_s(&s, "comm", comm);
+            arg_u(&s, "seq", f->f.seq);
             arg_u(&s, "finding", i);
             x->instants++;
             if (x->perfetto)
@@ -1135,11 +1125,9 @@ static void free_procs(struct xp *x)
         free(p->pc);
         free(p->tids);
         free(p->lf);
-        shp_stacks_free(p->st);
-        shp_trace_close(&p->t);
-        free(p->path);
     }
     free(x->procs);
+    free(x->of_session);
     for (size_t j = 0; j < x->ncomms; j++)
         free(x->comms[j].m);
     free(x->comms);
@@ -1149,38 +1137,29 @@ static int by_rank(const void *a, const void *b)
 {
     const struct proc *x = a, *y = b;
     /* Known ranks in order, then the processes without one. */
-    unsigned rx = (unsigned)x->rank, ry = (unsigned)y->rank;
+    unsigned rx = (unsigned)x->sp->rank, ry = (unsigned)y->sp->rank;
     if (rx != ry)
         return rx < ry ? -1 : 1;
-    return strcmp(x->path, y->path);
+    return strcmp(x->sp->t.path, y->sp->t.path);
 }
 
-static int load(struct xp *x, char **paths, int npaths, const int *ranks, size_t nranks)
+/* The session's processes of the ranks given (all without --ranks), in rank order. */
+static int load(struct xp *x, const int *ranks, size_t nranks)
 {
-    struct shp_input *in;
-    size_t n;
-    if (shp_inputs_open(paths, npaths, &in, &n) < 0)
-        return -1;
-    x->procs = calloc(n ? n : 1, sizeof(*x->procs));
-    if (!x->procs) {
+    struct shp_session *s = x->session;
+    x->procs = calloc(s->nprocs ? s->nprocs : 1, sizeof(*x->procs));
+    x->of_session = calloc(s->nprocs ? s->nprocs : 1, sizeof(*x->of_session));
+    if (!x->procs || !x->of_session) {
         shp_err("export: out of memory");
-        exit(SHP_EXIT_USAGE);
+        return -1;
     }
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < s->nprocs; k++) {
         bool wanted = !nranks;
         for (size_t q = 0; q < nranks && !wanted; q++)
-            wanted = ranks[q] == in[k].rank;
-        if (!wanted) {
-            shp_trace_close(&in[k].t);
-            free(in[k].path);
-            continue;
-        }
-        struct proc *p = &x->procs[x->nprocs++];
-        p->path = in[k].path;
-        p->t = in[k].t;
-        p->rank = in[k].rank;
+            wanted = ranks[q] == s->procs[k].rank;
+        if (wanted)
+            x->procs[x->nprocs++] = (struct proc){.sp = &s->procs[k], .si = k};
     }
-    free(in);
     if (!x->nprocs) {
         shp_err("export: no trace %s", nranks ? "of the ranks given" : "in the paths given");
         return -1;
@@ -1189,13 +1168,13 @@ static int load(struct xp *x, char **paths, int npaths, const int *ranks, size_t
     x->t0 = UINT64_MAX;
     for (size_t i = 0; i < x->nprocs; i++) {
         struct proc *p = &x->procs[i];
+        x->of_session[p->si] = p;
         p->pid = (uint32_t)i + 1;
         scan(p);
-        p->st = shp_stacks_load(&p->t, true);
-        if (p->events && p->first_ns < x->t0)
-            x->t0 = p->first_ns;
-        if (p->last_ns > x->tend)
-            x->tend = p->last_ns;
+        if (p->sp->events && p->sp->first_ns < x->t0)
+            x->t0 = p->sp->first_ns;
+        if (p->sp->last_ns > x->tend)
+            x->tend = p->sp->last_ns;
     }
     if (x->t0 == UINT64_MAX)
         x->t0 = 0;
@@ -1217,6 +1196,11 @@ int shp_cmd_export(int argc, char **argv)
     };
     struct xp x;
     memset(&x, 0, sizeof(x));
+    struct shp_session session;
+    memset(&session, 0, sizeof(session));
+    struct an_options ao;
+    memset(&ao, 0, sizeof(ao));
+    struct an_result *result = NULL;
     const char *outpath = NULL;
     int *ranks = NULL;
     size_t nranks = 0;
@@ -1271,18 +1255,25 @@ int shp_cmd_export(int argc, char **argv)
         shp_err("export: --from is after --to");
         goto out;
     }
-    if (load(&x, argv + optind, argc - optind, ranks, nranks) < 0)
+    /* The analysis refuses a trace given twice (it would look like two ranks). */
+    if (shp_session_open(&session, argv + optind, argc - optind, findings ? SHP_SESSION_UNIQUE : 0,
+                         "the export") < 0)
+        goto out;
+    x.session = &session;
+    if (load(&x, ranks, nranks) < 0)
         goto out;
     x.from = from == 0 ? 0 : x.t0 + from;
     x.to = to == UINT64_MAX ? UINT64_MAX : x.t0 + to;
     build_comms(&x);
     if (findings) {
-        int astatus;
-        for (int i = optind; i < argc; i++)
-            aargs[naargs++] = argv[i];
-        x.report = shp_analysis_run(naargs, aargs, &astatus);
-        if (!x.report)
+        /* As analyze --json would run on the same traces, every rank's: --ranks cuts only the
+         * drawing. */
+        if (shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
             goto out;
+        shp_cmd_analysis(&ao, &session, &result);
+        if (!result)
+            goto out;
+        x.report = result;
         plan_lineage(&x);
     }
     if (!outpath)
@@ -1294,8 +1285,11 @@ int shp_cmd_export(int argc, char **argv)
     }
     if (!x.perfetto)
         json_begin(&x);
-    for (size_t i = 0; i < x.nprocs; i++)
+    for (size_t i = 0; i < x.nprocs; i++) {
         write_proc(&x, &x.procs[i]);
+        /* Its call sites are drawn: thousands of traces are held one at a time. */
+        shp_session_release(&session, x.procs[i].si);
+    }
     if (x.report)
         write_findings(&x);
     int rc = 0;
@@ -1316,8 +1310,10 @@ int shp_cmd_export(int argc, char **argv)
 out:
     if (x.out && x.out != stdout)
         fclose(x.out);
-    json_decref(x.report);
+    an_result_free(result);
+    an_options_free(&ao);
     free_procs(&x);
+    shp_session_close(&session);
     free(ranks);
     free(aargs);
     return status;

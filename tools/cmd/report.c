@@ -14,11 +14,12 @@
 #include <unistd.h>
 
 #include "common/ops.h"
-#include "tools/cmd/analysis.h"
+#include "tools/analyze/analyze.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
 #ifndef SHP_VERSION
@@ -57,13 +58,10 @@ struct cell {
     bool in_flight;
 };
 
+/* One process of the page: the session's description, and what the drawing keeps of it. */
 struct rproc {
-    char *path;
-    struct shp_trace t;
-    struct shp_stacks *st;
-    int rank;
-    uint64_t events, first_ns, last_ns;
-    bool complete;
+    struct shp_proc *sp; /* the session's: trace, rank, events, time span, completeness */
+    size_t si;           /* its index in the session */
     struct shp_event last;
     bool has_last;
     struct cell *cells; /* grid columns, when this process is a member of the focus comm */
@@ -72,11 +70,12 @@ struct rproc {
 };
 
 struct rp {
+    struct shp_session *session;
     struct rproc *procs;
     size_t nprocs;
-    json_t *report;
-    const json_t *first; /* the finding the page is drawn around */
-    size_t focus_index;  /* its index in the report's findings */
+    const struct an_result *report;
+    const struct an_result_finding *first; /* the finding the page is drawn around */
+    size_t focus_index;                    /* its index in the result's findings */
     /* the grid */
     uint64_t comm, seq;
     bool has_focus;
@@ -118,6 +117,15 @@ static void html_text(FILE *f, const char *s)
     }
 }
 
+/* A text the analysis made of the traces' texts (a summary, a frame), as analyze --json shows
+ * it: a byte that starts no valid UTF-8 sequence is U+FFFD. */
+static void html_utf8(FILE *f, const char *s)
+{
+    char *clean = s ? shp_utf8_dup(s) : NULL;
+    html_text(f, clean ? clean : s);
+    free(clean);
+}
+
 static void html_fmt(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void html_fmt(FILE *f, const char *fmt, ...)
 {
@@ -153,32 +161,22 @@ static const char *short_op(unsigned op)
 static struct rproc *proc_by_rank(struct rp *r, long long rank)
 {
     for (size_t i = 0; i < r->nprocs; i++)
-        if (r->procs[i].rank == rank)
+        if (r->procs[i].sp->rank == rank)
             return &r->procs[i];
     return NULL;
 }
 
-static int load(struct rp *r, char **paths, int npaths)
+static int load(struct rp *r)
 {
-    struct shp_input *in;
-    size_t n;
-    if (shp_inputs_open(paths, npaths, &in, &n) < 0)
-        return -1;
-    r->procs = calloc(n ? n : 1, sizeof(*r->procs));
+    struct shp_session *s = r->session;
+    r->procs = calloc(s->nprocs ? s->nprocs : 1, sizeof(*r->procs));
     if (!r->procs) {
         shp_err("report: out of memory");
-        for (size_t k = 0; k < n; k++)
-            shp_trace_close(&in[k].t), free(in[k].path);
-        free(in);
         return -1;
     }
-    for (size_t k = 0; k < n; k++) {
-        r->procs[k].path = in[k].path;
-        r->procs[k].t = in[k].t;
-        r->procs[k].rank = in[k].rank;
-    }
-    r->nprocs = n;
-    free(in);
+    for (size_t k = 0; k < s->nprocs; k++)
+        r->procs[k] = (struct rproc){.sp = &s->procs[k], .si = k};
+    r->nprocs = s->nprocs;
     return 0;
 }
 
@@ -189,6 +187,7 @@ static void scan(struct rp *r)
     r->t0 = UINT64_MAX;
     for (size_t i = 0; i < r->nprocs; i++) {
         struct rproc *p = &r->procs[i];
+        const struct shp_trace *t = &p->sp->t;
         if (ncol && p->member)
             p->cells = calloc(ncol, sizeof(*p->cells));
         struct shp_cursor cur = {0};
@@ -196,16 +195,13 @@ static void scan(struct rp *r)
         unsigned type;
         size_t size;
         const struct shp_rec *rec;
-        while ((rec = shp_trace_next(&p->t, &cur, &type, &size))) {
+        while ((rec = shp_trace_next(t, &cur, &type, &size))) {
             struct shp_event e;
-            if (!shp_event_decode(&p->t, rec, type, &e))
+            if (!shp_event_decode(t, rec, type, &e))
                 continue;
             uint64_t idx = index++;
-            if (!p->first_ns)
-                p->first_ns = e.t_ns;
+            shp_proc_saw(p->sp, &e);
             uint64_t end = e.dur_ns == SHP_NONE ? e.t_ns : e.t_ns + e.dur_ns;
-            if (end > p->last_ns)
-                p->last_ns = end;
             if (!e.mark) {
                 p->last = e;
                 p->has_last = true;
@@ -220,79 +216,67 @@ static void scan(struct rp *r)
                     true, e.op, e.count, e.t_ns, end, idx, e.dtype, e.stack, e.dur_ns == SHP_NONE};
             }
         }
-        p->events = index;
-        p->complete = shp_trace_complete(&p->t, &cur);
-        p->st = shp_stacks_load(&p->t, true);
-        if (p->events && p->first_ns < r->t0)
-            r->t0 = p->first_ns;
-        if (p->last_ns > r->tend)
-            r->tend = p->last_ns;
+        shp_proc_walked(p->sp, &cur, index);
+        if (p->sp->events && p->sp->first_ns < r->t0)
+            r->t0 = p->sp->first_ns;
+        if (p->sp->last_ns > r->tend)
+            r->tend = p->sp->last_ns;
     }
     if (r->t0 == UINT64_MAX)
         r->t0 = 0;
 }
 
+/* The global rank of the process of a call the analysis named, -1 when there is none. */
+static int call_rank(const struct rp *r, const struct an_call *c)
+{
+    return c->ok ? r->session->procs[c->proc].rank : -1;
+}
+
 /* ---- the focus: which communicator and collective the grid is drawn around ---- */
 
-static bool event_focus(const json_t *ev, uint64_t *comm, uint64_t *seq)
+static bool event_focus(const struct an_call *ev, uint64_t *comm, uint64_t *seq)
 {
-    const char *c = shp_json_text(ev, "comm", NULL);
-    long long s = shp_json_int(ev, "seq", -1);
-    const char *op = shp_json_text(ev, "op", "");
-    if (!c || s < 0 || !strncmp(op, "ncclSend", 8) || !strncmp(op, "ncclRecv", 8))
+    const char *op = ev->ok ? (ev->e.mark ? "mark" : shp_op_name(ev->e.op)) : "";
+    if (!ev->ok || !ev->e.comm || ev->e.seq == SHP_NONE || !strncmp(op, "ncclSend", 8) ||
+        !strncmp(op, "ncclRecv", 8))
         return false;
-    *comm = strtoull(c, NULL, 16);
-    *seq = (uint64_t)s;
+    *comm = ev->e.comm;
+    *seq = ev->e.seq;
     return true;
 }
 
 static void pick_focus(struct rp *r)
 {
-    const json_t *f = r->first;
+    const struct an_result_finding *f = r->first;
     if (!f)
         return;
-    size_t i, k;
-    json_t *cm, *rank, *ev;
-    json_array_foreach(json_object_get(f, "ranks"), k, rank)
-    {
-        struct rproc *p = proc_by_rank(r, json_integer_value(rank));
+    for (int k = 0; k < f->f.nranks; k++) {
+        struct rproc *p = proc_by_rank(r, f->f.ranks[k]);
         if (p)
             p->culprit = true;
     }
-    const char *c = shp_json_text(f, "comm", NULL);
-    long long s = shp_json_int(f, "seq", -1);
-    const char *kind = shp_json_text(f, "kind", "");
-    if (c && s >= 0 && strncmp(kind, "p2p", 3)) {
-        r->comm = strtoull(c, NULL, 16);
-        r->seq = (uint64_t)s;
+    if (f->f.comm && f->f.seq != SHP_NONE && strncmp(an_kind_names[f->f.kind], "p2p", 3)) {
+        r->comm = f->f.comm;
+        r->seq = f->f.seq;
         r->has_focus = r->own_focus = true;
     } else {
         /* A lineage finding: around the collective that its bytes went through. */
-        json_array_foreach(json_object_get(f, "lineage"), i, ev)
-        {
-            if (event_focus(ev, &r->comm, &r->seq)) {
-                r->has_focus = true;
-                break;
-            }
-        }
-        json_array_foreach(json_object_get(f, "events"), i, ev)
-        {
-            if (!r->has_focus && event_focus(ev, &r->comm, &r->seq))
-                r->has_focus = true;
-        }
+        for (int i = 0; i < f->f.nlineage && !r->has_focus; i++)
+            r->has_focus = event_focus(&f->lineage[i], &r->comm, &r->seq);
+        for (int i = 0; i < f->f.nevents && !r->has_focus; i++)
+            r->has_focus = event_focus(&f->events[i], &r->comm, &r->seq);
     }
     if (!r->has_focus)
         return;
     r->s_lo = r->seq > GRID_HALF ? r->seq - GRID_HALF : 0;
     r->s_hi = r->seq + GRID_HALF;
     /* Members: the analysis's list of the communicator's global ranks. */
-    json_array_foreach(json_object_get(r->report, "comms"), i, cm)
-    {
-        if (strtoull(shp_json_text(cm, "id", "0"), NULL, 16) != r->comm)
+    for (size_t i = 0; i < r->report->ncomms; i++) {
+        const struct an_comm_summary *cm = &r->report->comms[i];
+        if (cm->id != r->comm)
             continue;
-        json_array_foreach(json_object_get(cm, "ranks"), k, rank)
-        {
-            struct rproc *p = proc_by_rank(r, json_integer_value(rank));
+        for (int k = 0; k < cm->nmembers; k++) {
+            struct rproc *p = proc_by_rank(r, cm->ranks[k]);
             if (p)
                 p->member = true;
         }
@@ -302,10 +286,10 @@ static void pick_focus(struct rp *r)
 static int by_rank(const void *a, const void *b)
 {
     const struct rproc *x = a, *y = b;
-    unsigned rx = (unsigned)x->rank, ry = (unsigned)y->rank;
+    unsigned rx = (unsigned)x->sp->rank, ry = (unsigned)y->sp->rank;
     if (rx != ry)
         return rx < ry ? -1 : 1;
-    return strcmp(x->path, y->path);
+    return strcmp(x->sp->t.path, y->sp->t.path);
 }
 
 /* Ranks near a culprit (or near any finding event's rank) stay unfolded. */
@@ -319,11 +303,8 @@ static void mark_near(struct rp *r)
              k++)
             r->procs[k].near = true;
     }
-    size_t j;
-    json_t *ev;
-    json_array_foreach(json_object_get(r->first, "events"), j, ev)
-    {
-        struct rproc *p = proc_by_rank(r, shp_json_int(ev, "rank", -1));
+    for (int j = 0; r->first && j < r->first->f.nevents; j++) {
+        struct rproc *p = proc_by_rank(r, call_rank(r, &r->first->events[j]));
         if (p)
             p->near = true;
     }
@@ -394,23 +375,30 @@ static const char *js_body =
 static void frame_item(FILE *f, const char *s, bool first)
 {
     fprintf(f, "<li%s>%s ", strncmp(s, "py: ", 4) ? "" : " class=\"py\"", first ? "at" : "&larr;");
-    html_text(f, s);
+    html_utf8(f, s);
     fputs("</li>", f);
+}
+
+/* The frames of a call the analysis named; *n 0 when it has none. */
+static const char *const *call_frames(const struct rp *r, const struct an_call *ev, size_t *n)
+{
+    *n = 0;
+    return ev->ok ? shp_session_frames(r->session, ev->proc, ev->e.stack, n) : NULL;
 }
 
 /* A call's frames, Python frames first (they are the user's code; the native frames around them
  * are the framework's and the interpreter's), the first few shown and the rest folded. */
-static void frames_list(FILE *f, const json_t *ev)
+static void frames_list(const struct rp *r, FILE *f, const struct an_call *ev)
 {
-    json_t *stack = json_object_get(ev, "stack");
-    size_t n = json_array_size(stack), shown = 0;
+    size_t n, shown = 0;
+    const char *const *stack = call_frames(r, ev, &n);
     if (!n)
         return;
     fputs("<ul class=\"frames mono\">", f);
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < n; i++) {
-            const char *s = json_string_value(json_array_get(stack, i));
-            if (!s || (strncmp(s, "py: ", 4) == 0) != (pass == 0))
+            const char *s = stack[i];
+            if ((strncmp(s, "py: ", 4) == 0) != (pass == 0))
                 continue;
             if (shown == SHOWN_FRAMES)
                 fputs("</ul><details><summary>more frames</summary><ul class=\"frames mono\">", f);
@@ -420,125 +408,120 @@ static void frames_list(FILE *f, const json_t *ev)
     fputs(shown > SHOWN_FRAMES ? "</ul></details>" : "</ul>", f);
 }
 
-static void call_line(FILE *f, const json_t *ev)
+static void call_line(const struct rp *r, FILE *f, const struct an_call *ev)
 {
+    const struct shp_event *e = &ev->e;
     char bytes[32] = "";
-    long long b = shp_json_int(ev, "bytes", -1);
-    if (b >= 0)
-        thousands(bytes, sizeof(bytes), (uint64_t)b);
+    if (ev->ok && e->bytes != SHP_NONE)
+        thousands(bytes, sizeof(bytes), e->bytes);
     fputs("<div class=\"mono\"><b>", f);
-    html_fmt(f, "rank %lld", shp_json_int(ev, "rank", -1));
+    html_fmt(f, "rank %d", call_rank(r, ev));
     fputs("</b> ", f);
-    html_text(f, shp_json_text(ev, "op", "?"));
-    if (shp_json_int(ev, "count", -1) >= 0)
-        html_fmt(f, " count %lld", shp_json_int(ev, "count", 0));
-    if (shp_json_text(ev, "dtype", NULL))
-        html_fmt(f, " %s", shp_json_text(ev, "dtype", ""));
+    if (!ev->ok) {
+        fputs("?</div>", f);
+        return;
+    }
+    html_text(f, e->mark ? "mark" : shp_op_name(e->op));
+    if (e->count != SHP_NONE)
+        html_fmt(f, " count %" PRIu64, e->count);
+    if (e->dtype >= 0)
+        html_fmt(f, " %s", shp_dtype_name((unsigned)e->dtype));
     if (*bytes)
         html_fmt(f, ", %s bytes", bytes);
-    if (shp_json_text(ev, "kind", NULL))
-        html_fmt(f, " %s", shp_json_text(ev, "kind", ""));
-    if (shp_json_text(ev, "comm", NULL) && shp_json_int(ev, "seq", -1) >= 0)
-        html_fmt(f, ", comm %.8s #%lld", shp_json_text(ev, "comm", ""), shp_json_int(ev, "seq", 0));
-    if (shp_json_int(ev, "peer", -1) >= 0)
-        html_fmt(f, " peer %lld", shp_json_int(ev, "peer", 0));
-    if (json_is_null(json_object_get(ev, "dur_ns")))
+    if (e->kind >= 0 && e->kind <= 4)
+        html_fmt(f, " %s", shp_kind_names[e->kind]);
+    if (e->comm && e->seq != SHP_NONE)
+        html_fmt(f, ", comm %.8" PRIx64 " #%" PRIu64, e->comm >> 32, e->seq);
+    if (e->peer >= 0)
+        html_fmt(f, " peer %d", e->peer);
+    if (e->dur_ns == SHP_NONE)
         fputs(" <span class=\"incomplete\">[in flight]</span>", f);
     fputs("</div>", f);
 }
 
-static void ranks_text(char *out, size_t len, const json_t *f)
+static void ranks_text(char *out, size_t len, const struct an_finding *f)
 {
-    size_t i, o = 0;
-    json_t *rk;
+    size_t o = 0;
     out[0] = 0;
-    json_array_foreach(json_object_get(f, "ranks"), i, rk)
-    {
+    for (int i = 0; i < f->nranks; i++) {
         if (o + 16 >= len)
             break;
-        o += (size_t)snprintf(out + o, len - o, "%s%lld", i ? ", " : "",
-                              (long long)json_integer_value(rk));
+        o += (size_t)snprintf(out + o, len - o, "%s%d", i ? ", " : "", f->ranks[i]);
     }
 }
 
 static void section_first(struct rp *r)
 {
     FILE *f = r->f;
-    const json_t *first = r->first;
+    const struct an_result_finding *rf = r->first;
     if (r->focus_index)
         fprintf(f, "<h2>Finding %zu</h2>", r->focus_index + 1);
     else
         fputs("<h2>First finding</h2>", f);
-    if (!first) {
+    if (!rf) {
         fputs("<div class=\"finding ok\" id=\"first-finding\"><p class=\"summary\">No findings: "
               "the ranks agree on every collective and send/receive, and every read fits the "
               "shape its producer wrote.</p></div>",
               f);
         return;
     }
-    const char *sev = shp_json_text(first, "severity", "error");
+    const struct an_finding *first = &rf->f;
+    const char *sev = first->error ? "error" : "warning";
     char ranks[256];
     ranks_text(ranks, sizeof(ranks), first);
-    fprintf(f, "<div class=\"finding %s\" id=\"first-finding\"><div><span class=\"kind\">",
-            !strcmp(sev, "warning") ? "warning" : "error");
-    html_text(f, shp_json_text(first, "kind", "?"));
+    fprintf(f, "<div class=\"finding %s\" id=\"first-finding\"><div><span class=\"kind\">", sev);
+    html_text(f, an_kind_names[first->kind]);
     fputs("</span> (", f);
     html_text(f, sev);
     fputs(")", f);
     if (*ranks)
         html_fmt(f, " on rank%s %s", strchr(ranks, ',') ? "s" : "", ranks);
-    if (shp_json_text(first, "comm", NULL))
-        html_fmt(f, ", communicator %.8s", shp_json_text(first, "comm", ""));
-    if (shp_json_int(first, "seq", -1) >= 0)
-        html_fmt(f, ", collective #%lld", shp_json_int(first, "seq", 0));
+    if (first->comm)
+        html_fmt(f, ", communicator %.8" PRIx64, first->comm >> 32);
+    if (first->seq != SHP_NONE)
+        html_fmt(f, ", collective #%" PRIu64, first->seq);
     fputs("</div><p class=\"summary\" id=\"first-summary\">", f);
-    html_text(f, shp_json_text(first, "summary", ""));
+    html_utf8(f, first->summary);
     fputs("</p>", f);
-    size_t i;
-    json_t *ev;
-    json_t *evs = json_object_get(first, "events");
-    if (json_array_size(evs)) {
-        fprintf(f, "<h3>The diverging call%s</h3>", json_array_size(evs) > 1 ? "s" : "");
-        json_array_foreach(evs, i, ev)
-        {
-            call_line(f, ev);
-            frames_list(f, ev);
+    if (first->nevents) {
+        fprintf(f, "<h3>The diverging call%s</h3>", first->nevents > 1 ? "s" : "");
+        for (int i = 0; i < first->nevents; i++) {
+            call_line(r, f, &rf->events[i]);
+            frames_list(r, f, &rf->events[i]);
         }
     }
-    json_t *exp = json_object_get(first, "expected");
-    if (json_is_object(exp)) {
+    if (first->has_expected && rf->expected.ok) {
         fputs("<h3>What the peers did</h3>", f);
-        call_line(f, exp);
-        frames_list(f, exp);
+        call_line(r, f, &rf->expected);
+        frames_list(r, f, &rf->expected);
     }
-    long long cons = shp_json_int(first, "consequences", 0);
+    uint64_t cons = first->consequences;
     if (cons > 0)
-        html_fmt(f, "%lld later call%s on this communicator disagree%s as a consequence.", cons,
-                 cons == 1 ? "" : "s", cons == 1 ? "s" : "");
+        html_fmt(f, "%" PRIu64 " later call%s on this communicator disagree%s as a consequence.",
+                 cons, cons == 1 ? "" : "s", cons == 1 ? "s" : "");
     fputs("</div>", f);
 }
 
-static void cell_detail(char *out, size_t len, const struct rproc *p, const struct cell *c,
-                        uint64_t seq)
+static void cell_detail(const struct rp *r, char *out, size_t len, const struct rproc *p,
+                        const struct cell *c, uint64_t seq)
 {
     char site[300];
-    shp_stacks_site(p->st, c->stack, site, sizeof(site));
+    shp_stacks_site(shp_session_stacks(r->session, p->si), c->stack, site, sizeof(site));
     snprintf(out, len, "rank %d #%" PRIu64 ": %s count %" PRIu64 " %s%s, index %" PRIu64 "%s%s",
-             p->rank, seq, shp_op_name(c->op), c->count,
+             p->sp->rank, seq, shp_op_name(c->op), c->count,
              c->dtype >= 0 ? shp_dtype_name((unsigned)c->dtype) : "",
              c->in_flight ? " [in flight]" : "", c->index, *site ? " at " : "", site);
 }
 
-/* Whether the call at `index` of p's trace is in the first finding's list `key` ("events": its
- * own calls, "lineage": its producers). */
-static bool listed(const struct rp *r, const char *key, const struct rproc *p, uint64_t index)
+/* Whether the call at `index` of p's trace is one of the first finding's own calls (lineage
+ * false) or of its producers (lineage true). */
+static bool listed(const struct rp *r, bool lineage, const struct rproc *p, uint64_t index)
 {
-    size_t i;
-    json_t *ev;
-    json_array_foreach(json_object_get(r->first, key), i, ev)
-    {
-        if (!strcmp(shp_json_text(ev, "file", ""), p->path) &&
-            shp_json_int(ev, "index", -1) == (long long)index)
+    const struct an_result_finding *f = r->first;
+    int n = !f ? 0 : lineage ? f->f.nlineage : f->f.nevents;
+    for (int i = 0; i < n; i++) {
+        const struct an_call *c = lineage ? &f->lineage[i] : &f->events[i];
+        if (c->ok && c->proc == p->si && c->e.index == index)
             return true;
     }
     return false;
@@ -616,7 +599,7 @@ static void section_grid(struct rp *r)
         if (!p->member)
             continue;
         fprintf(f, "<tr class=\"%s\" data-rank=\"%d\"><th>%d</th>", p->near ? "near" : "far folded",
-                p->rank, p->rank);
+                p->sp->rank, p->sp->rank);
         for (size_t c = 0; c < ncol; c++) {
             const struct cell *x = &p->cells[c];
             uint64_t seq = r->s_lo + c;
@@ -632,12 +615,12 @@ static void section_grid(struct rp *r)
             bool diverge =
                 x->op != maj[c].op || x->count != maj[c].count || x->dtype != maj[c].dtype;
             char detail[600];
-            cell_detail(detail, sizeof(detail), p, x, seq);
+            cell_detail(r, detail, sizeof(detail), p, x, seq);
             fprintf(f, "<td class=\"%s%s\" data-d=\"",
                     culprit   ? "culprit"
                     : diverge ? "diverge"
                               : "ok",
-                    listed(r, "lineage", p, x->index) ? " chain" : "");
+                    listed(r, true, p, x->index) ? " chain" : "");
             html_text(f, detail);
             fprintf(f, "\">%s %" PRIu64 "%s</td>", short_op(x->op), x->count,
                     x->in_flight ? "&hellip;" : "");
@@ -665,17 +648,16 @@ static void pick_window(struct rp *r)
             hi = t1 > hi ? t1 : hi;
         }
     }
-    static const char *const lists[] = {"events", "lineage"};
     for (int l = 0; l < 2 && r->first; l++) {
-        size_t i;
-        json_t *ev;
-        json_array_foreach(json_object_get(r->first, lists[l]), i, ev)
-        {
-            long long t = shp_json_int(ev, "t_ns", -1), d = shp_json_int(ev, "dur_ns", 0);
-            if (t < 0)
+        const struct an_result_finding *f = r->first;
+        int n = l ? f->f.nlineage : f->f.nevents;
+        for (int i = 0; i < n; i++) {
+            const struct an_call *c = l ? &f->lineage[i] : &f->events[i];
+            if (!c->ok)
                 continue;
-            lo = (uint64_t)t < lo ? (uint64_t)t : lo;
-            hi = (uint64_t)(t + d) > hi ? (uint64_t)(t + d) : hi;
+            uint64_t t = c->e.t_ns, d = c->e.dur_ns == SHP_NONE ? 0 : c->e.dur_ns;
+            lo = t < lo ? t : lo;
+            hi = t + d > hi ? t + d : hi;
         }
     }
     if (lo == UINT64_MAX) { /* nothing to centre on: the last second of the traces */
@@ -711,7 +693,7 @@ static void timeline_row(struct rp *r, struct rproc *p, int y)
     FILE *f = r->f;
     double scale = (double)TL_WIDTH / (double)(r->w1 - r->w0);
     fprintf(f, "<text x=\"4\" y=\"%d\">", y + 12);
-    html_fmt(f, "rank %d", p->rank);
+    html_fmt(f, "rank %d", p->sp->rank);
     fputs("</text>", f);
     struct shp_cursor cur = {0};
     uint64_t index = 0;
@@ -719,9 +701,11 @@ static void timeline_row(struct rp *r, struct rproc *p, int y)
     size_t size;
     const struct shp_rec *rec;
     double drawn_to = -1;
-    while ((rec = shp_trace_next(&p->t, &cur, &type, &size))) {
+    const struct shp_trace *t = &p->sp->t;
+    struct shp_stacks *st = shp_session_stacks(r->session, p->si);
+    while ((rec = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&p->t, rec, type, &e))
+        if (!shp_event_decode(t, rec, type, &e))
             continue;
         uint64_t idx = index++;
         if (e.mark)
@@ -732,7 +716,7 @@ static void timeline_row(struct rp *r, struct rproc *p, int y)
             continue;
         uint64_t a = e.t_ns < r->w0 ? r->w0 : e.t_ns, b = end > r->w1 ? r->w1 : end;
         double x = (double)(a - r->w0) * scale, w = (double)(b - a) * scale;
-        bool hit = listed(r, "events", p, idx);
+        bool hit = listed(r, false, p, idx);
         /* Calls narrower than a pixel that land where one was just drawn add nothing. */
         if (!hit && e.dur_ns != SHP_NONE && w < 1 && x < drawn_to)
             continue;
@@ -740,7 +724,7 @@ static void timeline_row(struct rp *r, struct rproc *p, int y)
             w = 1;
         drawn_to = x + w + 1;
         char site[300], bytes[32] = "";
-        shp_stacks_site(p->st, e.stack, site, sizeof(site));
+        shp_stacks_site(st, e.stack, site, sizeof(site));
         if (e.bytes != SHP_NONE)
             thousands(bytes, sizeof(bytes), e.bytes);
         fprintf(f,
@@ -748,7 +732,7 @@ static void timeline_row(struct rp *r, struct rproc *p, int y)
                 "data-d=\"",
                 TL_LABEL + x, y + 1, w, cat_class(e.cls), hit ? " hit" : "",
                 e.dur_ns == SHP_NONE ? " inflight" : "");
-        html_fmt(f, "rank %d %s", p->rank, shp_op_name(e.op));
+        html_fmt(f, "rank %d %s", p->sp->rank, shp_op_name(e.op));
         if (e.seq != SHP_NONE)
             html_fmt(f, " #%" PRIu64, e.seq);
         if (*bytes)
@@ -831,53 +815,54 @@ static void summary_shape(const char *summary, const char *lead, char *out, size
 #define ROW_STEP 150
 #define PER_ROW 5 /* boxes a row: the page's width */
 
-static void chain_box(FILE *f, const json_t *ev, int x, int y, const char *role, const char *shape,
-                      const char *cls)
+static void chain_box(const struct rp *r, FILE *f, const struct an_call *ev, int x, int y,
+                      const char *role, const char *shape, const char *cls)
 {
+    const struct shp_event *e = &ev->e;
     char bytes[32] = "", site_line[64], l1[120], l2[64], l3[160], l4[64];
-    long long b = shp_json_int(ev, "bytes", -1);
-    if (b >= 0)
-        thousands(bytes, sizeof(bytes), (uint64_t)b);
-    /* The innermost Python frame if there is one, else the innermost frame. */
-    json_t *stack = json_object_get(ev, "stack");
-    const char *site = "";
-    size_t i;
-    json_t *fr;
-    json_array_foreach(stack, i, fr)
-    {
-        const char *s = json_string_value(fr);
-        if (!s)
-            continue;
-        if (!*site)
-            site = s;
-        if (!strncmp(s, "py: ", 4)) {
-            site = s;
+    if (ev->ok && e->bytes != SHP_NONE)
+        thousands(bytes, sizeof(bytes), e->bytes);
+    /* The innermost Python frame if there is one, else the innermost frame, as analyze --json
+     * shows it (cut below at 25 bytes of that text). */
+    size_t n;
+    const char *const *stack = call_frames(r, ev, &n);
+    const char *raw = "";
+    for (size_t i = 0; i < n; i++) {
+        if (!*raw)
+            raw = stack[i];
+        if (!strncmp(stack[i], "py: ", 4)) {
+            raw = stack[i];
             break;
         }
     }
+    char *clean = shp_utf8_dup(raw);
+    const char *site = clean ? clean : raw;
     fprintf(f,
             "<g class=\"link\"><rect class=\"box %s\" x=\"%d\" y=\"%d\" width=\"%d\" "
             "height=\"%d\" rx=\"6\" data-d=\"",
             cls, x, y, BOX_W, BOX_H);
     html_text(f, site);
     fputs("\"/>", f);
-    snprintf(l1, sizeof(l1), "%s%s%s", shp_json_text(ev, "op", "?"),
-             shp_json_text(ev, "kind", NULL) ? " " : "", shp_json_text(ev, "kind", ""));
+    const char *kind = ev->ok && e->kind >= 0 && e->kind <= 4 ? shp_kind_names[e->kind] : NULL;
+    snprintf(l1, sizeof(l1), "%s%s%s", ev->ok ? (e->mark ? "mark" : shp_op_name(e->op)) : "?",
+             kind ? " " : "", kind ? kind : "");
     snprintf(l2, sizeof(l2), "%s bytes", *bytes ? bytes : "?");
-    long long h = shp_json_int(ev, "height", 1), w = shp_json_int(ev, "width", -1);
+    uint64_t h = ev->ok && e->height != SHP_NONE ? e->height : 1;
+    uint64_t w = ev->ok ? e->width : SHP_NONE;
     if (*shape)
         snprintf(l3, sizeof(l3), "%s", shape);
-    else if (shp_json_int(ev, "count", -1) >= 0)
-        snprintf(l3, sizeof(l3), "count %lld %s", shp_json_int(ev, "count", 0),
-                 shp_json_text(ev, "dtype", ""));
-    else if (h > 1 && w > 0)
-        snprintf(l3, sizeof(l3), "%lld rows x %lld B, pitch %lld", h, w,
-                 shp_json_int(ev, "dpitch", 0));
+    else if (ev->ok && e->count != SHP_NONE)
+        snprintf(l3, sizeof(l3), "count %" PRIu64 " %s", e->count,
+                 e->dtype >= 0 ? shp_dtype_name((unsigned)e->dtype) : "");
+    else if (h > 1 && w != SHP_NONE && w > 0)
+        snprintf(l3, sizeof(l3), "%" PRIu64 " rows x %" PRIu64 " B, pitch %" PRIu64, h, w,
+                 e->dpitch != SHP_NONE ? e->dpitch : 0);
     else
         snprintf(l3, sizeof(l3), "contiguous");
-    snprintf(l4, sizeof(l4), "rank %lld, call %lld", shp_json_int(ev, "rank", -1),
-             shp_json_int(ev, "index", -1));
+    snprintf(l4, sizeof(l4), "rank %d, call %lld", call_rank(r, ev),
+             ev->ok ? (long long)e->index : -1ll);
     snprintf(site_line, sizeof(site_line), "%.25s%s", site, strlen(site) > 25 ? "..." : "");
+    free(clean);
     const char *lines[] = {role, l1, l2, l3, site_line, l4};
     for (int k = 0; k < 6; k++) {
         fprintf(f, "<text x=\"%d\" y=\"%d\"%s>", x + 8, y + 16 + 16 * k,
@@ -893,11 +878,10 @@ static void chain_box(FILE *f, const json_t *ev, int x, int y, const char *role,
 static void section_chain(struct rp *r)
 {
     FILE *f = r->f;
-    json_t *lin = json_object_get(r->first, "lineage");
-    json_t *evs = json_object_get(r->first, "events");
-    size_t n = json_array_size(lin);
+    const struct an_result_finding *first = r->first;
+    size_t n = first ? (size_t)first->f.nlineage : 0;
     fputs("<h2>Where the bytes came from</h2>", f);
-    if (!n || !json_array_size(evs)) {
+    if (!n || !first->f.nevents) {
         fputs("<p id=\"chain-none\">The first finding has no producer chain (it is not a "
               "lineage finding).</p>",
               f);
@@ -914,11 +898,11 @@ static void section_chain(struct rp *r)
             "viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" "
             "orient=\"auto\"><path d=\"M0,0L10,5L0,10z\" fill=\"#444\"/></marker></defs>",
             width, height, width, height);
-    const char *summary = shp_json_text(r->first, "summary", "");
+    const char *summary = first->f.summary;
     char shape[120];
     for (size_t k = 0; k < boxes; k++) {
         int x = 10 + (int)(k % PER_ROW) * BOX_STEP, y = 10 + (int)(k / PER_ROW) * ROW_STEP;
-        const json_t *ev = k < n ? json_array_get(lin, n - 1 - k) : json_array_get(evs, 0);
+        const struct an_call *ev = k < n ? &first->lineage[n - 1 - k] : &first->events[0];
         bool consumer = k == n;
         /* The shapes the analysis named: what the consumer read, and the region its nearest
          * producer wrote. */
@@ -927,7 +911,7 @@ static void section_chain(struct rp *r)
             summary_shape(summary, consumer ? "reads " : " of a ", shape, sizeof(shape));
         if (*shape)
             strncat(shape, consumer ? " read" : " region", sizeof(shape) - strlen(shape) - 1);
-        chain_box(f, ev, x, y,
+        chain_box(r, f, ev, x, y,
                   consumer ? "consumer"
                   : k == 0 ? "origin"
                            : "producer",
@@ -952,32 +936,30 @@ static void section_chain(struct rp *r)
 static void section_others(struct rp *r)
 {
     FILE *f = r->f;
-    json_t *fs = json_object_get(r->report, "findings");
     fputs("<h2>Other findings</h2>", f);
-    if (json_array_size(fs) < 2) {
+    if (r->report->nfindings < 2) {
         fputs("<p id=\"others-none\">None.</p>", f);
         return;
     }
     fputs("<table id=\"others\"><thead><tr><th>#</th><th>kind</th><th>ranks</th><th>where</th>"
           "<th>summary</th></tr></thead><tbody>",
           f);
-    size_t i;
-    json_t *x;
-    json_array_foreach(fs, i, x)
-    {
+    for (size_t i = 0; i < r->report->nfindings; i++) {
+        const struct an_finding *x = &r->report->findings[i].f;
         if (i == r->focus_index)
             continue;
         char ranks[256];
         ranks_text(ranks, sizeof(ranks), x);
         fprintf(f, "<tr><td>%zu</td><td>", i + 1);
-        html_text(f, shp_json_text(x, "kind", "?"));
+        html_text(f, an_kind_names[x->kind]);
         fputs("</td><td>", f);
         html_text(f, ranks);
         fputs("</td><td class=\"mono\">", f);
-        if (shp_json_text(x, "comm", NULL))
-            html_fmt(f, "%.8s #%lld", shp_json_text(x, "comm", ""), shp_json_int(x, "seq", -1));
+        if (x->comm)
+            html_fmt(f, "%.8" PRIx64 " #%lld", x->comm >> 32,
+                     x->seq != SHP_NONE ? (long long)x->seq : -1ll);
         fputs("</td><td>", f);
-        html_text(f, shp_json_text(x, "summary", ""));
+        html_utf8(f, x->summary);
         fputs("</td></tr>", f);
     }
     fputs("</tbody></table>", f);
@@ -988,7 +970,7 @@ static void section_procs(struct rp *r)
     FILE *f = r->f;
     size_t incomplete = 0;
     for (size_t i = 0; i < r->nprocs; i++)
-        incomplete += !r->procs[i].complete;
+        incomplete += !shp_proc_complete(r->procs[i].sp);
     fprintf(f,
             "<h2>Processes</h2><p>%zu process%s, %zu of them incomplete (did not exit "
             "normally). Filter: <input id=\"proc-filter\" placeholder=\"rank, host, "
@@ -1000,11 +982,12 @@ static void section_procs(struct rp *r)
           f);
     for (size_t i = 0; i < r->nprocs; i++) {
         const struct rproc *p = &r->procs[i];
-        fprintf(f, "<tr><td>%d</td><td>", p->rank);
-        html_text(f, p->t.hdr->host);
+        bool complete = shp_proc_complete(p->sp);
+        fprintf(f, "<tr><td>%d</td><td>", p->sp->rank);
+        html_text(f, p->sp->t.hdr->host);
         fprintf(f, "</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td><td%s>%s</td><td class=\"mono\">",
-                p->t.hdr->pid, p->events, p->complete ? "" : " class=\"incomplete\"",
-                p->complete ? "yes" : "NO");
+                p->sp->t.hdr->pid, p->sp->events, complete ? "" : " class=\"incomplete\"",
+                complete ? "yes" : "NO");
         if (p->has_last) {
             html_text(f, shp_op_name(p->last.op));
             if (p->last.seq != SHP_NONE)
@@ -1013,10 +996,26 @@ static void section_procs(struct rp *r)
                 fputs(" <span class=\"incomplete\">[in flight]</span>", f);
         }
         fputs("</td><td class=\"mono\">", f);
-        html_text(f, p->path);
+        html_text(f, p->sp->t.path);
         fputs("</td></tr>", f);
     }
     fputs("</tbody></table></div>", f);
+    /* Files of the run directories that are not readable traces: the page is partial. */
+    const struct shp_session *s = r->session;
+    if (!s->nunreadable)
+        return;
+    fprintf(f,
+            "<p id=\"unreadable\" class=\"incomplete\">%zu file%s could not be read, so the page "
+            "covers the other traces only:</p><ul class=\"mono\">",
+            s->nunreadable, s->nunreadable == 1 ? "" : "s");
+    for (size_t i = 0; i < s->nunreadable; i++) {
+        fputs("<li>", f);
+        html_text(f, s->unreadable[i].file);
+        fputs(": ", f);
+        html_text(f, s->unreadable[i].why);
+        fputs("</li>", f);
+    }
+    fputs("</ul>", f);
 }
 
 static void section_command(struct rp *r, int argc, char **argv)
@@ -1044,7 +1043,7 @@ static void write_page(struct rp *r, const char *title, int argc, char **argv)
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
-    size_t nf = json_array_size(json_object_get(r->report, "findings"));
+    size_t nf = r->report->nfindings;
     fprintf(f,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -1061,7 +1060,7 @@ static void write_page(struct rp *r, const char *title, int argc, char **argv)
              r->nprocs == 1 ? "" : "es", nf, nf == 1 ? "" : "s", when, SHP_VERSION);
     fputs("</p>", f);
     /* For a lineage finding the chain explains it best: right under it. */
-    bool lineage = json_array_size(json_object_get(r->first, "lineage")) > 0;
+    bool lineage = r->first && r->first->f.nlineage > 0;
     section_first(r);
     if (lineage)
         section_chain(r);
@@ -1077,15 +1076,9 @@ static void write_page(struct rp *r, const char *title, int argc, char **argv)
 
 static void free_all(struct rp *r)
 {
-    for (size_t i = 0; i < r->nprocs; i++) {
-        struct rproc *p = &r->procs[i];
-        free(p->cells);
-        shp_stacks_free(p->st);
-        shp_trace_close(&p->t);
-        free(p->path);
-    }
+    for (size_t i = 0; i < r->nprocs; i++)
+        free(r->procs[i].cells);
     free(r->procs);
-    json_decref(r->report);
 }
 
 int shp_cmd_report(int argc, char **argv)
@@ -1101,9 +1094,14 @@ int shp_cmd_report(int argc, char **argv)
     };
     struct rp r;
     memset(&r, 0, sizeof(r));
+    struct shp_session session;
+    memset(&session, 0, sizeof(session));
+    struct an_options ao;
+    memset(&ao, 0, sizeof(ao));
+    struct an_result *result = NULL;
     const char *out = "report.html", *title = NULL;
     char **aargs = calloc((size_t)argc * 2 + 1, sizeof(char *));
-    int naargs = 0, c, status = SHP_EXIT_USAGE, astatus;
+    int naargs = 0, c, status = SHP_EXIT_USAGE;
     if (!aargs)
         return SHP_EXIT_USAGE;
     optind = 1;
@@ -1137,21 +1135,25 @@ int shp_cmd_report(int argc, char **argv)
         shp_usage_error("report", "no trace given");
         goto done;
     }
-    if (load(&r, argv + optind, argc - optind) < 0)
+    /* The analysis refuses a trace given twice (it would look like two ranks). */
+    if (shp_session_open(&session, argv + optind, argc - optind, SHP_SESSION_UNIQUE, "the report") <
+        0)
         goto done;
-    for (int i = optind; i < argc; i++)
-        aargs[naargs++] = argv[i];
-    r.report = shp_analysis_run(naargs, aargs, &astatus);
-    if (!r.report)
+    r.session = &session;
+    if (load(&r) < 0 || shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
         goto done;
+    shp_cmd_analysis(&ao, &session, &result);
+    if (!result)
+        goto done;
+    r.report = result;
     qsort(r.procs, r.nprocs, sizeof(*r.procs), by_rank);
-    json_t *fs = json_object_get(r.report, "findings");
-    if (r.focus_index && r.focus_index >= json_array_size(fs)) {
-        shp_err("report: --finding %zu, but the analysis has %zu finding%s", r.focus_index + 1,
-                json_array_size(fs), json_array_size(fs) == 1 ? "" : "s");
+    size_t nf = result->nfindings;
+    if (r.focus_index && r.focus_index >= nf) {
+        shp_err("report: --finding %zu, but the analysis has %zu finding%s", r.focus_index + 1, nf,
+                nf == 1 ? "" : "s");
         goto done;
     }
-    r.first = json_array_size(fs) ? json_array_get(fs, r.focus_index) : NULL;
+    r.first = nf ? &result->findings[r.focus_index] : NULL;
     pick_focus(&r);
     scan(&r);
     mark_near(&r);
@@ -1166,12 +1168,15 @@ int shp_cmd_report(int argc, char **argv)
         goto done;
     }
     fprintf(stderr, "shapetrace: %s: report of %zu process%s, %zu finding%s\n", out, r.nprocs,
-            r.nprocs == 1 ? "" : "es", json_array_size(fs), json_array_size(fs) == 1 ? "" : "s");
+            r.nprocs == 1 ? "" : "es", nf, nf == 1 ? "" : "s");
     status = SHP_EXIT_OK;
 done:
     if (r.f && r.f != stdout)
         fclose(r.f);
     free_all(&r);
+    an_result_free(result);
+    an_options_free(&ao);
+    shp_session_close(&session);
     free(aargs);
     return status;
 }

@@ -114,10 +114,9 @@ static int default_dir(char *out, size_t len)
             snprintf(out, len, "shapetrace-%s", stamp);
         else
             snprintf(out, len, "shapetrace-%s.%d", stamp, i);
-        if (mkdir(out, 0700) == 0)
-            return 0;
-        if (errno != EEXIST)
-            return -errno;
+        int rc = shp_make_dir(out); /* mode 0700, whatever the umask */
+        if (rc != -EEXIST)
+            return rc;
     }
     return -EEXIST;
 }
@@ -229,9 +228,16 @@ int shp_cmd_run(int argc, char **argv)
 
     char dirbuf[PATH_MAX], absdir[PATH_MAX];
     if (dir) {
-        /* Missing parents are made, as the preload makes them; a FILE is refused before the
-         * command runs, never run untraced. */
-        int rc = shp_make_dirs(dir);
+        /* Missing parents are made, as the preload makes them; a FILE, or a directory that
+         * others could fill, is refused before the command runs, never run untraced. */
+        const char *why = NULL;
+        int rc = shp_run_dir(dir, &why);
+        if (rc < 0 && why) {
+            shp_err("%s is %s: a run directory must be the user's own and writable by no one "
+                    "else (a new one is made 0700)",
+                    dir, why);
+            return SHP_EXIT_RUN_FAILED;
+        }
         if (rc < 0) {
             shp_err("cannot create %s: %s", dir, strerror(-rc));
             return SHP_EXIT_RUN_FAILED;

@@ -2,7 +2,6 @@
  * written (shared mappings of the page cache, so a record is visible as soon as it is stored)
  * and never touches the processes; --watch redraws and reads only what was added since. */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -18,6 +17,7 @@
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 
 struct comm_pos {
     uint64_t id;
@@ -26,19 +26,15 @@ struct comm_pos {
     bool in_flight;
 };
 
+/* What status follows of one process, beside the session's description of it (the same index
+ * in the session's procs). */
 struct proc {
-    char *path;
-    char host[64];
-    uint64_t pid;
-    int rank;
     uint64_t off; /* where the next read resumes */
-    uint64_t events;
+    uint64_t events, torn;
     uint64_t last_t_ns; /* monotonic, the writer's clock */
-    uint64_t start_mono, start_real;
     unsigned last_op;
     bool last_in_flight;
-    bool complete, alive_known, alive, execd, behind;
-    const char *mark;
+    bool exited, alive_known, alive, execd, behind;
     char last_mark[128];
     struct comm_pos *comms;
     size_t ncomms;
@@ -84,43 +80,33 @@ static bool same_host(const char *host)
     return !strcmp(me, host);
 }
 
-/* Read what was added to p's trace since the last call. */
-static int refresh(struct proc *p)
+/* Read what was added to sp's trace since the last call. */
+static void refresh(struct proc *p, struct shp_proc *sp)
 {
-    struct shp_trace t;
-    char err[256];
-    if (shp_trace_open(&t, p->path, err, sizeof(err)) < 0) {
-        shp_err("%s: %s", p->path, err);
-        return -1;
-    }
-    const struct shp_file_header *h = t.hdr;
-    snprintf(p->host, sizeof(p->host), "%s", h->host);
-    p->pid = h->pid;
-    p->rank = shp_trace_rank(&t);
-    p->start_mono = h->monotonic_ns;
-    p->start_real = h->realtime_ns;
-    p->complete = h->flags & SHP_FILE_COMPLETE;
+    const struct shp_trace *t = &sp->t;
+    const struct shp_file_header *h = t->hdr;
+    p->exited = h->flags & SHP_FILE_COMPLETE;
     p->alive_known = same_host(h->host);
     /* A pid alive is this process only if it started before the trace; after an exec, the pid
      * is the new image's, which has a trace of its own. */
-    enum shp_fate fate = p->complete ? SHP_FATE_EXITED : shp_trace_fate(&t, NULL, 0);
+    enum shp_fate fate = p->exited ? SHP_FATE_EXITED : shp_proc_fate(sp);
     p->execd = fate == SHP_FATE_EXECD;
-    p->alive = !p->complete && !p->execd && (!p->alive_known || fate == SHP_FATE_RUNNING);
+    p->alive = !p->exited && !p->execd && (!p->alive_known || fate == SHP_FATE_RUNNING);
     /* A process still writing may have records half-stored at the end: stop before them. */
     struct shp_cursor cur = {.off = p->off, .live = p->alive};
     unsigned type;
     size_t size;
     const struct shp_rec *r;
-    while ((r = shp_trace_next(&t, &cur, &type, &size))) {
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(&t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e))
             continue;
         p->events++;
         if (e.mark) {
             snprintf(p->last_mark, sizeof(p->last_mark), "%s", e.mark);
             continue;
         }
-        p->last_t_ns = e.t_ns - p->start_real + p->start_mono; /* back from wall to monotonic */
+        p->last_t_ns = e.t_ns - h->realtime_ns + h->monotonic_ns; /* from wall to monotonic */
         p->last_op = e.op;
         p->last_in_flight = e.dur_ns == SHP_NONE;
         if (type == SHP_REC_COLL) {
@@ -135,18 +121,21 @@ static int refresh(struct proc *p)
         }
     }
     p->off = cur.off;
-    shp_trace_close(&t);
-    return 0;
+    p->torn += cur.torn;
+    /* What the walks found so far is the session's description: one rule of completeness. */
+    struct shp_cursor all = {.off = cur.off, .torn = p->torn};
+    shp_proc_walked(sp, &all, p->events);
 }
 
-static double idle_s(const struct proc *p)
+static double idle_s(const struct proc *p, const struct shp_proc *sp)
 {
-    uint64_t last = p->last_t_ns ? p->last_t_ns : p->start_mono;
+    const struct shp_file_header *h = sp->t.hdr;
+    uint64_t last = p->last_t_ns ? p->last_t_ns : h->monotonic_ns;
     if (p->alive_known) {
         uint64_t now = clock_ns(CLOCK_MONOTONIC);
         return now > last ? (double)(now - last) / 1e9 : 0;
     }
-    uint64_t wall = p->start_real + (last - p->start_mono), now = clock_ns(CLOCK_REALTIME);
+    uint64_t wall = h->realtime_ns + (last - h->monotonic_ns), now = clock_ns(CLOCK_REALTIME);
     return now > wall ? (double)(now - wall) / 1e9 : 0;
 }
 
@@ -171,25 +160,26 @@ static void mark_behind(struct proc *ps, size_t n)
     }
 }
 
-static void print_json(struct proc *ps, size_t n)
+static void print_json(const struct shp_session *s, struct proc *ps)
 {
     fputs("{\"processes\":[", stdout);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < s->nprocs; i++) {
         struct proc *p = &ps[i];
+        const struct shp_proc *sp = &s->procs[i];
         if (i)
             fputc(',', stdout);
         fputs("{\"file\":", stdout);
-        shp_json_str(stdout, p->path);
+        shp_json_str(stdout, sp->t.path);
         fputs(",\"host\":", stdout);
-        shp_json_str(stdout, p->host);
-        fprintf(stdout, ",\"pid\":%" PRIu64 ",\"rank\":", p->pid);
-        if (p->rank >= 0)
-            fprintf(stdout, "%d", p->rank);
+        shp_json_str(stdout, sp->t.hdr->host);
+        fprintf(stdout, ",\"pid\":%" PRIu64 ",\"rank\":", sp->t.hdr->pid);
+        if (sp->rank >= 0)
+            fprintf(stdout, "%d", sp->rank);
         else
             fputs("null", stdout);
         fprintf(stdout, ",\"alive\":%s,\"idle_s\":%.3f,\"comms\":[",
-                p->alive_known || p->complete || p->execd ? (p->alive ? "true" : "false") : "null",
-                idle_s(p));
+                p->alive_known || p->exited || p->execd ? (p->alive ? "true" : "false") : "null",
+                idle_s(p, sp));
         for (size_t k = 0; k < p->ncomms; k++) {
             const struct comm_pos *c = &p->comms[k];
             fprintf(stdout, "%s{\"id\":\"%016" PRIx64 "\",\"seq\":", k ? "," : "", c->id);
@@ -201,47 +191,64 @@ static void print_json(struct proc *ps, size_t n)
             fputc('}', stdout);
         }
         fprintf(stdout, "],\"behind\":%s,\"complete\":%s,\"events\":%" PRIu64 ",\"last_op\":",
-                p->behind ? "true" : "false", p->complete ? "true" : "false", p->events);
+                p->behind ? "true" : "false", shp_proc_complete(sp) ? "true" : "false", p->events);
         shp_json_str(stdout, p->last_op ? shp_op_name(p->last_op) : NULL);
         fprintf(stdout, ",\"in_flight\":%s,\"mark\":", p->last_in_flight ? "true" : "false");
         shp_json_str(stdout, p->last_mark[0] ? p->last_mark : NULL);
         fputc('}', stdout);
     }
-    fputs("]}\n", stdout);
+    fputs("]", stdout);
+    /* Files of the run directory that are not readable traces: the list is partial. */
+    if (s->nunreadable) {
+        fputs(",\"unreadable\":[", stdout);
+        for (size_t i = 0; i < s->nunreadable; i++) {
+            fputs(i ? ",{\"file\":" : "{\"file\":", stdout);
+            shp_json_str(stdout, s->unreadable[i].file);
+            fputs(",\"error\":", stdout);
+            shp_json_str(stdout, s->unreadable[i].why);
+            fputc('}', stdout);
+        }
+        fputs("]", stdout);
+    }
+    fputs("}\n", stdout);
 }
 
-static void print_table(const char *dir, struct proc *ps, size_t n, bool color)
+static void print_table(const char *dir, const struct shp_session *s, struct proc *ps, bool color)
 {
     const char *red = color ? "\033[1;31m" : "", *off = color ? "\033[0m" : "";
-    size_t behind = 0;
+    size_t behind = 0, n = s->nprocs;
     for (size_t i = 0; i < n; i++)
         behind += ps[i].behind;
     time_t now = time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
-    char when[16];
+    char when[16], unreadable[48] = "";
     strftime(when, sizeof(when), "%H:%M:%S", &tm);
-    printf("shapetrace status  %s  %zu process%s, %zu behind  %s\n", dir, n, n == 1 ? "" : "es",
-           behind, when);
+    if (s->nunreadable)
+        snprintf(unreadable, sizeof(unreadable), ", %zu file%s unreadable", s->nunreadable,
+                 s->nunreadable == 1 ? "" : "s");
+    printf("shapetrace status  %s  %zu process%s, %zu behind%s  %s\n", dir, n, n == 1 ? "" : "es",
+           behind, unreadable, when);
     printf("%5s  %-24s %-5s %8s  %-34s %s\n", "rank", "host:pid", "alive", "idle(s)", "last call",
            "communicator: seq op");
     for (size_t i = 0; i < n; i++) {
         struct proc *p = &ps[i];
+        const struct shp_proc *sp = &s->procs[i];
         char who[96], last[64], rank[16];
-        snprintf(who, sizeof(who), "%s:%" PRIu64, p->host, p->pid);
+        snprintf(who, sizeof(who), "%s:%" PRIu64, sp->t.hdr->host, sp->t.hdr->pid);
         snprintf(last, sizeof(last), "%s%s", p->last_op ? shp_op_name(p->last_op) : "-",
                  p->last_in_flight ? " [in flight]" : "");
-        if (p->rank >= 0)
-            snprintf(rank, sizeof(rank), "%d", p->rank);
+        if (sp->rank >= 0)
+            snprintf(rank, sizeof(rank), "%d", sp->rank);
         else
             snprintf(rank, sizeof(rank), "?");
         printf("%s%5s  %-24s %-5s %8.1f  %-34s", p->behind ? red : "", rank, who,
-               p->complete       ? "exit"
+               p->exited         ? "exit"
                : p->execd        ? "exec"
                : !p->alive_known ? "?"
                : p->alive        ? "yes"
                                  : "DEAD",
-               idle_s(p), last);
+               idle_s(p, sp), last);
         for (size_t k = 0; k < p->ncomms; k++) {
             const struct comm_pos *c = &p->comms[k];
             if (c->seq == SHP_NONE)
@@ -347,39 +354,38 @@ int shp_cmd_status(int argc, char **argv)
     }
     const char *dir = argv[optind];
     bool color = !json && isatty(1) && !getenv("NO_COLOR");
+    struct shp_session s;
+    memset(&s, 0, sizeof(s));
     struct proc *ps = NULL;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
+    bool opened = false;
     signal(SIGINT, on_int);
     int status = SHP_EXIT_OK;
     unsigned refreshes = 0;
     do {
-        char **files = NULL;
-        size_t nf = 0;
-        int rc = shp_trace_collect(dir, &files, &nf);
-        if (rc < 0 && n == 0) {
-            shp_err("%s: %s", dir, rc == -ENOENT ? "no traces in it (yet)" : strerror(-rc));
+        /* Opened once, then looked at again: what the writers appended, new traces, and a file
+         * being created, which joins once it is a readable trace. */
+        int rc = opened ? shp_session_update(&s)
+                        : shp_session_open(&s, &argv[optind], 1,
+                                           SHP_SESSION_EMPTY | SHP_SESSION_RAW, "the status");
+        if (rc < 0) {
+            status = SHP_EXIT_USAGE;
+            break;
+        }
+        opened = true;
+        if (s.nprocs == 0 && n == 0) {
+            if (s.nunreadable)
+                shp_err("no readable trace in %s (yet)", dir);
+            else
+                shp_err("%s: no traces in it (yet)", dir);
             status = SHP_EXIT_USAGE;
             if (!watch)
                 break;
         }
-        for (size_t i = 0; i < nf; i++) {
-            bool known = false;
-            for (size_t k = 0; k < n && !known; k++)
-                known = !strcmp(ps[k].path, files[i]);
-            if (!known) {
-                struct proc *np = realloc(ps, (n + 1) * sizeof(*np));
-                if (np) {
-                    ps = np;
-                    ps[n] = (struct proc){.path = strdup(files[i]), .rank = -1};
-                    n++;
-                }
-            }
-            free(files[i]);
-        }
-        free(files);
+        for (; n < s.nprocs && shp_grow((void **)&ps, &cap, n, sizeof(*ps)); n++)
+            ps[n] = (struct proc){0};
         for (size_t i = 0; i < n; i++)
-            if (refresh(&ps[i]) < 0)
-                status = SHP_EXIT_USAGE;
+            refresh(&ps[i], &s.procs[i]);
         mark_behind(ps, n);
         if (n) {
             /* Piped, each refresh is one more block: escapes would only garble a log. */
@@ -388,9 +394,9 @@ int shp_cmd_status(int argc, char **argv)
             else if (watch && !json && refreshes)
                 fputs("\n", stdout);
             if (json)
-                print_json(ps, n);
+                print_json(&s, ps);
             else
-                print_table(dir, ps, n, color);
+                print_table(dir, &s, ps, color);
             fflush(stdout);
             refreshes++;
         }
@@ -402,11 +408,10 @@ int shp_cmd_status(int argc, char **argv)
         if (watch)
             usleep((useconds_t)(watch * 1e6));
     } while (watch && !stop);
-    for (size_t i = 0; i < n; i++) {
-        free(ps[i].path);
+    for (size_t i = 0; i < n; i++)
         free(ps[i].comms);
-    }
     free(ps);
+    shp_session_close(&s);
     free(args);
     return status;
 }

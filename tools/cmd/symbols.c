@@ -14,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
+#include "tools/lib/session.h"
 #include "tools/lib/symbolize.h"
 #include "tools/lib/symfile.h"
 
@@ -190,41 +192,47 @@ int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats)
     if (gethostname(host, sizeof(host)) != 0)
         snprintf(host, sizeof(host), "localhost");
     host[sizeof(host) - 1] = 0;
-    char **files = NULL;
-    size_t nfiles = 0;
-    int rc = shp_trace_collect(dir, &files, &nfiles);
+    /* A file that is not a readable trace is skipped, as every command skips it; run names it
+     * in its own words, so the session keeps quiet here. */
+    struct shp_session s;
+    char *paths[] = {(char *)dir};
+    int rc = shp_session_open(&s, paths, 1, SHP_SESSION_EMPTY | SHP_SESSION_RAW | SHP_SESSION_QUIET,
+                              "the symbol file");
+    if (rc == 0 && !s.nprocs && !s.nunreadable)
+        rc = -ENOENT;
+    else if (rc < 0)
+        rc = -EINVAL;
+    stats->unreadable = s.nunreadable;
     struct run_modules rm = {0};
-    for (size_t i = 0; rc == 0 && i < nfiles; i++) {
-        struct shp_trace t;
-        char err[256];
-        /* A trace that cannot be read is dump's to report; its neighbours still count. */
-        if (shp_trace_open(&t, files[i], err, sizeof(err)) != 0)
-            continue;
+    for (size_t i = 0; rc == 0 && i < s.nprocs; i++) {
+        const struct shp_trace *t = &s.procs[i].t;
         /* Another node's modules are not here (or are other builds): its own run writes its. */
-        if (!strncmp(t.hdr->host, host, sizeof(t.hdr->host))) {
-            rc = gather(&rm, &t);
+        if (!strncmp(t->hdr->host, host, sizeof(t->hdr->host))) {
+            rc = gather(&rm, t);
             stats->traces++;
         }
-        shp_trace_close(&t);
+        shp_session_release(&s, i);
     }
+    shp_session_close(&s);
     if (rc == 0 && stats->traces == 0)
         rc = -ESRCH;
-    for (size_t i = 0; i < nfiles; i++)
-        free(files[i]);
-    free(files);
 
     FILE *out = NULL;
-    char path[4096], tmp[4096 + 8];
+    char path[4096], tmp[4096 + 32];
     if (rc == 0 && !shp_symfile_path(path, sizeof(path), dir, host, sizeof(host)))
         rc = -ENAMETOOLONG;
     snprintf(stats->path, sizeof(stats->path), "%s", rc == 0 ? path : "");
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    /* Mode 0600, as the traces: the names say what the job ran. */
-    int fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
-    if (rc == 0 && (fd < 0 || !(out = fdopen(fd, "w")))) {
+    /* Mode 0600, as the traces: the names say what the job ran. A name of its own, created
+     * exclusively: a link planted under the old fixed name (<host>.symbols.tmp) got the text
+     * written through it, into a file outside the run directory. */
+    int fd = rc == 0 ? shp_create_private(dir, strrchr(path, '/') + 1, tmp, sizeof(tmp)) : -1;
+    if (rc == 0 && fd < 0)
+        rc = fd;
+    if (rc == 0 && !(out = fdopen(fd, "w"))) {
         rc = -errno;
-        if (fd >= 0)
-            close(fd);
+        close(fd);
+        unlink(tmp);
+        fd = -1;
     }
     if (rc == 0)
         rc = shp_symfile_write_header(out);
@@ -234,7 +242,8 @@ int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats)
         rc = shp_symfile_write_end(out, stats->frames);
     if (out && fclose(out) != 0 && rc == 0)
         rc = -errno;
-    /* Renamed into place only whole, so a reader never sees half a file under the name. */
+    /* Renamed into place only whole, so a reader never sees half a file under the name (a
+     * link there is replaced, not followed). */
     if (rc == 0 && rename(tmp, path) != 0)
         rc = -errno;
     if (rc != 0 && fd >= 0)
@@ -304,5 +313,8 @@ int shp_cmd_symbols(int argc, char **argv)
             "shapetrace: %" PRIu64 " frames of %" PRIu64 " modules symbolized in %.2f s (%" PRIu64
             " bytes) into %s\n",
             s.frames, s.modules, s.seconds, s.bytes, s.path);
+    if (s.unreadable)
+        fprintf(stderr, "shapetrace: %s: skipped %" PRIu64 " file%s that %s not a readable trace\n",
+                dir, s.unreadable, s.unreadable == 1 ? "" : "s", s.unreadable == 1 ? "is" : "are");
     return SHP_EXIT_OK;
 }

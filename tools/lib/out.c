@@ -17,9 +17,7 @@ void shp_err(const char *fmt, ...)
     fprintf(stderr, "shapetrace: %s\n", buf);
 }
 
-/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 when it is not one: a stray
- * continuation byte, a cut sequence, an overlong form, a surrogate, or beyond U+10FFFF. */
-static int utf8_len(const unsigned char *p)
+int shp_utf8_len(const unsigned char *p)
 {
     unsigned c = p[0];
     int n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
@@ -32,6 +30,27 @@ static int utf8_len(const unsigned char *p)
         (c == 0xf4 && p[1] > 0x8f))
         return 0;
     return n;
+}
+
+char *shp_utf8_dup(const char *s)
+{
+    size_t len = strlen(s);
+    char *out = malloc(3 * len + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int n = *p < 0x80 ? 1 : shp_utf8_len(p);
+        if (!n) {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3;
+            continue;
+        }
+        memcpy(o, p, (size_t)n);
+        o += n;
+        p += n - 1;
+    }
+    *o = 0;
+    return out;
 }
 
 void shp_out_init(struct shp_out *o, FILE *f)
@@ -145,7 +164,7 @@ void shp_out_json_str(struct shp_out *o, const char *s)
         } else {
             /* Text from a trace (marks, host, exe, paths) may be any bytes: the output stays
              * valid JSON, each invalid byte shown as U+FFFD. */
-            int n = utf8_len(p);
+            int n = shp_utf8_len(p);
             if (n) {
                 shp_out_mem(o, p, (size_t)n);
                 p += n - 1;

@@ -15,6 +15,14 @@ void shp_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* JSON string with escapes, or null for NULL. */
 void shp_json_str(FILE *f, const char *s);
 
+/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 when it is not one: a stray
+ * continuation byte, a cut sequence, an overlong form, a surrogate, or beyond U+10FFFF. The JSON
+ * writers show each byte that starts none as U+FFFD. */
+int shp_utf8_len(const unsigned char *p);
+/* A copy of s as the JSON writers show it: each byte that starts no valid UTF-8 sequence is
+ * U+FFFD. Free it; NULL when out of memory. */
+char *shp_utf8_dup(const char *s);
+
 /* A buffered writer onto a FILE: what it holds goes out with shp_out_flush (and whenever the
  * buffer fills). No printf: dump --json writes about 600 bytes an event, a million events a
  * second. Not thread-safe; one writer per stream at a time, and nothing else written to the FILE

@@ -215,16 +215,20 @@ const char *shp_trace_off_why(const struct shp_trace *t)
 {
     if (!(t->hdr->flags & SHP_FILE_DISABLED))
         return NULL;
-    switch (t->hdr->off_reason) {
-    case SHP_OFF_NO_SPACE:
-        return "no space left for the trace";
-    case SHP_OFF_FD_CLOSED:
-        return "the application closed the trace's file descriptor";
-    case SHP_OFF_GROW:
-        return "the trace could not grow";
-    default:
-        return "an error of its own";
-    }
+#define SHP_REASON_PHRASE(name, num, key, phrase) [num] = phrase,
+    static const char *const phrases[SHP_OFF_COUNT] = {SHP_OFF_REASONS(SHP_REASON_PHRASE)};
+#undef SHP_REASON_PHRASE
+    uint32_t r = t->hdr->off_reason;
+    return r < SHP_OFF_COUNT && phrases[r] ? phrases[r] : "an error of its own";
+}
+
+const char *shp_trace_cap_why(const struct shp_trace *t)
+{
+#define SHP_REASON_PHRASE(name, num, key, phrase) [num] = phrase,
+    static const char *const phrases[SHP_CAP_COUNT] = {SHP_CAP_REASONS(SHP_REASON_PHRASE)};
+#undef SHP_REASON_PHRASE
+    uint32_t r = t->hdr->cap_why;
+    return r < SHP_CAP_COUNT ? phrases[r] : phrases[SHP_CAP_MAX_MB];
 }
 
 /* True when h's process runs on this host now: its pid is alive, not a zombie, and started no
@@ -354,7 +358,10 @@ const char *shp_trace_incomplete_why(const struct shp_trace *t, const struct shp
         add(&p, " (%s); %" PRIu64 " call%s after it not recorded", off, h->calls_lost,
             h->calls_lost == 1 ? "" : "s");
     } else if (h->dropped) {
-        add(&p, "calls were dropped at the trace's cap (SHAPETRACE_MAX_MB)");
+        add(&p, "calls were dropped at %s", shp_trace_cap_why(t));
+        if (h->cap_why != SHP_CAP_MAX_MB && h->cap_limit)
+            add(&p, " of %" PRIu64 " KiB, which capped the trace at %" PRIu64 " KiB",
+                h->cap_limit >> 10, h->cap >> 10);
     }
     char next[PATH_MAX] = "";
     enum shp_fate fate = shp_trace_fate(t, next, sizeof(next));

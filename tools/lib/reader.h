@@ -76,6 +76,8 @@ enum shp_fate shp_trace_fate(const struct shp_trace *t, char *next, size_t len);
 
 /* Why tracing switched itself off (SHP_OFF_*) as a phrase; NULL when it did not. */
 const char *shp_trace_off_why(const struct shp_trace *t);
+/* What set the trace's cap (SHP_CAP_*: SHAPETRACE_MAX_MB, or a resource limit), as a phrase. */
+const char *shp_trace_cap_why(const struct shp_trace *t);
 
 /* The process's global rank: the environment's, else its rank in the first communicator. */
 int shp_trace_rank(const struct shp_trace *t);

@@ -18,23 +18,25 @@ const char *const shp_site_builtin[] = {
     "*/lib/python3*/*", "!*/site-packages/*", "!*/dist-packages/*",
     /* shapetrace itself, NCCL, and the CUDA libraries (NVIDIA's pip packages live in nvidia/) */
     "libshapetrace.so*", "libnccl*.so*", "libcudart*.so*", "libcuda.so*", "libcublas*.so*",
-    "libcudnn*.so*", "libnvrtc*.so*", "libnvJitLink*.so*", "libcupti*.so*", "*/nvidia/*",
+    "libcudnn*.so*", "libnvrtc*.so*", "libnvJitLink*.so*", "libcupti*.so*", "nvidia/*",
     /* a CUDA runtime or NCCL linked statically into the program: its entry points by name */
     "fn:cuda[A-Z]*", "fn:__cuda*", "fn:cu[A-Z]*", "fn:nccl[A-Z]*", "fn:pnccl[A-Z]*",
     /* the C and C++ runtimes */
     "libc.so*", "libstdc++.so*", "libgcc_s.so*", "ld-linux*.so*", "libpthread.so*", "libm.so*",
+    /* the foreign-function layer under ctypes and cffi (vLLM's pynccl calls NCCL through it) */
+    "libffi.so*",
     /* the interpreter */
     "libpython3*.so*", "python", "python3", "python3.[0-9]*", "<frozen *>",
-    /* the frameworks: torch (Python and C++), Triton, CuPy's core, JAX, NumPy */
-    "*/torch/*", "*/functorch/*", "*/triton/*", "*/cupy/*", "*/cupyx/*", "*/cupy_backends/*",
-    "*/jax/*", "*/jaxlib/*", "*/numpy/*",
+    /* the frameworks: torch (Python, and C++ also where LibTorch is installed by hand), Triton,
+     * CuPy's core, JAX, NumPy */
+    "torch/*", "libtorch*.so*", "libc10*.so*", "functorch/*", "triton/*", "cupy/*", "cupyx/*",
+    "cupy_backends/*", "jax/*", "jaxlib/*", "jax_plugins/*", "numpy/*",
     /* the layers and the communication of serving and training frameworks: the model's own
      * code calls them, and the model's line is the one to read */
-    "*/vllm/distributed/*", "*/vllm/model_executor/layers/*", "*/sglang/srt/distributed/*",
-    "*/sglang/srt/layers/*", "*/megatron/core/tensor_parallel/*",
-    "*/megatron/core/parallel_state.py", "*/transformers/integrations/*", "*/transformers/utils/*",
-    "*/transformers/modeling_utils.py", "*/transformers/modeling_layers.py",
-    "*/transformers/generation/*", "*/accelerate/*", NULL};
+    "vllm/distributed/*", "vllm/model_executor/layers/*", "sglang/srt/distributed/*",
+    "sglang/srt/layers/*", "megatron/core/tensor_parallel/*", "megatron/core/parallel_state.py",
+    "transformers/integrations/*", "transformers/utils/*", "transformers/modeling_utils.py",
+    "transformers/modeling_layers.py", "transformers/generation/*", "accelerate/*", NULL};
 
 void shp_frame_function(const char *frame, char *out, size_t len)
 {
@@ -106,6 +108,7 @@ void shp_site_rule_free(struct shp_site_rule *r)
 struct where {
     char buf[PATH_MAX + 2];
     const char *path, *base;
+    const char *pkg; /* the part below site-packages/ or dist-packages/, or NULL */
     char fn[512];
 };
 
@@ -121,6 +124,11 @@ static void where_of(const struct shp_site_frame *f, struct where *w)
     w->buf[lead + len] = '\0';
     w->path = len ? w->buf : NULL;
     w->base = w->path ? strrchr(w->path, '/') + 1 : NULL;
+    w->pkg = NULL;
+    static const char *const roots[] = {"/site-packages/", "/dist-packages/"};
+    for (size_t i = 0; w->path && i < 2; i++)
+        for (const char *p = w->path; (p = strstr(p, roots[i])); p++)
+            w->pkg = p + strlen(roots[i]); /* the last one: a venv inside another */
     w->fn[0] = '\0';
     if (f->text)
         shp_frame_function(f->text, w->fn, sizeof(w->fn));
@@ -133,7 +141,14 @@ static bool matches(const char *glob, const struct where *w)
         return w->fn[0] && !fnmatch(glob + 3, w->fn, 0);
     if (!w->path)
         return false;
-    return !fnmatch(glob, strchr(glob, '/') ? w->path : w->base, 0);
+    if (!strchr(glob, '/'))
+        return !fnmatch(glob, w->base, 0);
+    if (glob[0] == '/' || glob[0] == '*')
+        return !fnmatch(glob, w->path, 0);
+    /* A package's path: only below site-packages, so that a virtualenv in /opt/torch/ is not
+     * torch (seen: every file of that environment, the model's included, matched a glob of
+     * the package's name anywhere in the path). */
+    return w->pkg && !fnmatch(glob, w->pkg, 0);
 }
 
 /* Applies one glob of the list: the last match decides. */

@@ -26,10 +26,16 @@ struct shp_site_frame {
     const char *text; /* the frame's text, as shp_stacks_frames gives it (for fn: globs) */
 };
 
-/* Adds one glob to r. A glob that holds a '/' is matched against the frame's whole path (with a
- * leading '/' put before a relative path), one without a '/' against the path's last component;
- * "fn:GLOB" is matched against the frame's function name instead (shp_frame_function's).
- * '*' matches across '/'. Returns 0, -EINVAL for an empty glob (or "fn:" alone), -ENOMEM. */
+/* Adds one glob to r. Its form says what it is matched against ('*' matches across '/'):
+ *   no '/' ("libnccl*.so*"): the last component of the frame's path (a module, a file name);
+ *   a '/', but not first ("torch/_ops.py", "vllm/distributed/" and a '*'): a package's path,
+ *       matched against what follows the last "/site-packages/" or "/dist-packages/" of the
+ *       frame's path, so that a virtualenv made in /opt/torch is not torch;
+ *   starting with '/' or '*' ("/opt/app/lib.py", "*" "/mylib/" "*"): the whole path, a relative
+ *       file name with a '/' put before it;
+ *   "fn:GLOB": the frame's function name (shp_frame_function's);
+ *   "!GLOB": keeps what GLOB matches, though an earlier glob skipped it.
+ * Returns 0, -EINVAL for an empty glob (or "fn:" or "!" alone), -ENOMEM. */
 int shp_site_rule_add(struct shp_site_rule *r, const char *glob);
 
 /* Adds each glob of a comma-separated list (SHAPETRACE_SITE_SKIP's form); empty items are
