@@ -558,8 +558,8 @@ def test_stack_patterns():
 
 def test_merge_and_workers_read_call_sites_at_once():
     """The alignment (main thread) compares call sites to tell a skipped collective from an extra
-    one, with stacks it symbolizes itself, while the workers symbolize theirs for an expectation
-    on sites: the ThreadSanitizer run of this suite fails on a race, and every run gives the same
+    one (an_frames, the session's lock) while the workers read theirs for an expectation on
+    sites: the ThreadSanitizer run of this suite fails on a race, and every run gives the same
     report."""
     d = os.path.join(TMP, "stacks-extra_branch-planted")
     if not os.path.isdir(d):
