@@ -280,6 +280,7 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 # programs the analyze suite traces.
 TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
+	$(B)/tests/shp_craft \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
 	$(B)/tests/values \
 	$(B)/tests/hostile \

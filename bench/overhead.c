@@ -1,7 +1,10 @@
 /* shapetrace bench: nanoseconds per call of traced functions, for one process. Run it without
  * and with the preload; the difference is what tracing adds. Calls go to whatever libnccl and
  * libcudart the program is linked against (the test doubles under make bench).
- * Usage: overhead N -> prints "copy NS", "allreduce NS" and "launch NS" lines. cudaGraphLaunch
+ * Usage: overhead N -> prints "copy NS", "allreduce NS" and "launch NS" lines, then
+ * "allreduce_captured NS" and "allreduce_joined NS": an all-reduce captured into a graph, issued
+ * on the capturing stream, and on a side stream that joined the capture through an event (the
+ * preload asks CUDA which capture that stream is in: cudaStreamGetCaptureInfo). cudaGraphLaunch
  * is the cheapest call of the doubles (it checks its argument and returns), so its line shows
  * the wrapper's own pass-through cost best. Each figure is the median of 15 interleaved batches
  * (N/15 calls each, after one batch of warm-up), and is followed by "NAME_sys NS", the kernel's
@@ -76,7 +79,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "overhead: graph setup failed\n");
         return 1;
     }
+    cudaStream_t cs, side;
+    cudaEvent_t fork, join;
+    if (cudaStreamCreate(&cs) || cudaStreamCreate(&side) || cudaEventCreate(&fork) ||
+        cudaEventCreate(&join)) {
+        fprintf(stderr, "overhead: capture setup failed\n");
+        return 1;
+    }
     struct phase copy = {.name = "copy"}, ar = {.name = "allreduce"}, launch = {.name = "launch"};
+    struct phase cap = {.name = "allreduce_captured"}, joined = {.name = "allreduce_joined"};
     long per = n / BATCHES > 0 ? n / BATCHES : 1;
     for (int b = -1; b < BATCHES; b++) { /* batch -1 warms up */
         double t = now(), k = sys_ns();
@@ -89,8 +100,29 @@ int main(int argc, char **argv)
         for (long i = 0; i < 10 * per; i++)
             cudaGraphLaunch(exec, s);
         double t3 = now(), k3 = sys_ns();
+        /* One capture: calls on the capturing stream, then on a side stream forked into it. */
+        cudaGraph_t cg;
+        if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) || cudaEventRecord(fork, cs) ||
+            cudaStreamWaitEvent(side, fork, 0)) {
+            fprintf(stderr, "overhead: capture failed\n");
+            return 1;
+        }
+        double t4 = now(), k4 = sys_ns();
+        for (long i = 0; i < per; i++)
+            ncclAllReduce(dev, dev, 16, ncclFloat32, ncclSum, comm, cs);
+        double t5 = now(), k5 = sys_ns();
+        for (long i = 0; i < per; i++)
+            ncclAllReduce(dev, dev, 16, ncclFloat32, ncclSum, comm, side);
+        double t6 = now(), k6 = sys_ns();
+        if (cudaEventRecord(join, side) || cudaStreamWaitEvent(cs, join, 0) ||
+            cudaStreamEndCapture(cs, &cg) || cudaGraphDestroy(cg)) {
+            fprintf(stderr, "overhead: capture failed\n");
+            return 1;
+        }
         if (b < 0)
             continue;
+        cap.wall[b] = (t5 - t4) / (double)per, cap.sys[b] = (k5 - k4) / (double)per;
+        joined.wall[b] = (t6 - t5) / (double)per, joined.sys[b] = (k6 - k5) / (double)per;
         copy.wall[b] = (t1 - t) / (double)per, copy.sys[b] = (k1 - k) / (double)per;
         ar.wall[b] = (t2 - t1) / (double)per, ar.sys[b] = (k2 - k1) / (double)per;
         launch.wall[b] = (t3 - t2) / (double)(10 * per);
@@ -99,6 +131,8 @@ int main(int argc, char **argv)
     put(&copy);
     put(&ar);
     put(&launch);
+    put(&cap);
+    put(&joined);
     /* The clocks, read as the preload reads them (twice a recorded call). */
     volatile unsigned long long sink = 0;
     double t = now();

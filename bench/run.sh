@@ -112,6 +112,19 @@ done
 for k in launch copy allreduce; do
     info "added, python stacks (a C program), $k" "$(added python "$k")" "ns/call"
 done
+# A call in a capture: on the capturing stream the preload's own table says so; on a stream that
+# joined the capture through an event it asks CUDA (cudaStreamGetCaptureInfo), only while some
+# capture of the process is in progress. The difference of the two is that query's cost.
+for k in allreduce_captured allreduce_joined; do
+    info "added, stacks none, $k" "$(added none "$k")" "ns/call"
+done
+info "of which the capture query of a joined stream" "$(for r in $(seq 1 "$ROUNDS"); do
+    j=$(awk '$1 == "allreduce_joined" {print $2}' "$tmp/none.$r")
+    c=$(awk '$1 == "allreduce_captured" {print $2}' "$tmp/none.$r")
+    ju=$(awk '$1 == "allreduce_joined" {print $2}' "$tmp/untraced.$r")
+    cu=$(awk '$1 == "allreduce_captured" {print $2}' "$tmp/untraced.$r")
+    echo "$j $c $ju $cu" | awk '{printf "%.1f\n", ($1 - $3) - ($2 - $4)}'
+done | median)" "ns/call"
 for k in launch copy allreduce; do
     v=$(added dormant "$k")
     figure "added, dormant, $k" "$v" "ns/call" 5 le
@@ -234,7 +247,7 @@ for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
             /main thread, all:/ {for (i = 1; i <= NF; i++) if ($i == "CPU") m = $(i + 1) + 0}
             /worker [0-9]+ .*CPU/ {for (i = 1; i <= NF; i++) if ($i == "CPU") {
                 w = w (w == "" ? "" : " + ") ($(i + 1) + 0); t += $(i + 1)}}
-            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers), workers %s = %.2f s" \
+            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers, waitfor), workers %s = %.2f s" \
                 " (lineage, expectations); %.2f s of CPU on %d cores", m, w, t, m + t, n}' "$tmp/stats")"
     fi
     [ "$5" = - ] || figure "$what, max RSS" "$rss" "MiB" "$5" le

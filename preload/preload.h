@@ -82,6 +82,7 @@ struct shp_call {
     void *cstate;          /* the communicator's state (struct comm_state), or NULL */
     uint64_t t0;           /* shp_clock_now() at entry */
     uint64_t id;           /* communicator id being created */
+    uint64_t seq;          /* collectives, p2p: the seq taken (given back if NCCL refuses it) */
     uint32_t index;
 };
 
@@ -226,12 +227,16 @@ enum shp_aux {
     SHP_AUX_COMM_USER_RANK,
     SHP_AUX_COMM_COUNT,
     SHP_AUX_COMM_CU_DEVICE,
+    SHP_AUX_COMM_GET_ASYNC_ERROR,
     SHP_AUX_GET_DEVICE,
     SHP_AUX_POINTER_ATTRIBUTES,
     SHP_AUX_PEEK_ERROR,
     SHP_AUX_GET_ERROR,
+    SHP_AUX_STREAM_CAPTURE_INFO, /* cudaStreamGetCaptureInfo: a stream joined to a capture */
+    SHP_AUX_STREAM_CAPTURE_INFO_PTSZ,
     SHP_AUX_CU_POINTER_ATTRIBUTE, /* the driver's: copies seen at the driver level */
     SHP_AUX_CU_CTX_GET_DEVICE,
+    SHP_AUX_CU_STREAM_CAPTURE_INFO, /* cuStreamGetCaptureInfo_v2 */
     SHP_AUX_COUNT
 };
 void *shp_real_aux(int slot, enum shp_aux aux);
@@ -350,9 +355,10 @@ static inline bool shp_armed(void)
 void shp_enter(struct shp_call *c);
 /* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
 void shp_leave(struct shp_call *c, int result);
-/* While dormant: keep counting a collective's seq (so ranks armed at different moments still
- * line up), and the calling thread's group depth. */
-void shp_dormant_count(struct shp_call *c);
+/* While dormant: keep counting a collective's seq once the real function has returned `result`
+ * (so ranks armed at different moments still line up; a call NCCL refused takes none), and the
+ * calling thread's group depth. */
+void shp_dormant_count(struct shp_call *c, int result);
 void shp_dormant_group(unsigned op, int result);
 /* Forget per-process state that a forked child must not inherit. */
 void shp_record_atfork_child(void);

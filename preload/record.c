@@ -95,15 +95,20 @@ bool shp_armed_slow(void)
 /* ---- communicators ---- */
 
 struct comm_state {
-    uint64_t id;
-    int rank, nranks, dev;
+    uint64_t id, parent;
+    /* What NCCL says of it. A communicator made non-blocking (ncclInProgress) is `pending`
+     * until NCCL can say them (comm_learn): -1 until then. */
+    _Atomic int rank, nranks, dev;
+    _Atomic bool pending;
+    uint8_t kind; /* SHP_COMM_* of its creation */
     /* Index of the communicator's record in the header's table (compact records name it), -1
      * if none; valid only in the trace file of generation `gen` (a forked child's is new). */
     _Atomic int cidx;
     uint32_t gen;
     _Atomic uint64_t seq;
     _Atomic uint32_t nsplits;
-    _Atomic uint64_t *p2p; /* [2 * nranks]: sends to peer i, then receives from peer i */
+    /* [2 * nranks]: sends to peer i, then receives from peer i; NULL until the size is known */
+    _Atomic(_Atomic uint64_t *) p2p;
 };
 
 #define COMM_SLOTS 4096u
@@ -146,6 +151,17 @@ static void comm_insert(void *handle, struct comm_state *st)
 }
 
 typedef ncclResult_t (*comm_query_fn)(const ncclComm_t, int *);
+typedef ncclResult_t (*async_error_fn)(ncclComm_t, ncclResult_t *);
+
+/* Whether NCCL can tell the communicator's attributes: not while its creation is in progress
+ * (ncclInProgress, a non-blocking communicator). ncclCommGetAsyncError only reads a state, where
+ * ncclCommUserRank on a communicator in progress is refused with a warning of NCCL's own. */
+static bool comm_ready(int slot, void *comm)
+{
+    async_error_fn f = (async_error_fn)shp_real_aux(slot, SHP_AUX_COMM_GET_ASYNC_ERROR);
+    ncclResult_t state = ncclInProgress;
+    return comm && (!f || (f((ncclComm_t)comm, &state) == ncclSuccess && state != ncclInProgress));
+}
 
 static int comm_query(int slot, enum shp_aux aux, void *comm)
 {
@@ -167,8 +183,9 @@ static struct comm_state *comm_new(uint64_t id, int rank, int nranks, int dev)
     st->nranks = nranks;
     st->dev = dev;
     st->cidx = -1;
+    st->kind = SHP_COMM_INIT;
     if (nranks > 0)
-        st->p2p = calloc(2 * (size_t)nranks, sizeof(*st->p2p));
+        st->p2p = calloc(2 * (size_t)nranks, sizeof(uint64_t));
     return st;
 }
 
@@ -223,14 +240,16 @@ static int comm_index(const struct comm_state *st)
  * process-local identity and say so. */
 static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
 {
-    int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
-    int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
-    int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+    bool ready = comm_ready(c->slot, comm);
+    int rank = ready ? comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm) : -1;
+    int nranks = ready ? comm_query(c->slot, SHP_AUX_COMM_COUNT, comm) : -1;
+    int dev = ready ? comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm) : -1;
     uint64_t id = shp_mix64(shp_hash_bytes((uint64_t)getpid(), &comm, sizeof(comm)) ^
                             shp_hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
     struct comm_state *st = comm_new(id, rank, nranks, dev);
     if (!st)
         return NULL;
+    st->pending = !ready;
     comm_insert(comm, st);
     struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
     if (r) {
@@ -246,40 +265,162 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
     return st;
 }
 
+/* A communicator made non-blocking returned ncclInProgress at its creation, when NCCL could not
+ * tell its rank and size yet. At each later call on it, until NCCL can: then a communicator
+ * record with the same id says them (SHP_EV_COMM_LEARNED), and its calls name that record. */
+static void comm_learn(struct shp_call *c, void *comm, struct comm_state *st)
+{
+    if (!comm_ready(c->slot, comm))
+        return;
+    int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+    int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+    int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+    if (rank < 0 || nranks <= 0)
+        return;
+    _Atomic uint64_t *p2p = calloc(2 * (size_t)nranks, sizeof(uint64_t));
+    pthread_mutex_lock(&comm_mu);
+    bool first = atomic_load(&st->pending);
+    if (first) {
+        st->dev = dev;
+        st->rank = rank;
+        st->nranks = nranks;
+        atomic_store(&st->p2p, p2p);
+        atomic_store(&st->pending, false);
+    }
+    pthread_mutex_unlock(&comm_mu);
+    if (!first) {
+        free(p2p);
+        return;
+    }
+    struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
+    if (r) {
+        fill_ev(&r->ev, c, SHP_EV_COMM_LEARNED);
+        r->ev.op = SHP_OP_NONE;
+        comm_body(r, st->id, rank, nranks);
+        r->parent = st->parent;
+        r->kind = st->kind;
+        shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_rec_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
+        comm_indexed(st, r);
+    }
+    if (st->kind == SHP_COMM_INIT)
+        note_first_rank(rank);
+}
+
 static struct comm_state *comm_get(struct shp_call *c, void *comm)
 {
     if (!comm)
         return NULL;
     struct comm_state *st = comm_lookup(comm);
-    return st ? st : comm_unknown(c, comm);
+    if (!st)
+        return comm_unknown(c, comm);
+    if (__builtin_expect(atomic_load_explicit(&st->pending, memory_order_relaxed), 0))
+        comm_learn(c, comm, st);
+    return st;
 }
 
 /* ---- captures ---- */
 
+/* The captures in progress that this process began, by the stream that began each, with our id
+ * (a counter, from 1) and CUDA's (0 when CUDA could not say). */
 #define MAX_CAPTURES 256
 static struct {
     pthread_mutex_t mu;
     _Atomic int n;
     void *stream[MAX_CAPTURES];
     uint64_t id[MAX_CAPTURES];
+    unsigned long long cuda_id[MAX_CAPTURES];
 } cap = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint64_t capture_counter;
 
-static uint64_t capture_of(const void *stream)
+/* The id of a capture that CUDA says a stream is in but that this process did not begin where
+ * the preload saw it: marked, so that it names no graph of ours (its calls execute nothing). */
+#define FOREIGN_CAPTURE (1ull << 63)
+
+typedef cudaError_t (*rt_capture_info_fn)(cudaStream_t, enum cudaStreamCaptureStatus *,
+                                          unsigned long long *, cudaGraph_t *,
+                                          const cudaGraphNode_t **, const cudaGraphEdgeData **,
+                                          size_t *);
+typedef CUresult (*cu_capture_info_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                       const CUgraphNode **, size_t *);
+typedef cudaError_t (*error_fn)(void);
+
+/* Whether the op is a per-thread-default-stream form, for which stream 0 is the calling thread's
+ * stream rather than the legacy one. */
+static bool per_thread_op(unsigned op)
+{
+    const char *n = shp_op_name(op);
+    return strstr(n, "_ptsz") || strstr(n, "_ptds");
+}
+
+/* CUDA's id of the capture that the call's stream is in, its own or one it joined by waiting on
+ * an event recorded in it (cudaStreamGetCaptureInfo, else the driver's cuStreamGetCaptureInfo;
+ * CUDA 13's runtime takes seven arguments and CUDA 12's six, all after the id passed NULL).
+ * False when it is in none, or CUDA cannot say. CUDA's last error is left as it was. */
+static bool cuda_capture_id(const struct shp_call *c, void *stream, unsigned long long *id)
+{
+    bool ptsz = per_thread_op(c->op);
+    /* The legacy stream cannot be captured, nor join a capture. */
+    if ((!stream && !ptsz) || stream == (void *)cudaStreamLegacy)
+        return false;
+    if (shp_op_lib(c->op) != SHP_LIB_CUDA) {
+        rt_capture_info_fn f = (rt_capture_info_fn)shp_real_aux(
+            c->slot, ptsz ? SHP_AUX_STREAM_CAPTURE_INFO_PTSZ : SHP_AUX_STREAM_CAPTURE_INFO);
+        if (f) {
+            error_fn peek = (error_fn)shp_real_aux(c->slot, SHP_AUX_PEEK_ERROR);
+            cudaError_t before = peek ? peek() : cudaSuccess;
+            enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+            cudaError_t e = f((cudaStream_t)stream, &st, id, NULL, NULL, NULL, NULL);
+            if (e != cudaSuccess) {
+                error_fn get = (error_fn)shp_real_aux(c->slot, SHP_AUX_GET_ERROR);
+                if (get && before == cudaSuccess)
+                    get();
+            }
+            return e == cudaSuccess && st == cudaStreamCaptureStatusActive;
+        }
+    }
+    cu_capture_info_fn f = (cu_capture_info_fn)shp_real_aux(0, SHP_AUX_CU_STREAM_CAPTURE_INFO);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    CUstream s = stream ? (CUstream)stream : CU_STREAM_PER_THREAD;
+    if (!f || f(s, &st, &cid, NULL, NULL, NULL) != CUDA_SUCCESS ||
+        st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return false;
+    *id = cid;
+    return true;
+}
+
+/* The capture id of the call's stream, 0 when it is not captured. Only while this process has a
+ * capture in progress is anything asked: first whether the stream began one (a table of our
+ * own), then CUDA, for a stream that joined one through an event (torch and vLLM put NCCL on a
+ * side stream inside a graph that way). */
+static uint64_t capture_of(const struct shp_call *c)
 {
     if (atomic_load_explicit(&cap.n, memory_order_acquire) == 0)
         return 0;
     uint64_t id = 0;
     pthread_mutex_lock(&cap.mu);
     for (int i = 0; i < cap.n; i++)
-        if (cap.stream[i] == stream)
+        if (cap.stream[i] == c->stream)
             id = cap.id[i];
     pthread_mutex_unlock(&cap.mu);
-    return id;
+    unsigned long long cid;
+    if (id || !cuda_capture_id(c, c->stream, &cid))
+        return id;
+    pthread_mutex_lock(&cap.mu);
+    for (int i = 0; i < cap.n; i++)
+        if (cap.cuda_id[i] && cap.cuda_id[i] == cid)
+            id = cap.id[i];
+    pthread_mutex_unlock(&cap.mu);
+    return id ? id : FOREIGN_CAPTURE | cid;
 }
 
-static void capture_set(void *stream, uint64_t id)
+/* stream began capture `id` (id 0: its capture ended). */
+static void capture_set(const struct shp_call *c, void *stream, uint64_t id)
 {
+    unsigned long long cid = 0;
+    if (id && !cuda_capture_id(c, stream, &cid))
+        cid = 0;
     pthread_mutex_lock(&cap.mu);
     int n = atomic_load(&cap.n);
     for (int i = 0; i < n; i++) {
@@ -287,9 +428,11 @@ static void capture_set(void *stream, uint64_t id)
             continue;
         if (id) {
             cap.id[i] = id;
+            cap.cuda_id[i] = cid;
         } else {
             cap.stream[i] = cap.stream[n - 1];
             cap.id[i] = cap.id[n - 1];
+            cap.cuda_id[i] = cap.cuda_id[n - 1];
             atomic_store(&cap.n, n - 1);
         }
         pthread_mutex_unlock(&cap.mu);
@@ -298,6 +441,7 @@ static void capture_set(void *stream, uint64_t id)
     if (id && n < MAX_CAPTURES) {
         cap.stream[n] = stream;
         cap.id[n] = id;
+        cap.cuda_id[n] = cid;
         atomic_store(&cap.n, n + 1);
     }
     pthread_mutex_unlock(&cap.mu);
@@ -306,7 +450,6 @@ static void capture_set(void *stream, uint64_t id)
 /* ---- copies ---- */
 
 typedef cudaError_t (*attrs_fn)(struct cudaPointerAttributes *, const void *);
-typedef cudaError_t (*error_fn)(void);
 typedef cudaError_t (*get_device_fn)(int *);
 
 static bool is_device_ptr(int slot, const void *p)
@@ -399,7 +542,7 @@ static void pre_common(struct pre *p, const struct shp_call *c)
 {
     p->stack = shp_stack_here();
     p->flags = shp_cfg.stacks != SHP_STACKS_NONE && !p->stack ? SHP_EV_DROPPED_STACK : 0;
-    p->graph = capture_of(c->stream);
+    p->graph = capture_of(c);
     if (p->graph)
         p->flags |= SHP_EV_CAPTURED;
 }
@@ -460,7 +603,9 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
         r->key = c->key;
         r->index = c->index;
     } else {
-        struct comm_state *st = comm_lookup(c->comm);
+        struct comm_state *st = c->comm ? comm_lookup(c->comm) : NULL;
+        if (st && atomic_load_explicit(&st->pending, memory_order_relaxed))
+            comm_learn(c, c->comm, st);
         c->id = st ? st->id : 0;
         r->handle = (uint64_t)(uintptr_t)c->comm;
         if (st) {
@@ -471,22 +616,45 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
+/* The counter a collective's or p2p call's seq comes from: the communicator's, or the one of its
+ * peer and direction; NULL when there is none (a peer out of range, a size not known yet). */
+static _Atomic uint64_t *seq_counter(const struct shp_call *c, struct comm_state *st)
+{
+    if (c->cls == SHP_CLS_COLL)
+        return &st->seq;
+    _Atomic uint64_t *p2p = atomic_load_explicit(&st->p2p, memory_order_acquire);
+    int n = st->nranks;
+    if (!p2p || c->peer < 0 || c->peer >= n)
+        return NULL;
+    return &p2p[(size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)n : 0)];
+}
+
 static void pre_coll(struct pre *p, struct shp_call *c)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
     p->st = st;
     /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
-    if (!st) {
-        p->seq = UINT64_MAX;
-    } else if (c->cls == SHP_CLS_COLL) {
-        p->seq = atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
-    } else if (st->p2p && c->peer >= 0 && c->peer < st->nranks) {
-        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
-        p->seq = atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
-    } else {
-        p->seq = UINT64_MAX;
-    }
+    _Atomic uint64_t *n = st ? seq_counter(c, st) : NULL;
+    p->seq = n ? atomic_fetch_add_explicit(n, 1, memory_order_relaxed) : UINT64_MAX;
+    c->seq = p->seq;
+}
+
+/* NCCL refused the call before enqueuing it (an argument or the communicator's state): it took
+ * no place among the calls NCCL matches, so its seq goes back, and the rank's next call has it
+ * (unless another thread took the next one meanwhile, which NCCL forbids on one communicator). */
+static void give_back_seq(struct shp_call *c)
+{
+    _Atomic uint64_t *n = c->cstate && c->seq != UINT64_MAX ? seq_counter(c, c->cstate) : NULL;
+    uint64_t next = c->seq + 1;
+    if (n)
+        atomic_compare_exchange_strong_explicit(n, &next, c->seq, memory_order_relaxed,
+                                                memory_order_relaxed);
+}
+
+static bool refused(int result)
+{
+    return result == ncclInvalidArgument || result == ncclInvalidUsage;
 }
 
 static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const struct pre *p)
@@ -676,8 +844,8 @@ void shp_enter(struct shp_call *c)
         r->exec = (uint64_t)(uintptr_t)c->exec;
         r->flags = c->flags;
         if (c->cls == SHP_CLS_CAPTURE) {
-            c->id = is_capture_begin[c->op] ? atomic_fetch_add(&capture_counter, 1) + 1
-                                            : capture_of(c->stream);
+            c->id =
+                is_capture_begin[c->op] ? atomic_fetch_add(&capture_counter, 1) + 1 : capture_of(c);
             r->capture = c->id;
         }
         break;
@@ -722,6 +890,8 @@ void shp_leave(struct shp_call *c, int result)
         /* Compact: the device was taken at entry, the communicator's is its record's. A clock
          * read and a store call nothing and set no errno: no guard, nothing to restore. */
         shp_rec_done(c->head, result, shp_clock_now() - c->t0);
+        if (__builtin_expect(refused(result), 0))
+            give_back_seq(c);
         if (__builtin_expect(shp_values_mask != 0, 0))
             shp_values_after(c, result, tls_group,
                              atomic_load_explicit(&cap.n, memory_order_relaxed));
@@ -745,6 +915,8 @@ void shp_leave(struct shp_call *c, int result)
     case SHP_CLS_P2P:
         if (c->cstate)
             device = ((struct comm_state *)c->cstate)->dev;
+        if (refused(result))
+            give_back_seq(c);
         break;
     case SHP_CLS_COPY:
         if (c->ev)
@@ -766,14 +938,25 @@ void shp_leave(struct shp_call *c, int result)
             break;
         void *comm = *c->out;
         out = (uint64_t)(uintptr_t)comm;
-        aux0 = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
-        aux1 = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
-        device = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+        /* Still being made (ncclInProgress): NCCL cannot tell its rank and size yet, and asking
+         * would only get a warning of NCCL's; they are learned at a later call (comm_learn). */
+        bool pending = result == ncclInProgress || !comm_ready(c->slot, comm);
+        if (!pending) {
+            aux0 = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+            aux1 = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+            device = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+        }
         int rank = aux0 >= 0 ? aux0 : c->cls == SHP_CLS_COMM_INIT ? c->rank : -1;
         int nranks = aux1 > 0 ? aux1 : c->cls == SHP_CLS_COMM_INIT ? c->nranks : -1;
         struct comm_state *st = comm_new(c->id, rank, nranks, device);
-        if (st)
+        if (st) {
+            st->kind = comm_kind_of_op[c->op];
+            struct comm_state *parent =
+                c->cls == SHP_CLS_COMM_SPLIT && c->comm ? comm_lookup(c->comm) : NULL;
+            st->parent = parent ? parent->id : 0;
+            st->pending = pending;
             comm_insert(comm, st);
+        }
         c->cstate = st;
         if (c->cls == SHP_CLS_COMM_INIT)
             note_first_rank(rank);
@@ -782,9 +965,9 @@ void shp_leave(struct shp_call *c, int result)
     case SHP_CLS_CAPTURE:
         if (is_capture_begin[c->op]) {
             if (ok)
-                capture_set(c->stream, c->id);
+                capture_set(c, c->stream, c->id);
         } else {
-            capture_set(c->stream, 0);
+            capture_set(c, c->stream, 0);
             if (ok && c->out)
                 out = (uint64_t)(uintptr_t)*c->out;
         }
@@ -806,16 +989,15 @@ void shp_leave(struct shp_call *c, int result)
     shp_own_leave(saved);
 }
 
-void shp_dormant_count(struct shp_call *c)
+void shp_dormant_count(struct shp_call *c, int result)
 {
+    if (refused(result))
+        return; /* it took no seq */
     int saved = shp_own_enter();
     struct comm_state *st = comm_get(c, c->comm);
-    if (st && c->cls == SHP_CLS_COLL) {
-        atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
-    } else if (st && st->p2p && c->peer >= 0 && c->peer < st->nranks) {
-        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
-        atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
-    }
+    _Atomic uint64_t *n = st ? seq_counter(c, st) : NULL;
+    if (n)
+        atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
     shp_own_leave(saved);
 }
 

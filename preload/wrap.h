@@ -52,9 +52,9 @@
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
         if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
-            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
-                shp_dormant_count(&c);                                                             \
             SHP_CALL_REAL(r, real, args);                                                          \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
+                shp_dormant_count(&c, (int)r);                                                     \
             if (cls_ == SHP_CLS_GROUP)                                                             \
                 shp_dormant_group(SHP_OP_##name, (int)r);                                          \
             return r;                                                                              \

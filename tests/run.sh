@@ -38,6 +38,13 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "test_findings (thread)" "$B/tests/test_findings"
     suite "analyze (thread)" python3 tests/test_analyze.py "$B"
     suite "values (thread)" python3 tests/test_values.py "$B"
+    # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files.
+    suite "hostile readers (thread)" python3 tests/test_hostile.py "$B" \
+        test_one_communicator_of_two_sizes_is_a_finding \
+        test_two_processes_claiming_one_rank_are_named_both \
+        test_collectives_tied_to_no_communicator_are_counted \
+        test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
+        test_a_seq_far_ahead_is_lined_up_at_once
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
 else

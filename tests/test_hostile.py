@@ -768,6 +768,127 @@ def test_compact_collectives_naming_no_communicator():
     readers_survive(craft("cidx-far", data))
 
 
+def with_membership(data, pid, rank, nranks, env_rank=None):
+    """data as another process's trace (pid) that holds `rank` of `nranks` of the base trace's
+    first communicator, in every record that says so."""
+    data = bytearray(data)
+    struct.pack_into("<Q", data, 24, pid)
+    struct.pack_into("<i", data, 60, rank)  # first_comm_rank
+    if env_rank is not None:
+        struct.pack_into("<i", data, 56, env_rank)
+    first = None
+    for off, rtype, size in records(data):
+        if rtype != 1:
+            continue
+        cid = struct.unpack_from("<Q", data, off + 64)[0]
+        first = cid if first is None else first
+        if cid == first:
+            struct.pack_into("<ii", data, off + 56, rank, nranks)  # what NCCL reported
+            struct.pack_into("<ii", data, off + 88, rank, nranks)  # the arguments
+    return data
+
+
+def analyze_crafted(*paths):
+    p = run([TOOL, "analyze", "--json", *paths])
+    assert p.returncode in (0, 1), (p.returncode, p.stderr)
+    r = json.loads(p.stdout)
+    assert p.returncode == (1 if r["findings"] else 0)
+    return r, run([TOOL, "analyze", *paths])
+
+
+def test_one_communicator_of_two_sizes_is_a_finding():
+    """Issue 22 item 9: one trace says the communicator has 1 rank, another that it has 2 (and
+    holds rank 1): before, no finding and exit 0."""
+    base = base_trace()
+    a = craft("size-a", base)
+    b = craft("size-b", with_membership(base, 999001, 1, 2))
+    r, text = analyze_crafted(a, b)
+    kinds = [f["kind"] for f in r["findings"]]
+    assert "membership_conflict" in kinds, kinds
+    f = next(f for f in r["findings"] if f["kind"] == "membership_conflict")
+    assert "disagree on the size" in f["summary"], f["summary"]
+    assert ("1 rank," in f["summary"] or "says 1;" in f["summary"]) and \
+        ("2 ranks," in f["summary"] or "says 2;" in f["summary"]), f["summary"]
+    assert "999001" in f["summary"], f["summary"]
+    assert text.returncode == 1 and "no findings" not in text.stdout
+
+
+def test_two_processes_claiming_one_rank_are_named_both():
+    """Issue 22 item 11: two processes both claim rank 1 of a 2-rank communicator: before, the
+    report blamed rank 0; the finding names both processes."""
+    base = base_trace()
+    a = craft("dup-a", with_membership(base, 999010, 0, 2, env_rank=0))
+    b = craft("dup-b", with_membership(base, 999011, 1, 2, env_rank=1))
+    c = craft("dup-c", with_membership(base, 999012, 1, 2, env_rank=2))
+    r, _ = analyze_crafted(a, b, c)
+    f = r["findings"][r["first"]]
+    assert f["kind"] == "membership_conflict", [x["summary"] for x in r["findings"]]
+    assert sorted(f["ranks"]) == [1, 2], f
+    assert "999011" in f["summary"] and "999012" in f["summary"], f["summary"]
+    assert "both claim rank 1" in f["summary"], f["summary"]
+    assert 0 not in f["ranks"]
+
+
+def test_collectives_tied_to_no_communicator_are_counted():
+    """Issue 22 item 10: the header's communicator index points at another record, so no
+    collective can be aligned: before, '0 collectives aligned' and 'the ranks agree', exit 0."""
+    data = base_trace()
+    copy = next(off for off, rtype, _ in records(data) if rtype in (5, 14))
+    struct.pack_into("<Q", data, COMM_OFF, copy)  # index 0 names a copy record
+    path = craft("untied", data)
+    r, text = analyze_crafted(path)
+    f = next((f for f in r["findings"] if f["kind"] == "untied_calls"), None)
+    assert f, [x["summary"] for x in r["findings"]]
+    assert f["severity"] == "warning" and "could not be tied to a communicator" in f["summary"]
+    n = int(f["summary"].split()[0])
+    assert n >= 4, f["summary"]  # the compact all-reduce, all-gather, broadcast, send, receive
+    assert text.returncode == 1 and "agree on every collective" not in text.stdout, text.stdout
+
+
+def test_byte_counts_that_wrap_are_a_finding():
+    """Issue 22 item 13: an all-reduce of 2^62 fp32 elements on a 1 KiB buffer: before, 0 bytes
+    and no finding."""
+    data = base_trace()
+    c = bytearray(full_coll(0x5EED, 0, 1))
+    struct.pack_into("<Q", c, 80, 1 << 62)  # count
+    struct.pack_into("<QQ", c, 88, 0x7D0000000000, 0x7D0000000000)  # the 4 KiB allocation
+    path = craft("wrap", data, bytes(c))
+    ev = readers_survive(path)
+    big = [e for e in ev if e["op"] == "ncclAllReduce" and e["count"] == 1 << 62]
+    assert big and big[0]["bytes"] is None and big[0]["recv_bytes"] is None, big
+    r, _ = analyze_crafted(path)
+    f = next((f for f in r["findings"] if f["kind"] == "impossible_size"), None)
+    assert f and "4611686018427387904 fp32 elements" in f["summary"], \
+        [x["summary"] for x in r["findings"]]
+    assert f["events"][0]["count"] == 1 << 62
+
+
+def test_a_seq_far_ahead_is_lined_up_at_once():
+    """A collective whose seq is 2^40 places ahead of the rank's others (damage, or a rank armed
+    that late): the places between are not known, and are passed in one step, not one by one
+    (the fuzzer found the analysis running for hours)."""
+    data = base_trace()
+    first = next(off for off, rtype, _ in records(data) if rtype == 1)
+    cid = struct.unpack_from("<Q", data, first + 64)[0]
+    c = bytearray(full_coll(cid, 0, 1))
+    struct.pack_into("<Q", c, 72, 1 << 40)  # seq
+    path = craft("far-seq", data, bytes(c))
+    t0 = time.monotonic()
+    readers_survive(path, timeout=20)
+    assert time.monotonic() - t0 < 20
+
+
+def test_expectation_file_that_is_a_fifo_does_not_block():
+    """Issue 22 item 14: analyze --expect FIFO hung in open()."""
+    d = fresh("expect-fifo")
+    fifo = os.path.join(d, "expect.json")
+    os.mkfifo(fifo)
+    path = craft("expect-fifo-trace", base_trace())
+    p = run([TOOL, "analyze", "--expect", fifo, path], timeout=20)
+    assert p.returncode == 2 and "not a regular file" in p.stderr, (p.returncode, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 def test_2d_copy_with_a_pitch_that_wraps():
     data = base_trace()
     c = first_of(data, 5)

@@ -174,6 +174,10 @@ _Static_assert(sizeof(struct shp_rec) == 8, "record header");
 #define SHP_EV_KIND_DEFAULT 0x2u  /* copy asked for cudaMemcpyDefault; `kind` was resolved */
 #define SHP_EV_COMM_UNKNOWN 0x4u  /* communicator was never seen being created */
 #define SHP_EV_DROPPED_STACK 0x8u /* a stack was asked for but not stored */
+/* A communicator record written when NCCL could first tell the rank and size of a communicator
+ * made non-blocking (its creation returned ncclInProgress, and its record says -1 of -1): same
+ * id and handle as that record; calls after it name it. */
+#define SHP_EV_COMM_LEARNED 0x10u
 
 /* What every full call record starts with. A call is published when it is entered, so that a
  * trace shows the calls a process was inside when it hung or died; the fields from `result` on

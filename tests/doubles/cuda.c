@@ -164,11 +164,30 @@ struct CUgraphExec_st {
     struct CUgraph_st *graph;
 };
 
+/* A stream, and the capture it is in: its own (origin itself) or one it joined by waiting on an
+ * event recorded in it, as the runtime double does it (cudart.c): each counts its work in the
+ * capture (ops), and a forked stream is joined back once a stream of the capture has waited on
+ * an event recorded after its last work (joined == ops). */
 struct CUstream_st {
     struct CUgraph_st *capturing;
-    struct CUstream_st *next; /* the double's streams, so that another's handle is never read */
+    /* next: every stream made, for the end of a capture and so that another library's handle
+     * is never read */
+    struct CUstream_st *origin, *next;
+    unsigned long long id, ops, joined;
 };
+
+/* An event: where it was recorded in a capture (fork and join), and the kernels launched on its
+ * stream before it (they run when it is queried). */
+struct CUevent_st {
+    struct CUstream_st *from; /* recorded on a capturing stream: which one, after how much */
+    unsigned long long capture, mark;
+    CUstream stream;
+    uint64_t upto; /* the launches recorded before it; 0: never recorded */
+};
+
 static struct CUstream_st *streams;
+static unsigned long long next_capture = 1;
+static uint64_t launch_ids; /* kernels launched so far (below) */
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -182,6 +201,87 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     (*phStream)->next = streams;
     streams = *phStream;
     pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    (void)Flags;
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phEvent = calloc(1, sizeof(**phEvent));
+    return *phEvent ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    if (!hEvent)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    bool captured = hStream && hStream->capturing && hStream->origin;
+    hEvent->from = captured ? hStream : NULL;
+    hEvent->capture = captured ? hStream->origin->id : 0;
+    hEvent->mark = captured ? hStream->ops : 0;
+    hEvent->stream = hStream;
+    hEvent->upto = launch_ids;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+/* A wait on an event recorded in a capture forks the waiting stream into it, or joins the
+ * recording stream's work back; the legacy stream cannot take part. */
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    (void)Flags;
+    if (!hEvent)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    struct CUstream_st *o = hEvent->from ? hEvent->from->origin : NULL;
+    if (o && o->capturing && o->id == hEvent->capture) {
+        if (!hStream) {
+            r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        } else if (!hStream->capturing) {
+            hStream->capturing = o->capturing;
+            hStream->origin = o;
+            hStream->ops = 0;
+            hStream->joined = ~0ull;
+        } else if (hStream->origin != o) {
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        }
+        if (r == CUDA_SUCCESS && hEvent->from != hStream && hEvent->mark == hEvent->from->ops)
+            hEvent->from->joined = hEvent->mark;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The capture a stream is in (CUDA 11.3's form: no edge data); no graph, no dependencies.
+ * cuda.h 13 declares this exported form only for the driver's own build. */
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   size_t *numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   size_t *numDependencies_out)
+{
+    if (!captureStatus_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    bool on = hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD &&
+              hStream->capturing;
+    *captureStatus_out = on ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (on && id_out)
+        *id_out = hStream->origin->id;
+    pthread_mutex_unlock(&lock);
+    if (graph_out)
+        *graph_out = NULL;
+    if (dependencies_out)
+        *dependencies_out = NULL;
+    if (numDependencies_out)
+        *numDependencies_out = 0;
     return CUDA_SUCCESS;
 }
 
@@ -243,16 +343,39 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
     if (hStream->capturing)
         return CUDA_ERROR_ILLEGAL_STATE;
     hStream->capturing = calloc(1, sizeof(*hStream->capturing));
-    return hStream->capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!hStream->capturing)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    hStream->origin = hStream;
+    hStream->id = next_capture++;
+    hStream->ops = hStream->joined = 0;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
 }
 
+/* Only the origin ends a capture; every stream forked into it must have been joined back
+ * (CUDA_ERROR_STREAM_CAPTURE_UNJOINED otherwise, and the capture is gone). */
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     if (!hStream || !hStream->capturing || !phGraph)
         return CUDA_ERROR_ILLEGAL_STATE;
-    *phGraph = hStream->capturing;
+    if (hStream->origin != hStream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    pthread_mutex_lock(&lock);
+    bool unjoined = false;
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s != hStream && s->origin == hStream && s->capturing) {
+            unjoined |= s->joined != s->ops;
+            s->capturing = NULL;
+            s->origin = NULL;
+        }
+    pthread_mutex_unlock(&lock);
+    *phGraph = unjoined ? NULL : hStream->capturing;
+    if (unjoined)
+        free(hStream->capturing);
     hStream->capturing = NULL;
-    return CUDA_SUCCESS;
+    hStream->origin = NULL;
+    return unjoined ? CUDA_ERROR_STREAM_CAPTURE_UNJOINED : CUDA_SUCCESS;
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -301,6 +424,7 @@ static CUresult copy(void *dst, int dst_dev, const void *src, int src_dev, size_
         if (g->n == (int)(sizeof(g->nodes) / sizeof(g->nodes[0])))
             return CUDA_ERROR_OUT_OF_MEMORY;
         g->nodes[g->n++] = (struct node){dst, src, n};
+        stream->ops++;
         return CUDA_SUCCESS;
     }
     memmove(dst, src, n);
@@ -535,7 +659,6 @@ struct launch {
     struct launch *next;
 };
 static struct launch *launches, **launches_tail = &launches;
-static uint64_t launch_ids;
 
 /* The fingerprint kernel, as the PTX computes it: block b's threads take the words b * threads
  * + t, t + blocks * threads, ... and block 0 the tail; each block stores its two sums. */
@@ -609,31 +732,6 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
     return CUDA_SUCCESS;
 }
 
-struct CUevent_st {
-    CUstream stream;
-    uint64_t upto; /* the launches recorded before it; 0: never recorded */
-};
-
-CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-    (void)Flags;
-    if (!phEvent)
-        return CUDA_ERROR_INVALID_VALUE;
-    *phEvent = calloc(1, sizeof(**phEvent));
-    return *phEvent ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
-{
-    if (!hEvent)
-        return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&lock);
-    hEvent->stream = hStream;
-    hEvent->upto = launch_ids;
-    pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
-}
-
 CUresult cuEventQuery(CUevent hEvent)
 {
     if (!hEvent)
@@ -691,6 +789,10 @@ static const struct {
     {"cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL},
     {"cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL},
     {"cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL},
+    {"cuEventCreate", 2000, (void *)cuEventCreate, NULL},
+    {"cuEventRecord", 2000, (void *)cuEventRecord, NULL},
+    {"cuStreamWaitEvent", 3020, (void *)cuStreamWaitEvent, NULL},
+    {"cuStreamGetCaptureInfo", 11030, (void *)cuStreamGetCaptureInfo_v2, NULL},
     {"cuGraphInstantiateWithFlags", 11040, (void *)cuGraphInstantiateWithFlags, NULL},
     {"cuGraphLaunch", 10000, (void *)cuGraphLaunch, NULL},
     {"cuGetProcAddress", 12000, NULL, NULL}, /* filled in below: itself */

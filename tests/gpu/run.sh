@@ -3,7 +3,8 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy snapshot values bench
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts harm llama cupy snapshot values
+#                  bench decode (default all)
 #                  decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
@@ -12,7 +13,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy snapshot values bench decode}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -107,6 +108,24 @@ for n in $RANKS; do
         done
     fi
     wait
+    if has verdicts; then
+        # NCCL on a side stream inside graphs, and a call NCCL refuses (ctypes, as pynccl);
+        # torch_tp.py with non-blocking communicators (ncclInProgress at their creation).
+        for v in clean planted; do
+            p=""
+            [ "$v" = planted ] && p=--plant
+            rm -f "$W/uid_side${n}_$v" "$W/uid_refused${n}_$v"
+            traced "side${n}_$v" 150 $(tr_run "$n") "$here/nccl_verdicts.py" \
+                "$W/uid_side${n}_$v" sidestream $p --share-gpu --deadline 20
+            traced "refused${n}_$v" 150 $(tr_run "$n") "$here/nccl_verdicts.py" \
+                "$W/uid_refused${n}_$v" refused $p --share-gpu --deadline 20
+        done
+        for plant in none desync; do
+            traced "tp${n}_nonblocking_$plant" 180 env TORCH_NCCL_USE_COMM_NONBLOCKING=1 \
+                $(tr_run "$n") "$examples/torch_tp.py" --share-gpu --timeout 20 --plant "$plant"
+        done
+        wait
+    fi
 done
 wait
 echo "multi-rank runs took $(($(date +%s) - start)) s"
@@ -163,6 +182,30 @@ for n in $RANKS; do
             shape_mismatch:0:generate:receive_states -- --dim hidden=7168
         for plant in none desync stall kill pipeline hidden; do
             note "INFO tp${n}_$plant: exit status $(rc_of "tp${n}_$plant")"
+        done
+    fi
+    if has verdicts; then
+        verdict count "side${n}_clean" "$W/traces/side${n}_clean" "$n" ncclAllReduce=3 \
+            ncclAllReduce@captured=2 cudaGraphLaunch=4
+        verdict analyze "side${n}_clean" "$W/traces/side${n}_clean" "$n" none
+        verdict analyze "side${n}_planted" "$W/traces/side${n}_planted" "$n" \
+            count_mismatch:$([ "$n" -eq 2 ] && echo 0,1 || echo "$last"):all_reduce@nccl_verdicts.py
+        verdict analyze "refused${n}_clean" "$W/traces/refused${n}_clean" "$n" none
+        verdict analyze "refused${n}_planted" "$W/traces/refused${n}_planted" "$n" \
+            failed_collective:$last:broadcast@nccl_verdicts.py
+        verdict analyze "tp${n}_nonblocking_none" "${d}_nonblocking_none" "$n" none -- \
+            --dim hidden=7168
+        verdict analyze "tp${n}_nonblocking_desync" "${d}_nonblocking_desync" "$n" \
+            count_mismatch:$desync_ranks:row_parallel -- --dim hidden=1024 --dim tp="$n"
+        for v in nonblocking_none nonblocking_desync; do
+            note "INFO tp${n}_$v: exit status $(rc_of "tp${n}_$v"); $(st dump --json --no-stacks \
+                "${d}_$v" 2>/dev/null | grep -c '"op":"none".*"comm_kind"') communicator records \
+learned after ncclInProgress, $(st dump --json --no-stacks "${d}_$v" 2>/dev/null |
+                grep -c '"result":7') creations that returned ncclInProgress"
+        done
+        for v in side${n}_clean side${n}_planted refused${n}_clean refused${n}_planted; do
+            note "INFO $v: exit status $(rc_of "$v"); $(grep -c 'done$' "$W/logs/$v.log") of $n \
+ranks done"
         done
     fi
     if has llama; then

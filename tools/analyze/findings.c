@@ -11,10 +11,11 @@
 #include "tools/lib/session.h"
 
 const char *const an_kind_names[AN_KIND_COUNT] = {
-    "op_mismatch",   "count_mismatch",     "dtype_mismatch",    "redop_mismatch",
-    "root_mismatch", "missing_collective", "p2p_size_mismatch", "p2p_dtype_mismatch",
-    "p2p_unmatched", "buffer_overrun",     "shape_mismatch",    "expectation_violation",
-    "missing_rank",  "stale_read",         "value_mismatch",
+    "op_mismatch",         "count_mismatch",     "dtype_mismatch",    "redop_mismatch",
+    "root_mismatch",       "missing_collective", "p2p_size_mismatch", "p2p_dtype_mismatch",
+    "p2p_unmatched",       "buffer_overrun",     "shape_mismatch",    "expectation_violation",
+    "missing_rank",        "stale_read",         "value_mismatch",    "failed_collective",
+    "membership_conflict", "untied_calls",       "deadlock",          "impossible_size",
 };
 
 static bool reserve(struct an_findings *fs, size_t more)

@@ -23,10 +23,15 @@ enum an_kind {
     AN_BUFFER_OVERRUN,
     AN_SHAPE_MISMATCH,
     AN_EXPECTATION_VIOLATION,
-    AN_MISSING_RANK,   /* a communicator member that no trace provides */
-    AN_STALE_READ,     /* a read past what the latest graph replay wrote into its buffer */
-    AN_VALUE_MISMATCH, /* ranks hold different bytes where they must hold the same (--values) */
-    AN_KIND_COUNT      /* also marks a finding dropped by an_findings_compact */
+    AN_MISSING_RANK,      /* a communicator member that no trace provides */
+    AN_STALE_READ,        /* a read past what the latest graph replay wrote into its buffer */
+    AN_VALUE_MISMATCH,    /* ranks hold different bytes where they must hold the same (--values) */
+    AN_FAILED_COLLECTIVE, /* NCCL refused a rank's collective that its peers executed */
+    AN_MEMBERSHIP_CONFLICT, /* traces disagree on a communicator's size or on who holds a rank */
+    AN_UNTIED_CALLS,        /* calls that could not be tied to a communicator and its ranks */
+    AN_DEADLOCK,            /* ranks blocked in collectives that wait on each other */
+    AN_IMPOSSIBLE_SIZE,     /* a call's byte count does not fit in 64 bits */
+    AN_KIND_COUNT           /* also marks a finding dropped by an_findings_compact */
 };
 extern const char *const an_kind_names[AN_KIND_COUNT];
 

@@ -94,12 +94,18 @@ void an_print_text(const struct an_result *r, FILE *out, bool color)
                 bold, off, s->unreadable[i].file, s->unreadable[i].why);
     for (size_t i = 0; i < s->nprocs; i++) {
         const struct shp_proc *p = &s->procs[i];
+        const struct an_call *last = &r->last[i];
+        char where[96] = "the first drop";
+        /* From where: its last recorded call (the calls dropped at a cap are the last ones). */
+        if (last->ok && last->e.t_ns >= p->t.hdr->realtime_ns)
+            snprintf(where, sizeof(where), "its event %" PRIu64 " (%.3f s into the trace)",
+                     last->e.index, (double)(last->e.t_ns - p->t.hdr->realtime_ns) / 1e9);
         if (p->t.hdr->dropped)
             fprintf(out,
                     "  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
-                    " call%s: %s; its calls after the first drop are not checked\n",
+                    " call%s: %s; its calls after %s are not checked\n",
                     bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
-                    p->t.hdr->dropped == 1 ? "" : "s", shp_proc_incomplete_why(p));
+                    p->t.hdr->dropped == 1 ? "" : "s", shp_proc_incomplete_why(p), where);
     }
     for (size_t i = 0; i < s->nprocs; i++) {
         const struct shp_proc *p = &s->procs[i];

@@ -66,6 +66,24 @@ static int bounded_nranks(int n)
     return n > SHP_MAX_NRANKS || n < -1 ? -1 : n;
 }
 
+/* a x b x c bytes, or SHP_NONE (and e impossible) when that does not fit in 64 bits. */
+static uint64_t mul3(struct shp_event *e, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t x;
+    if (__builtin_mul_overflow(a, b, &x) || __builtin_mul_overflow(x, c, &x) || x == SHP_NONE) {
+        e->impossible = true;
+        return SHP_NONE;
+    }
+    return x;
+}
+
+/* Whether a buffer of `len` bytes from `start` ends within 64 bits (either unknown: it does). */
+static bool ends(uint64_t start, uint64_t len)
+{
+    uint64_t end;
+    return start == SHP_NONE || len == SHP_NONE || !__builtin_add_overflow(start, len, &end);
+}
+
 /* What a collective or p2p record says beyond its head, full or compact alike. */
 static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count,
                         unsigned dtype, int root, int comm_rank, int nranks, uint64_t sendbuf,
@@ -77,11 +95,13 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
     e->dtype = (int)dtype;
     e->root = root;
     unsigned es = shp_dtype_size(dtype);
-    uint64_t send, recv;
-    shp_op_elems(op, count, nranks, &send, &recv);
-    e->bytes = count * es;
-    e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
-    e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
+    /* The op's rule as multipliers of the count (0, 1 or nranks), so that each product is
+     * checked: 2^62 fp32 elements are 2^64 bytes, not 0. */
+    uint64_t sm, rm;
+    shp_op_elems(op, 1, nranks, &sm, &rm);
+    e->bytes = mul3(e, count, 1, es);
+    e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : mul3(e, count, sm, es);
+    e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : mul3(e, count, rm, es);
     /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
      * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
      * touch 0 bytes there (the address passed is still shown). */
@@ -92,8 +112,11 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
             e->send_bytes = 0;
     }
     /* A send has no receive buffer and a receive no send buffer. */
-    e->src = e->send_bytes == SHP_NONE ? SHP_NONE : sendbuf;
-    e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : recvbuf;
+    bool p2p = type == SHP_REC_P2P;
+    e->src = p2p && e->send_bytes == SHP_NONE ? SHP_NONE : sendbuf;
+    e->dst = p2p && e->recv_bytes == SHP_NONE ? SHP_NONE : recvbuf;
+    if (!ends(e->src, e->send_bytes) || !ends(e->dst, e->recv_bytes))
+        e->impossible = true;
 }
 
 static void decode_head(const struct shp_trace *t, const struct shp_head *h, struct shp_event *e)
@@ -191,7 +214,16 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->height = c->height;
         e->spitch = c->spitch;
         e->dpitch = c->dpitch;
-        e->bytes = c->width * c->height;
+        e->bytes = mul3(e, c->width, c->height, 1);
+        if (c->height) {
+            /* the extent each side spans: (height - 1) x pitch + width */
+            uint64_t rs = mul3(e, c->height - 1, c->spitch, 1),
+                     rd = mul3(e, c->height - 1, c->dpitch, 1);
+            if (!ends(rs, c->width) || !ends(rd, c->width) ||
+                (rs != SHP_NONE && !ends(c->src, rs + c->width)) ||
+                (rd != SHP_NONE && !ends(c->dst, rd + c->width)))
+                e->impossible = true;
+        }
         e->kind = c->kind;
         e->stream = c->stream;
         e->graph = c->graph ? c->graph : SHP_NONE;
@@ -255,6 +287,8 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
 void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write)
 {
     *read = *write = (struct shp_span){.rows = 1};
+    if (e->impossible)
+        return; /* a size or an end past 64 bits: no range to follow */
     switch (e->type) {
     case SHP_REC_COLL:
     case SHP_REC_P2P:
