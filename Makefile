@@ -386,4 +386,4 @@ clean:
 .PHONY: all check fuzz test-build tsan-build demo bench check-gpu install format format-check clean
 .SECONDARY:
 
--include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/tests $(B)/fuzz/obj -name '*.d' 2>/dev/null)

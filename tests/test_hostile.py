@@ -878,6 +878,22 @@ def test_a_seq_far_ahead_is_lined_up_at_once():
     assert time.monotonic() - t0 < 20
 
 
+def test_a_collective_record_of_no_collective_is_skipped():
+    """A collective record whose op is 0 (no call) and whose count is near 2^64: taken for a
+    call, it was queued as a run of unknown places that long and retired one place at a time
+    (the fuzzer found the analysis running for hours). Such a record is damage: skipped."""
+    data = base_trace()
+    first = next(off for off, rtype, _ in records(data) if rtype == 1)
+    cid = struct.unpack_from("<Q", data, first + 64)[0]
+    c = bytearray(full_coll(cid, 0, 1))
+    struct.pack_into("<H", c, 20, 0)  # op: none
+    struct.pack_into("<Q", c, 80, (1 << 64) - (1 << 28))  # count
+    path = craft("op-none", data, bytes(c))
+    t0 = time.monotonic()
+    readers_survive(path, timeout=20)
+    assert time.monotonic() - t0 < 20
+
+
 def test_expectation_file_that_is_a_fifo_does_not_block():
     """Issue 22 item 14: analyze --expect FIFO hung in open()."""
     d = fresh("expect-fifo")

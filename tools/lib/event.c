@@ -133,6 +133,14 @@ static void decode_head(const struct shp_trace *t, const struct shp_head *h, str
 }
 
 /* A compact record, decoded to what its full record would say (trace.h). */
+/* A collective or p2p record whose op is not a collective or a send/receive is damage: taken for
+ * a call, it would be queued as nothing the analyzer can line up (seen: a fuzzed op 0 read as a
+ * run of unknown places 2^64 long). */
+static bool call_of_its_type(unsigned type, unsigned op)
+{
+    return shp_op_class(op) == (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL);
+}
+
 static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, unsigned phys,
                            struct shp_event *e)
 {
@@ -156,6 +164,8 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
         const struct shp_rec_coll_c *c = (const void *)r;
         struct shp_trace_comm cm = shp_trace_comm_at(t, SHP_P48_TOP(c->send_comm));
         unsigned type = shp_rec_as(phys);
+        if (!call_of_its_type(type, h->op))
+            return false;
         int rp = (int16_t)SHP_P48_TOP(c->recv_rp);
         unsigned redop = (unsigned)(c->count_dt >> 56);
         e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->seq_shi) << 16;
@@ -194,6 +204,8 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     case SHP_REC_COLL:
     case SHP_REC_P2P: {
         const struct shp_rec_coll *c = (const void *)r;
+        if (!call_of_its_type(type, c->ev.op))
+            return false;
         decode_ev(t, &c->ev, e);
         e->comm = c->comm;
         e->seq = c->seq;
