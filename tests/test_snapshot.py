@@ -428,9 +428,10 @@ def test_targets_do_not_notice():
     """Many snapshots of a target blocked in nanosleep, poll, read, a timed condition wait and
     pthread_join, and of one making threads all along: the same output and exit status as
     without them (no EINTR, nothing lost), and every thread found."""
-    # Long enough for 10 snapshots on a busy machine under the sanitizers, where each snapshot
-    # command takes several times as long (seen: 9 in 300 ticks at load 5).
-    ticks = str(900 if os.environ.get("SHAPETRACE_SANITIZED") == "1" else 300)
+    # Long enough for 10 snapshots on a busy machine, where one snapshot command takes 100 ms
+    # or more, and several times as long under the sanitizers (seen: 9 in 300 ticks, 1.3 s, at
+    # load 5); snapshots stop at 40.
+    ticks = str(3000 if os.environ.get("SHAPETRACE_SANITIZED") == "1" else 1500)
     for opts in ((), ("--spawn",)):
         ref = subprocess.run([f"{T}/snap_tick", ticks, *opts], capture_output=True, text=True)
         t = started(tick(int(ticks), *opts))
