@@ -256,11 +256,21 @@ if has values; then
         for proto in LL LL128 Simple; do
             name=promise_${algo}_$proto
             rm -rf "$W/traces/$name"
-            timeout -k 5 300 "$SHP_TOOL_RUN" --values collectives --dir "$W/traces/$name" -- \
-                $JOB_ENV NCCL_ALGO=$algo NCCL_PROTO=$proto $(tr_run 4) "$here/values_promise.py" \
-                "$W/promise.jsonl" --share-gpu >"$W/logs/$name.log" 2>&1
-            rc=$?
-            if [ "$rc" -eq 0 ]; then
+            (
+                timeout -k 5 300 "$SHP_TOOL_RUN" --values collectives --dir "$W/traces/$name" \
+                    -- $JOB_ENV NCCL_ALGO=$algo NCCL_PROTO=$proto $(tr_run 4) \
+                    "$here/values_promise.py" "$W/promise.jsonl" --share-gpu \
+                    >"$W/logs/$name.log" 2>&1
+                echo $? >"$W/logs/$name.rc"
+            ) &
+        done
+    done
+    wait # the six jobs side by side: each is mostly waiting on loopback sockets
+    for algo in Ring Tree; do
+        for proto in LL LL128 Simple; do
+            name=promise_${algo}_$proto
+            rc=$(rc_of "$name")
+            if [ "$rc" = 0 ]; then
                 verdict analyze "$name" "$W/traces/$name" 4 none
             else
                 note "INFO $name: NCCL_ALGO=$algo NCCL_PROTO=$proto did not run (exit $rc):" \
