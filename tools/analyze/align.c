@@ -139,8 +139,9 @@ static uint64_t field_value(const struct an_entry *e, enum field f)
 {
     switch (f) {
     case F_OP:
-        /* ncclBcast is ncclBroadcast in place: one operation for the peers. */
-        return e->op == SHP_OP_ncclBcast ? SHP_OP_ncclBroadcast : e->op;
+        /* An op and its alias are one operation for the peers (ncclBcast is ncclBroadcast in
+         * place). */
+        return shp_op_same(e->op);
     case F_DTYPE:
         return (uint64_t)e->dtype;
     case F_COUNT:
