@@ -107,13 +107,15 @@ $(EXPORTS): preload/exports.map.c include/shapetrace/calls.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -E -P $(CPPFLAGS_BASE) -x c preload/exports.map.c -o $@
 
-$(B)/obj/preload/check_ptds.stamp: preload/check_ptds.c include/shapetrace/calls.h
+# Compile-time checks of the call list against the libraries' headers: no code.
+PRELOAD_CHECKS := $(B)/obj/preload/check_ptds.stamp $(B)/obj/preload/check_facts.stamp
+$(B)/obj/preload/check_%.stamp: preload/check_%.c include/shapetrace/calls.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CHECK   $<")
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -MF $(@:.stamp=.d) -MT $@ -fsyntax-only \
 		$< && touch $@
 
-$(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.stamp
+$(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(PRELOAD_CHECKS)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SANFLAGS) -shared -fPIC -Wl,--version-script=$(EXPORTS) -Wl,-z,defs \
@@ -292,10 +294,10 @@ tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(
 check: test-build
 	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) scripts/deps.sh check
 	$(Q)python3 tests/check_layout.py $(B)
-	$(Q)tests/run.sh $(B)
+	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) tests/run.sh $(B)
 ifeq ($(SAN),)
 	$(Q)$(MAKE) --no-print-directory B=build/asan SAN=address,undefined test-build
-	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
+	$(Q)SHAPETRACE_SANITIZED=1 CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) tests/run.sh build/asan
 	$(Q)$(MAKE) --no-print-directory B=build/tsan TOOLS_SAN=thread tsan-build
 	$(Q)SHAPETRACE_TSAN=1 tests/run.sh build/tsan
 	@echo "== fuzz_reader ($(FUZZ_CHECK_S) s; make fuzz for a long run)"

@@ -27,16 +27,15 @@ static const unsigned char rec_type_of_class[] = {
     [SHP_CLS_GRAPH] = SHP_REC_GRAPH,     [SHP_CLS_LAUNCH] = SHP_REC_GRAPH,
 };
 
-static const unsigned char uses_root[SHP_OP_COUNT] = {
-    [SHP_OP_ncclBroadcast] = 1, [SHP_OP_ncclBcast] = 1,   [SHP_OP_ncclReduce] = 1,
-    [SHP_OP_ncclGather] = 1,    [SHP_OP_ncclScatter] = 1,
-};
+/* The call list's root and redop facts, as tables here for the record's path. */
+#define SHP_X_ROOT(num, lib, cls, name, facts, params, args, desc)                                 \
+    [num] = SHP_NCCL_ROOT facts != SHP_ROOT_NONE,
+static const unsigned char uses_root[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ROOT)};
+#undef SHP_X_ROOT
 
-static const unsigned char uses_redop[SHP_OP_COUNT] = {
-    [SHP_OP_ncclAllReduce] = 1,
-    [SHP_OP_ncclReduce] = 1,
-    [SHP_OP_ncclReduceScatter] = 1,
-};
+#define SHP_X_REDOP(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_REDOP facts,
+static const unsigned char uses_redop[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_REDOP)};
+#undef SHP_X_REDOP
 
 static const unsigned char comm_kind_of_op[SHP_OP_COUNT] = {
     [SHP_OP_ncclCommInitRank] = SHP_COMM_INIT,

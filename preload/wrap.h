@@ -6,6 +6,7 @@
 #ifndef SHAPETRACE_WRAP_H
 #define SHAPETRACE_WRAP_H
 
+#include "preload/desc.h"
 #include "preload/preload.h"
 
 #define SHP_UNPAREN(...) __VA_ARGS__
@@ -90,12 +91,12 @@
     }
 
 /* Types and prototypes: the compiler checks each against the library's own declaration. */
-#define SHP_DECLARE(num, lib, cls, name, params, args, desc)                                       \
+#define SHP_DECLARE(num, lib, cls, name, facts, params, args, desc)                                \
     typedef SHP_RET_##lib(*name##_fn) params;                                                      \
     __attribute__((visibility("default"))) SHP_RET_##lib name params;
 
 /* clang-format off */
-#define SHP_DEFINE(num, lib, cls, name, params, args, desc)                                             \
+#define SHP_DEFINE(num, lib, cls, name, facts, params, args, desc)                                      \
     SHP_RECORD(0, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(1, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(2, lib, cls, name, params, args, desc)                                              \
@@ -107,10 +108,10 @@
 
 _Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
 
-#define SHP_VARIANT0(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name,
-#define SHP_VARIANT1(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
-#define SHP_VARIANT2(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
-#define SHP_VARIANT3(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
+#define SHP_VARIANT0(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name,
+#define SHP_VARIANT1(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
+#define SHP_VARIANT2(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
+#define SHP_VARIANT3(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
 #define SHP_VARIANTS(list) \
     {{list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)}, {list(SHP_VARIANT3)}}
 /* clang-format on */

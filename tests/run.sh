@@ -57,6 +57,7 @@ else
             suite "$(basename "$t")" "$t"
         fi
     done
+    suite "calls" python3 tests/test_calls.py "$B"
     suite "preload and tools" python3 tests/test_preload.py "$B"
     suite "analyze" python3 tests/test_analyze.py "$B"
     suite "values" python3 tests/test_values.py "$B"

@@ -139,8 +139,9 @@ static uint64_t field_value(const struct an_entry *e, enum field f)
 {
     switch (f) {
     case F_OP:
-        /* ncclBcast is ncclBroadcast in place: one operation for the peers. */
-        return e->op == SHP_OP_ncclBcast ? SHP_OP_ncclBroadcast : e->op;
+        /* An op and its alias are one operation for the peers (ncclBcast is ncclBroadcast in
+         * place). */
+        return shp_op_same(e->op);
     case F_DTYPE:
         return (uint64_t)e->dtype;
     case F_COUNT:
@@ -236,7 +237,7 @@ static void note_replays(struct an_ctx *ctx, struct an_finding *f, int culprit,
 static struct an_finding *finding_on(struct an_ctx *ctx, struct an_comm *c, enum an_kind kind,
                                      uint64_t seq)
 {
-    struct an_finding *f = an_finding_add(&ctx->findings, kind, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, kind);
     if (!f)
         return NULL;
     f->comm = c->id;
@@ -976,7 +977,7 @@ static void contradiction(struct an_ctx *ctx, struct align *A, struct an_comm *c
     if (conflicted(A, id, pidx))
         return;
     conflict_add(A, id, pidx);
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_MEMBERSHIP_CONFLICT, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_MEMBERSHIP_CONFLICT);
     if (!f)
         return;
     f->comm = id;
@@ -1229,7 +1230,7 @@ static void missing_members(struct an_ctx *ctx, struct an_comm *c)
     }
     if (!total)
         return;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_MISSING_RANK, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_MISSING_RANK);
     if (!f)
         return;
     f->comm = c->id;
@@ -1253,7 +1254,7 @@ static void report_untied(struct an_ctx *ctx, struct align *A)
     for (size_t p = 0; p < A->nprocs; p++) {
         if (!A->untied[p])
             continue;
-        struct an_finding *f = an_finding_add(&ctx->findings, AN_UNTIED_CALLS, false);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_UNTIED_CALLS);
         if (!f)
             return;
         struct shp_event e;

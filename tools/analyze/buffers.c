@@ -39,7 +39,7 @@ static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an
     /* Both ends fit in 64 bits: the decoder marks a call whose ends do not (impossible). */
     if (!a || buf + len <= a->ptr + a->size)
         return;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_BUFFER_OVERRUN, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_BUFFER_OVERRUN);
     if (!f)
         return;
     f->comm = e->comm ? e->comm : 0;
@@ -59,7 +59,7 @@ static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an
 static void impossible(struct an_ctx *ctx, struct an_step *s)
 {
     const struct shp_event *e = s->e;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_IMPOSSIBLE_SIZE, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_IMPOSSIBLE_SIZE);
     if (!f)
         return;
     f->comm = e->comm;

@@ -446,7 +446,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         x->violated++;
         if (x->finding != SIZE_MAX)
             continue;
-        struct an_finding *f = an_finding_add(&ctx->findings, AN_EXPECTATION_VIOLATION, true);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_EXPECTATION_VIOLATION);
         if (!f)
             return;
         x->finding = (size_t)(f - ctx->findings.v);

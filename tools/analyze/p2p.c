@@ -135,7 +135,7 @@ static void report_pair(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch,
 {
     bool size = sb != rb;
     struct an_finding *f =
-        an_finding_add(&ctx->findings, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH, size);
+        an_finding_add(&ctx->findings, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH);
     if (!f)
         return;
     f->comm = ch->comm;
@@ -272,7 +272,7 @@ static void p2p_finish(void *st, struct an_ctx *ctx)
         /* The partner's trace lost its end: that it never made the call proves nothing. */
         if (lost_end_of(P, ctx, ch->comm, left == &ch->send ? ch->dst : ch->src))
             continue;
-        struct an_finding *f = an_finding_add(&ctx->findings, AN_P2P_UNMATCHED, true);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_P2P_UNMATCHED);
         if (!f)
             continue;
         f->comm = ch->comm;

@@ -585,7 +585,7 @@ static void finding_of(struct values *V, struct an_ctx *ctx, struct vcomm *c)
     struct group *g = c->first;
     /* In rank order, whatever order the traces were merged in. */
     qsort_r(g->r, (size_t)g->n, sizeof(*g->r), by_rank, ctx);
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_VALUE_MISMATCH, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_VALUE_MISMATCH);
     if (!f)
         return;
     uint64_t maj = c->first_maj_fp;

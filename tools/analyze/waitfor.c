@@ -553,7 +553,7 @@ static void report_cycle(struct an_ctx *ctx, struct wait *wt, const int *comp, s
             goto out;
         }
     }
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_DEADLOCK, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_DEADLOCK);
     if (!f)
         goto out;
     /* The culprits: the ranks of the smaller side when two sides wait on each other, else

@@ -102,13 +102,14 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
     e->bytes = mul3(e, count, 1, es);
     e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : mul3(e, count, sm, es);
     e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : mul3(e, count, rm, es);
-    /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
-     * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
-     * touch 0 bytes there (the address passed is still shown). */
+    /* Root-only buffers (the call list's root fact): NCCL neither reads nor writes the receive
+     * buffer of a reduce or a gather, nor the send buffer of a broadcast or a scatter, on a
+     * non-root rank. They touch 0 bytes there (the address passed is still shown). */
     if (root >= 0 && comm_rank >= 0 && comm_rank != root) {
-        if (op == SHP_OP_ncclReduce || op == SHP_OP_ncclGather)
+        int only = shp_op_root(op);
+        if (only == SHP_ROOT_RECVS)
             e->recv_bytes = 0;
-        else if (op == SHP_OP_ncclBroadcast || op == SHP_OP_ncclBcast || op == SHP_OP_ncclScatter)
+        else if (only == SHP_ROOT_SENDS)
             e->send_bytes = 0;
     }
     /* A send has no receive buffer and a receive no send buffer. */
