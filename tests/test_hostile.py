@@ -2,6 +2,7 @@
 application must never be harmed; the readers never crash and always print valid JSON. Crafted
 traces get their record checks from common/'s function, through build/tests/shp_craft.
 Usage: test_hostile.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import glob
 import json
 import os
 import resource
@@ -391,6 +392,79 @@ def test_run_directory_of_another_user_is_refused():
                        timeout=30, env=preload_env(d))
     assert t.returncode == 0 and "owned by another user" in t.stderr, t.stderr
     assert os.listdir(d) == [], os.listdir(d)
+
+
+def test_helper_thread_leaves_threads_signals_fork_and_exit_alone():
+    """The preload starts a thread of its own (it faults the trace's next pages in ahead of the
+    calls): a program of one thread must not meet it. A timer's SIGALRM, sent to the process,
+    reaches the program's thread every time; its signal mask stays what it set; each of 20
+    forks finds one thread in the parent (as Python's os.fork counts them) and each child
+    traces into a file of its own; main ends with pthread_exit, and the process ends with it."""
+    u, t, d, uf, tf = both("alone", [f"{T}/hostile", "alone", "200000"],
+                           opts=["--debug", "INFO", "--stacks", "none"], timeout=60)
+    same(u, t, uf, tf)
+    assert u.stdout == ("20 forks: 20 found one thread, 20 children exited 0\n"
+                        "SIGALRM: taken on the main thread, 0 on another; signal mask as it was "
+                        "set\n"), u.stdout
+    assert "a helper thread faults the trace's next pages in" in t.stderr, t.stderr
+    procs = procs_of(d)
+    assert len(procs) == 21 and all(q["complete"] for q in procs), procs
+    assert sorted(q["events"] for q in procs) == [501] * 20 + [200001], procs
+    seen = [ln for ln in t.stderr.splitlines() if ln.startswith("hostile: at most")]
+    print(f"     ({seen[0][9:]} traced)" if seen else "     (no thread count)")
+
+
+def python_that_warns_at_fork():
+    """A CPython that warns when os.fork finds other threads (3.12 and later), else None."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for minor in (13, 12):
+        for py in [shutil.which(f"python3.{minor}")] + sorted(
+                glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin", f"python3.{minor}"))):
+            if py and os.access(py, os.X_OK) and subprocess.run(
+                    [py, "-c", "pass"], capture_output=True).returncode == 0:
+                return py
+    return None
+
+
+FORK_PY = r"""
+import ctypes, os, sys
+cudart = ctypes.CDLL(sys.argv[1])
+dev = ctypes.c_void_p()
+assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+host = ctypes.create_string_buffer(64)
+copy = cudart.cudaMemcpy
+copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+ok = 0
+for k in range(200):
+    for i in range(1000):
+        assert copy(dev, host, 64, 1) == 0
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    ok += st == 0
+print("forks:", ok, "of 200 exited 0")
+"""
+
+
+def test_python_fork_never_sees_the_helper_thread():
+    """CPython 3.12 warns (DeprecationWarning, shown under -W always) when os.fork finds
+    threads besides the caller, counted by the kernel (/proc/self/stat, native ones included):
+    a single-threaded Python program that forks 200 times, 1,000
+    traced copies apart (the helper is started a dozen times meanwhile, and without the join
+    before each fork the parent found it 9 runs in 10), must not be told about it."""
+    py = python_that_warns_at_fork()
+    if not py:
+        raise NotRun("no CPython 3.12 or later here (pyenv or PATH)")
+    script = os.path.join(fresh("pyfork-script"), "fork.py")
+    open(script, "w").write(FORK_PY)
+    u, t, d, uf, tf = both("pyfork", [py, "-W", "always::DeprecationWarning", script,
+                                      f"{T}/libcudart.so.13"], opts=["--debug", "INFO"],
+                           timeout=120)
+    same(u, t, uf, tf)
+    assert u.stdout == "forks: 200 of 200 exited 0\n", u.stdout
+    assert "a helper thread faults the trace's next pages in" in t.stderr, t.stderr
+    assert "DeprecationWarning" not in u.stderr + t.stderr, t.stderr[-2000:]
 
 
 # ---- nothing missed in silence ----
@@ -850,7 +924,9 @@ HARM = {
     "test_paths_from_the_environment_are_checked_before_use",
     "test_symbol_file_is_never_written_through_a_planted_link",
     "test_run_directory_that_others_can_write_is_refused",
-    "test_run_directory_of_another_user_is_refused"}
+    "test_run_directory_of_another_user_is_refused",
+    "test_helper_thread_leaves_threads_signals_fork_and_exit_alone",
+    "test_python_fork_never_sees_the_helper_thread"}
 assert HARM <= set(globals()), HARM - set(globals())
 
 if __name__ == "__main__":
