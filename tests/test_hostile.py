@@ -164,8 +164,9 @@ def test_trace_file_replaced_while_running_is_left_alone():
     """The trace is opened again by name to grow: a file put in its place is not the trace
     (device and inode), so it is neither grown nor written, and the trace says why it stopped."""
     d = fresh("replaced")
+    # 100000 copies after the swap: the trace must grow past the few MiB it is made ahead
     p = subprocess.Popen([TOOL, "run", "--dir", d, "--stacks", "none", "--", f"{T}/hostile",
-                          "pause", "10", "40000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          "pause", "10", "100000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env())
     try:
         for _ in range(400):
@@ -187,7 +188,7 @@ def test_trace_file_replaced_while_running_is_left_alone():
     assert open(path).read() == "decoy\n"
     q = procs_of(moved)
     assert q[0]["switched_off"]["reason"] == "file_gone", q
-    assert q[0]["events"] + q[0]["dropped"] + q[0]["switched_off"]["calls_lost"] == 40012, q
+    assert q[0]["events"] + q[0]["dropped"] + q[0]["switched_off"]["calls_lost"] == 100012, q
 
 
 def test_file_size_limit_caps_the_trace_and_raises_no_signal():
@@ -514,15 +515,17 @@ def test_no_descriptor_to_grow_the_trace_says_so_and_counts_the_lost_calls():
     """An application that has used every descriptor it may open keeps them all: the trace,
     which needs one for a moment to grow, switches off and says why and when."""
     d = fresh("nofd-lost")
-    args = [PRLIMIT, "--nofile=64", f"{T}/hostile", "nofile", "40000"]
+    # 100000 copies (6.4 MB of records): the trace must grow after the descriptors are gone
+    # (the file is made a few MiB ahead of the records while it still can be)
+    args = [PRLIMIT, "--nofile=64", f"{T}/hostile", "nofile", "100000"]
     u = run(args)
     p = run([TOOL, "run", "--dir", os.path.join(d, "run"), "--stacks", "none", "--", *args])
     assert (p.returncode, p.stdout) == (u.returncode, u.stdout), (u.stdout, p.stdout, p.stderr)
     [q] = procs_of(os.path.join(d, "run"))
     off = q["switched_off"]
     assert off and off["reason"] == "no_descriptor" and off["at_s"] > 0, q
-    # every call is recorded, dropped or lost: cudaMalloc and 1 copy, cudaMalloc and 40000
-    assert q["events"] + q["dropped"] + off["calls_lost"] == 40003, q
+    # every call is recorded, dropped or lost: cudaMalloc and 1 copy, cudaMalloc and 100000
+    assert q["events"] + q["dropped"] + off["calls_lost"] == 100003, q
     assert q["ended"] == "exited", q
     text = run([TOOL, "analyze", os.path.join(d, "run")]).stdout
     assert "the application had no file descriptor to spare" in text, text
