@@ -380,7 +380,7 @@ extern _Atomic bool shp_armed_tried;
 
 /* True when calls are being recorded (not dormant). Two loads on the fast path, one more while
  * dormant. */
-static inline bool shp_armed(void)
+static inline __attribute__((always_inline)) bool shp_armed(void)
 {
     volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
     return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) ||
@@ -393,7 +393,7 @@ static inline bool shp_armed(void)
  * communicator in parallel with multiple threads"; threads that take turns are ordered by their
  * own synchronization), so a load and a store count it, with no locked add: on a dormant
  * collective that add was a third of what the wrapper cost. */
-static inline uint64_t shp_seq_next(_Atomic uint64_t *n)
+static inline __attribute__((always_inline)) uint64_t shp_seq_next(_Atomic uint64_t *n)
 {
     uint64_t v = atomic_load_explicit(n, memory_order_relaxed);
     atomic_store_explicit(n, v + 1, memory_order_relaxed);
@@ -420,7 +420,8 @@ void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer);
 
 /* shp_dormant_seq, inline for a collective on the thread's last communicator: a compare, a load
  * and a store, no call, errno untouched. */
-static inline void shp_dormant_count(unsigned op, unsigned cls, int slot, void *comm, int peer)
+static inline __attribute__((always_inline)) void shp_dormant_count(unsigned op, unsigned cls,
+                                                                    int slot, void *comm, int peer)
 {
     if (cls == SHP_CLS_COLL && comm && comm == shp_comm_last.handle && shp_comm_last.seq &&
         shp_comm_last.gen == atomic_load_explicit(&shp_comm_gen, memory_order_acquire)) {
