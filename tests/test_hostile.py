@@ -164,6 +164,49 @@ def test_values_exit_status_and_pending_fingerprints():
     assert p.returncode == 9 and p.stdout == "leaving with 9\n", p
     d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
     assert d["values"]["pending"] == 1, d["values"]
+
+
+ERRNO_CALLS = ("cudaMemcpyAsync D2D", "cudaMemcpyAsync Default", "cudaMemcpy D2H",
+               "cudaGraphLaunch", "ncclAllReduce", "ncclAllReduce refused")
+
+
+def test_errno_is_as_the_real_function_left_it():
+    # The caller of a traced call sees errno as the real function left it: its own value where
+    # the function does not touch it, the function's where it does (SHP_DOUBLE_RT_ERRNO: the
+    # runtime double's copies leave 77), while every driver function the fingerprints call leaves
+    # 99 (SHP_DOUBLE_CU_ERRNO). The calls take compact records, whose path saves no errno: the
+    # values hooks before and after the real call keep it themselves; a refused all-reduce gives
+    # its seq back on the same path. With --values, without, with no stacks, and dormant.
+    n = 200
+    for rt in (None, "77"):
+        e = values_env(T, SHP_DOUBLE_CU_ERRNO="99", SHP_DOUBLE_RT_ERRNO=rt)
+        u = subprocess.run([f"{T}/hostile", "errno", str(n)], capture_output=True, text=True,
+                           timeout=60, env=e)
+        want = [f"{c}: {0 if rt and 'Memcpy' in c else n} of {n} returned with errno as set, "
+                f"the others with {rt if rt and 'Memcpy' in c else 0}" for c in ERRNO_CALLS]
+        assert (u.returncode, u.stdout.splitlines()) == (0, want), (rt, u)
+        for opts in (("--values", "all", "--values-site", "*"),
+                     ("--values", "all", "--values-site", "*", "--stacks", "none"), (),
+                     ("--dormant",)):
+            rd = fresh(f"errno-{rt}-{len(opts)}-{opts[:1]}")
+            t = subprocess.run([TOOL, "run", "--dir", rd, *opts, "--", f"{T}/hostile", "errno",
+                                str(n)], capture_output=True, text=True, timeout=60, env=e)
+            assert (t.returncode, t.stdout) == (0, u.stdout), (rt, opts, t)
+            if opts[:1] != ("--values",):
+                continue
+            path = glob.glob(os.path.join(rd, "*.shptrace"))[0]
+            kinds = {r[1] for r in records(open(path, "rb").read())}
+            assert {14, 15, 17} <= kinds, (opts, kinds)  # compact copies, all-reduces, launches
+            d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
+            # Without call sites only the all-reduces are fingerprinted; with them the copies too.
+            least = n if "none" in opts else 4 * n
+            assert d["values"]["records"] >= least and d["values"]["lost"] == 0, d["values"]
+            dump = run([TOOL, "dump", "--json", rd]).stdout.splitlines()
+            seqs = [x["seq"] for x in map(json.loads, dump)
+                    if x["op"] == "ncclAllReduce" and x["result"] == 0]
+            assert seqs == list(range(n)), seqs[:10]
+
+
 # ---- the application is harmed in no way: each case runs untraced and traced, and the two
 # runs must give the same output, exit status and files (issue 22) ----
 

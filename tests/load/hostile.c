@@ -26,6 +26,12 @@
  *                     the CUDA error still pending and its descriptors
  *   values-exit S     an async copy, then exit(S); values-_exit S: the same with _exit (no exit
  *                     handlers run)
+ *   errno N           N rounds of six calls, each made with errno set to a value of its own:
+ *                     an async device-to-device copy on a stream, one of kind Default, a
+ *                     synchronous copy to the host, a graph launch, an all-reduce on a
+ *                     communicator of one rank and one NCCL refuses (an invalid datatype);
+ *                     prints for each how many calls returned with errno as it was set, and
+ *                     what the others returned with
  *   alone N           a program of one thread that counts on being one: blocks SIGUSR2, takes
  *                     SIGALRM from a 1 ms timer (sent to the process, so to any thread that does
  *                     not block it) and notes which thread got each; N copies in 20 rounds, each
@@ -39,6 +45,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <nccl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -311,6 +318,63 @@ static int values_exit(int status, int hard)
     exit(status);
 }
 
+/* What errno a wrapper's caller sees: the value the real function left, which is the caller's
+ * own where the real function does not touch it. */
+static int errno_seen(int n)
+{
+    static const char *const what[] = {"cudaMemcpyAsync D2D", "cudaMemcpyAsync Default",
+                                       "cudaMemcpy D2H",      "cudaGraphLaunch",
+                                       "ncclAllReduce",       "ncclAllReduce refused"};
+    int kept[6] = {0}, other[6] = {0};
+    unsigned char *a, *b, host[256] = {1};
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    ncclUniqueId id;
+    ncclComm_t comm;
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, sizeof(host)) ||
+        cudaMalloc((void **)&b, sizeof(host)) ||
+        cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice) ||
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) || cudaStreamEndCapture(s, &g) ||
+        cudaGraphInstantiate(&exec, g, 0) || ncclGetUniqueId(&id) ||
+        ncclCommInitRank(&comm, 1, id, 0))
+        return 3;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 6; k++) {
+            int mark = 1000 + (i * 6 + k) % 3000, rc;
+            errno = mark;
+            if (k == 0)
+                rc = cudaMemcpyAsync(b, a, sizeof(host), cudaMemcpyDeviceToDevice, s);
+            else if (k == 1)
+                rc = cudaMemcpyAsync(a, b, sizeof(host), cudaMemcpyDefault, s);
+            else if (k == 2)
+                rc = cudaMemcpy(host, b, sizeof(host), cudaMemcpyDeviceToHost);
+            else if (k == 3)
+                rc = cudaGraphLaunch(exec, s);
+            else if (k == 4)
+                rc = ncclAllReduce(a, b, sizeof(host) / 4, ncclFloat32, ncclSum, comm, s);
+            else
+                rc = ncclAllReduce(a, b, 1, (ncclDataType_t)99, ncclSum, comm, s) ==
+                             ncclInvalidArgument
+                         ? 0
+                         : 1;
+            int seen = errno;
+            if (rc)
+                return 3;
+            if (seen == mark)
+                kept[k]++;
+            else
+                other[k] = seen;
+        }
+    }
+    if (cudaStreamSynchronize(s) || ncclCommDestroy(comm))
+        return 3;
+    for (int k = 0; k < 6; k++)
+        printf("%s: %d of %d returned with errno as set, the others with %d\n", what[k], kept[k], n,
+               other[k]);
+    return 0;
+}
+
 static volatile sig_atomic_t alarms_here, alarms_elsewhere;
 static pid_t main_tid;
 
@@ -435,12 +499,15 @@ int main(int argc, char **argv)
         return values_exit(atoi(argv[2]), 0);
     if (argc > 2 && !strcmp(argv[1], "values-_exit"))
         return values_exit(atoi(argv[2]), 1);
+    if (argc > 2 && !strcmp(argv[1], "errno"))
+        return errno_seen(atoi(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "alone"))
         return alone(atoi(argv[2]));
     fprintf(
         stderr,
         "usage: hostile closeall FILE N | calls N | exec N | linger N | pause N M | write FILE "
         "BYTES N | fsize KB N FILE | malloc MB N | vmsize | reuse A B N | nofile N | lastfd N | "
-        "stderr FILE N | umask N | values N | values-exit S | values-_exit S | alone N\n");
+        "stderr FILE N | umask N | values N | values-exit S | values-_exit S | errno N | "
+        "alone N\n");
     return 2;
 }
