@@ -523,7 +523,7 @@ __attribute__((cold)) void shp_call_lost(const void *caller);
 /* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
  * real function of another intercepted call is running on this thread. caller: as for
  * shp_call_lost, read only when tracing is off. */
-static inline bool shp_active(const void *caller)
+static inline __attribute__((always_inline)) bool shp_active(const void *caller)
 {
     if (__builtin_expect(shp_guard, 0))
         return false;
