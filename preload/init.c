@@ -28,7 +28,7 @@ void shp_init(void)
         shp_values_config();
         /* A warning that the application's standard error cannot take goes into the trace. */
         shp_log.divert = shp_writer_note;
-        pthread_atfork(NULL, NULL, atfork_child);
+        pthread_atfork(shp_writer_atfork_prepare, shp_writer_atfork_parent, atfork_child);
         shp_own_leave(saved);
         atomic_store_explicit(&shp_state, shp_cfg.refused ? SHP_STATE_OFF : SHP_STATE_ON,
                               memory_order_release);

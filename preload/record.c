@@ -2,6 +2,10 @@
  * call does not say: communicator identity and sequence numbers, group depth, which streams are
  * being captured into graphs. Per-op facts live in tables indexed by the op. */
 #define _GNU_SOURCE
+/* The record check (trace.h) is a loop over a record's words; with a compact record's constant
+ * size it unrolls into a few adds only when peeled (44 instructions of a traced graph launch's
+ * 270 were the loop's). */
+#pragma GCC optimize("peel-loops")
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -15,6 +19,10 @@
 #include "include/shapetrace/env.h"
 #include "preload/preload.h"
 #include "preload/values.h"
+
+/* The call path's own helpers are inlined into each class's entry point (shp_enter_*), so that
+ * each is one straight function. */
+#define HOT static inline __attribute__((always_inline))
 
 /* ---- per-op tables ---- */
 
@@ -62,8 +70,8 @@ static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
 
 /* ---- the trace file ---- */
 
-/* Open the trace if it is not, with module records right after the header so that every stack
- * can be symbolized; a trace that cannot be made switches tracing off. False if there is none. */
+/* Open the trace if it is not; a trace that cannot be made switches tracing off. False if
+ * there is none. (The objects a stack's frames lie in are written with the stack: stacks.c.) */
 static bool trace_open(void)
 {
     int rc = shp_writer_open();
@@ -73,21 +81,24 @@ static bool trace_open(void)
         shp_disable("the trace file could not be created");
         return false;
     }
-    if (shp_cfg.stacks != SHP_STACKS_NONE)
-        shp_modules_sync();
     shp_values_opened();
     return true;
 }
 
+_Atomic bool shp_armed_tried;
+static _Atomic int armed_tried_once;
+
 bool shp_armed_slow(void)
 {
     /* Dormant and no file yet: make it now, once, so that attach can find this process. */
-    static _Atomic int tried;
-    if (!shp_ctl_is_local() || atomic_exchange(&tried, 1))
+    if (!shp_ctl_is_local() || atomic_exchange(&armed_tried_once, 1)) {
+        atomic_store_explicit(&shp_armed_tried, true, memory_order_relaxed);
         return false;
+    }
     int saved = shp_own_enter();
     trace_open();
     shp_own_leave(saved);
+    atomic_store_explicit(&shp_armed_tried, true, memory_order_relaxed);
     return __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE)[SHP_CTL_ARMED] != 0;
 }
 
@@ -132,6 +143,9 @@ static struct comm_state *comm_lookup(const void *handle)
     return NULL;
 }
 
+_Atomic uint32_t shp_comm_gen;
+SHP_TLS struct shp_comm_last shp_comm_last;
+
 static void comm_insert(void *handle, struct comm_state *st)
 {
     uint64_t h = shp_mix64((uint64_t)(uintptr_t)handle);
@@ -146,6 +160,8 @@ static void comm_insert(void *handle, struct comm_state *st)
             break;
         }
     }
+    /* Every thread's cached communicator is looked up again: this handle may be the one. */
+    atomic_fetch_add_explicit(&shp_comm_gen, 1, memory_order_release);
     pthread_mutex_unlock(&comm_mu);
 }
 
@@ -201,7 +217,7 @@ static void note_first_rank(int rank)
 }
 
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
-static SHP_TLS uint32_t tls_group;
+SHP_TLS uint32_t shp_group_depth;
 
 /* A communicator creation record's body, every field written (no block clear on this path). */
 static void comm_body(struct shp_rec_comm *r, uint64_t id, int rank, int nranks)
@@ -229,7 +245,7 @@ static void comm_indexed(struct comm_state *st, const void *rec)
 }
 
 /* st's index in the current trace file, -1 if it has none there. */
-static int comm_index(const struct comm_state *st)
+HOT int comm_index(const struct comm_state *st)
 {
     int i = st ? atomic_load_explicit(&st->cidx, memory_order_acquire) : -1;
     return i >= 0 && st->gen == shp_writer_gen() ? i : -1;
@@ -306,16 +322,61 @@ static void comm_learn(struct shp_call *c, void *comm, struct comm_state *st)
         note_first_rank(rank);
 }
 
-static struct comm_state *comm_get(struct shp_call *c, void *comm)
+/* comm_get past the calling thread's cache: the table, else a communicator seen first now; one
+ * still in progress is asked again (comm_learn). The cache then holds it as of generation `gen`,
+ * unless it is still in progress: its calls look it up until NCCL can say what it is. */
+static __attribute__((noinline)) struct comm_state *comm_find(struct shp_call *c, void *comm,
+                                                              uint32_t gen)
+{
+    struct comm_state *st = comm_lookup(comm);
+    if (!st || atomic_load_explicit(&st->pending, memory_order_relaxed)) {
+        int saved = errno; /* NCCL is asked about it, and a record written */
+        if (!st)
+            st = comm_unknown(c, comm);
+        else
+            comm_learn(c, comm, st);
+        errno = saved;
+    }
+    bool pending = st && atomic_load_explicit(&st->pending, memory_order_relaxed);
+    shp_comm_last.handle = pending ? NULL : comm;
+    shp_comm_last.st = st;
+    shp_comm_last.seq = st ? &st->seq : NULL;
+    shp_comm_last.gen = gen;
+    return st;
+}
+
+/* The state of communicator handle `comm` (NULL for a NULL handle, or when it cannot be kept).
+ * A thread calls one communicator over and over: the last one it named is kept in a
+ * thread-local cache, good until any communicator is inserted (shp_comm_gen), which is when a
+ * destroyed handle can come back as another communicator. */
+static inline struct comm_state *comm_get(struct shp_call *c, void *comm)
 {
     if (!comm)
         return NULL;
-    struct comm_state *st = comm_lookup(comm);
+    uint32_t gen = atomic_load_explicit(&shp_comm_gen, memory_order_acquire);
+    if (__builtin_expect(shp_comm_last.handle == comm && shp_comm_last.gen == gen, 1))
+        return shp_comm_last.st;
+    return comm_find(c, comm, gen);
+}
+
+/* The counter of a p2p call's seq: sends to `peer`, or receives from it; NULL for a peer out of
+ * the communicator's range, or while its size is not known. */
+HOT _Atomic uint64_t *p2p_counter(struct comm_state *st, unsigned op, int peer)
+{
+    _Atomic uint64_t *p2p = atomic_load_explicit(&st->p2p, memory_order_acquire);
+    int n = atomic_load_explicit(&st->nranks, memory_order_relaxed);
+    if (!p2p || peer < 0 || peer >= n)
+        return NULL;
+    return &p2p[(size_t)peer + (op == SHP_OP_ncclRecv ? (size_t)n : 0)];
+}
+
+/* The counter a collective's or p2p call's seq comes from: the communicator's, or the one of its
+ * peer and direction; NULL when there is none. */
+HOT _Atomic uint64_t *seq_counter(struct comm_state *st, unsigned cls, unsigned op, int peer)
+{
     if (!st)
-        return comm_unknown(c, comm);
-    if (__builtin_expect(atomic_load_explicit(&st->pending, memory_order_relaxed), 0))
-        comm_learn(c, comm, st);
-    return st;
+        return NULL;
+    return cls == SHP_CLS_COLL ? &st->seq : p2p_counter(st, op, peer);
 }
 
 /* ---- captures ---- */
@@ -355,13 +416,16 @@ static bool per_thread_op(unsigned op)
 /* CUDA's id of the capture that the call's stream is in, its own or one it joined by waiting on
  * an event recorded in it (cudaStreamGetCaptureInfo, else the driver's cuStreamGetCaptureInfo;
  * CUDA 13's runtime takes seven arguments and CUDA 12's six, all after the id passed NULL).
- * False when it is in none, or CUDA cannot say. CUDA's last error is left as it was. */
+ * False when it is in none, or CUDA cannot say. CUDA's last error and errno are left as they
+ * were (a call record's path does not keep errno: see enter). */
 static bool cuda_capture_id(const struct shp_call *c, void *stream, unsigned long long *id)
 {
     bool ptsz = per_thread_op(c->op);
     /* The legacy stream cannot be captured, nor join a capture. */
     if ((!stream && !ptsz) || stream == (void *)cudaStreamLegacy)
         return false;
+    int saved = errno;
+    bool in = false;
     if (shp_op_lib(c->op) != SHP_LIB_CUDA) {
         rt_capture_info_fn f = (rt_capture_info_fn)shp_real_aux(
             c->slot, ptsz ? SHP_AUX_STREAM_CAPTURE_INFO_PTSZ : SHP_AUX_STREAM_CAPTURE_INFO);
@@ -375,28 +439,29 @@ static bool cuda_capture_id(const struct shp_call *c, void *stream, unsigned lon
                 if (get && before == cudaSuccess)
                     get();
             }
-            return e == cudaSuccess && st == cudaStreamCaptureStatusActive;
+            in = e == cudaSuccess && st == cudaStreamCaptureStatusActive;
+            goto out;
         }
     }
     cu_capture_info_fn f = (cu_capture_info_fn)shp_real_aux(0, SHP_AUX_CU_STREAM_CAPTURE_INFO);
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     cuuint64_t cid = 0;
     CUstream s = stream ? (CUstream)stream : CU_STREAM_PER_THREAD;
-    if (!f || f(s, &st, &cid, NULL, NULL, NULL) != CUDA_SUCCESS ||
-        st != CU_STREAM_CAPTURE_STATUS_ACTIVE)
-        return false;
-    *id = cid;
-    return true;
+    if (f && f(s, &st, &cid, NULL, NULL, NULL) == CUDA_SUCCESS &&
+        st == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        *id = cid;
+        in = true;
+    }
+out:
+    errno = saved;
+    return in;
 }
 
-/* The capture id of the call's stream, 0 when it is not captured. Only while this process has a
- * capture in progress is anything asked: first whether the stream began one (a table of our
- * own), then CUDA, for a stream that joined one through an event (torch and vLLM put NCCL on a
- * side stream inside a graph that way). */
-static uint64_t capture_of(const struct shp_call *c)
+/* capture_of while this process has a capture in progress: first whether the stream began one
+ * (a table of our own), then CUDA, for a stream that joined one through an event (torch and vLLM
+ * put NCCL on a side stream inside a graph that way). */
+static __attribute__((noinline)) uint64_t capture_find(const struct shp_call *c)
 {
-    if (atomic_load_explicit(&cap.n, memory_order_acquire) == 0)
-        return 0;
     uint64_t id = 0;
     pthread_mutex_lock(&cap.mu);
     for (int i = 0; i < cap.n; i++)
@@ -412,6 +477,15 @@ static uint64_t capture_of(const struct shp_call *c)
             id = cap.id[i];
     pthread_mutex_unlock(&cap.mu);
     return id ? id : FOREIGN_CAPTURE | cid;
+}
+
+/* The capture id of the call's stream, 0 when it is not captured. Only while this process has a
+ * capture in progress is anything asked (capture_find). */
+HOT uint64_t capture_of(const struct shp_call *c)
+{
+    if (__builtin_expect(atomic_load_explicit(&cap.n, memory_order_acquire) == 0, 1))
+        return 0;
+    return capture_find(c);
 }
 
 /* stream began capture `id` (id 0: its capture ended). */
@@ -519,7 +593,7 @@ static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
     ev->stack = shp_stack_here();
     if (shp_cfg.stacks != SHP_STACKS_NONE && !ev->stack)
         ev->flags |= SHP_EV_DROPPED_STACK;
-    ev->group = tls_group;
+    ev->group = shp_group_depth;
     ev->result = 0;
     ev->device = -1;
     ev->dur = SHP_DUR_PENDING;
@@ -537,27 +611,27 @@ struct pre {
     int kind, device;      /* copies */
 };
 
-static void pre_common(struct pre *p, const struct shp_call *c)
+HOT void pre_common(struct pre *p, const struct shp_call *c)
 {
-    p->stack = shp_stack_here();
+    p->stack = shp_cfg.stacks != SHP_STACKS_NONE ? shp_stack_here() : 0;
     p->flags = shp_cfg.stacks != SHP_STACKS_NONE && !p->stack ? SHP_EV_DROPPED_STACK : 0;
     p->graph = capture_of(c);
     if (p->graph)
         p->flags |= SHP_EV_CAPTURED;
 }
 
-static void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
+HOT void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
 {
     hd->t = c->t0;
     hd->tid = shp_tid();
     hd->op = (uint8_t)c->op;
     hd->flags = (uint8_t)p->flags;
-    hd->group = (uint16_t)tls_group;
+    hd->group = (uint16_t)shp_group_depth;
     hd->done = SHP_DONE_PENDING;
 }
 
 /* True if every one of n values fits the 48 bits of a compact record's word. */
-static bool fit48(const uint64_t *v, int n)
+HOT bool fit48(const uint64_t *v, int n)
 {
     uint64_t any = 0;
     for (int i = 0; i < n; i++)
@@ -565,7 +639,7 @@ static bool fit48(const uint64_t *v, int n)
     return any < SHP_P48_LIMIT;
 }
 
-static bool fit16(int v)
+HOT bool fit16(int v)
 {
     return v >= INT16_MIN && v <= INT16_MAX;
 }
@@ -615,27 +689,14 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
-/* The counter a collective's or p2p call's seq comes from: the communicator's, or the one of its
- * peer and direction; NULL when there is none (a peer out of range, a size not known yet). */
-static _Atomic uint64_t *seq_counter(const struct shp_call *c, struct comm_state *st)
-{
-    if (c->cls == SHP_CLS_COLL)
-        return &st->seq;
-    _Atomic uint64_t *p2p = atomic_load_explicit(&st->p2p, memory_order_acquire);
-    int n = st->nranks;
-    if (!p2p || c->peer < 0 || c->peer >= n)
-        return NULL;
-    return &p2p[(size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)n : 0)];
-}
-
-static void pre_coll(struct pre *p, struct shp_call *c)
+HOT void pre_coll(struct pre *p, struct shp_call *c)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
     p->st = st;
     /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
-    _Atomic uint64_t *n = st ? seq_counter(c, st) : NULL;
-    p->seq = n ? atomic_fetch_add_explicit(n, 1, memory_order_relaxed) : UINT64_MAX;
+    _Atomic uint64_t *n = seq_counter(st, c->cls, c->op, c->peer);
+    p->seq = n ? shp_seq_next(n) : UINT64_MAX;
     c->seq = p->seq;
 }
 
@@ -644,7 +705,8 @@ static void pre_coll(struct pre *p, struct shp_call *c)
  * (unless another thread took the next one meanwhile, which NCCL forbids on one communicator). */
 static void give_back_seq(struct shp_call *c)
 {
-    _Atomic uint64_t *n = c->cstate && c->seq != UINT64_MAX ? seq_counter(c, c->cstate) : NULL;
+    _Atomic uint64_t *n =
+        c->cstate && c->seq != UINT64_MAX ? seq_counter(c->cstate, c->cls, c->op, c->peer) : NULL;
     uint64_t next = c->seq + 1;
     if (n)
         atomic_compare_exchange_strong_explicit(n, &next, c->seq, memory_order_relaxed,
@@ -675,16 +737,16 @@ static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const st
 }
 
 /* The compact record of a collective or p2p call, if it can take one; false: write the full. */
-static bool coll_compact(struct shp_call *c, const struct pre *p)
+HOT bool coll_compact(struct shp_call *c, const struct pre *p)
 {
     int idx = comm_index(p->st);
     int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
     uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
                     (uint64_t)(uintptr_t)c->stream, p->seq};
-    if (idx < 0 || p->graph || tls_group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
+    if (idx < 0 || p->graph || shp_group_depth > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
         return false;
     unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
-    struct shp_rec_coll_c *r = shp_reserve(type, sizeof(*r));
+    struct shp_rec_coll_c *r = shp_reserve_call(type, sizeof(*r));
     if (r) {
         unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
         head_fill(&r->h, c, p);
@@ -693,17 +755,23 @@ static bool coll_compact(struct shp_call *c, const struct pre *p)
         r->recv_rp = SHP_P48(v[2], rp);
         r->stream_slo = SHP_P48(v[3], p->stack);
         r->seq_shi = SHP_P48(v[4], p->stack >> 16);
-        shp_rec_publish(r, type, sizeof(*r));
+        /* Each type a constant, so that the check folds into a few adds. */
+        if (type == SHP_REC_P2P_C)
+            shp_rec_publish(r, SHP_REC_P2P_C, sizeof(*r));
+        else
+            shp_rec_publish(r, SHP_REC_COLL_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
 }
 
-static void pre_copy(struct pre *p, const struct shp_call *c)
+HOT void pre_copy(struct pre *p, const struct shp_call *c)
 {
     p->kind = c->kind;
     if (p->kind == cudaMemcpyDefault) {
+        int saved = errno; /* the library is asked */
         p->kind = resolve_kind(c, c->b, c->a);
+        errno = saved;
         p->flags |= SHP_EV_KIND_DEFAULT;
     }
 }
@@ -723,18 +791,20 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
     r->kind = (uint8_t)p->kind;
 }
 
-static bool copy_compact(struct shp_call *c, const struct pre *p)
+HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || tls_group > UINT16_MAX || !fit48(v, 4))
+        p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
         return false;
     /* The device at entry: a copy does not change it, and so the completion stays one store. */
+    int saved = errno; /* the library is asked */
     int dev = current_device(c);
+    errno = saved;
     if (!fit16(dev))
         return false;
-    struct shp_rec_copy_c *r = shp_reserve(SHP_REC_COPY_C, sizeof(*r));
+    struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);
         r->dst_dev = SHP_P48(v[0], dev);
@@ -747,12 +817,13 @@ static bool copy_compact(struct shp_call *c, const struct pre *p)
     return true;
 }
 
-static bool launch_compact(struct shp_call *c, const struct pre *p)
+HOT bool launch_compact(struct shp_call *c, const struct pre *p)
 {
+    /* A launch's description names its exec and stream only (calls.h). */
     uint64_t v[] = {(uint64_t)(uintptr_t)c->stream, (uint64_t)(uintptr_t)c->exec};
-    if (c->graph || c->flags || tls_group > UINT16_MAX || !fit48(v, 2))
+    if (shp_group_depth > UINT16_MAX || !fit48(v, 2))
         return false;
-    struct shp_rec_launch_c *r = shp_reserve(SHP_REC_LAUNCH_C, sizeof(*r));
+    struct shp_rec_launch_c *r = shp_reserve_call(SHP_REC_LAUNCH_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);
         r->stream_slo = SHP_P48(v[0], p->stack);
@@ -765,49 +836,41 @@ static bool launch_compact(struct shp_call *c, const struct pre *p)
 
 _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 
-void shp_enter(struct shp_call *c)
+/* The compact record of a call of the frequent kinds (copies, collectives, p2p, launches), with
+ * what its record says before the type is chosen left in *p. False when the call needs its full
+ * record (a capture, a value that does not fit, a communicator without an index), which the
+ * caller then writes with *p. */
+HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
 {
-    int saved = shp_own_enter();
-    if (__builtin_expect(shp_values_mask != 0, 0))
-        shp_values_before(atomic_load_explicit(&cap.n, memory_order_relaxed));
-    c->t0 = shp_clock_now();
-    c->ev = NULL;
-    c->head = NULL;
-    c->cstate = NULL;
-    /* ncclCommInitAll makes several communicators: its records are written when it returns. */
-    if (c->op == SHP_OP_ncclCommInitAll || !trace_open())
-        goto out;
-    unsigned type = rec_type_of_class[c->cls];
-    struct pre p = {0};
-    bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
-                c->cls == SHP_CLS_LAUNCH;
-    if (call) {
-        pre_common(&p, c);
-        if (type == SHP_REC_COPY) {
-            pre_copy(&p, c);
-            if (copy_compact(c, &p))
-                goto out;
-        } else if (type != SHP_REC_GRAPH) {
-            pre_coll(&p, c);
-            if (coll_compact(c, &p))
-                goto out;
-        } else if (launch_compact(c, &p)) {
-            goto out;
-        }
+    pre_common(p, c);
+    if (type == SHP_REC_COPY) {
+        pre_copy(p, c);
+        return copy_compact(c, p);
     }
+    if (type != SHP_REC_GRAPH) {
+        pre_coll(p, c);
+        return coll_compact(c, p);
+    }
+    return launch_compact(c, p);
+}
+
+/* The full record of the call: p is enter_compact's for a call of the frequent kinds (`call`),
+ * zero otherwise. */
+static void enter_full(struct shp_call *c, unsigned type, const struct pre *p, bool call)
+{
     size_t size = shp_rec_min_size(type);
     struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
-        goto out;
+        return;
     /* The head is filled below; the body's fields are too, but not its padding. */
     memset(ev + 1, 0, size - sizeof(*ev));
     if (call) {
         ev->t = c->t0;
         ev->tid = shp_tid();
         ev->op = (uint16_t)c->op;
-        ev->flags = p.flags;
-        ev->stack = p.stack;
-        ev->group = tls_group;
+        ev->flags = p->flags;
+        ev->stack = p->stack;
+        ev->group = shp_group_depth;
         ev->result = 0;
         ev->device = -1;
         ev->dur = SHP_DUR_PENDING;
@@ -822,10 +885,10 @@ void shp_enter(struct shp_call *c)
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        fill_coll((struct shp_rec_coll *)ev, c, &p);
+        fill_coll((struct shp_rec_coll *)ev, c, p);
         break;
     case SHP_REC_COPY:
-        fill_copy((struct shp_rec_copy *)ev, c, &p);
+        fill_copy((struct shp_rec_copy *)ev, c, p);
         break;
     case SHP_REC_ALLOC: {
         struct shp_rec_alloc *r = (struct shp_rec_alloc *)ev;
@@ -854,8 +917,71 @@ void shp_enter(struct shp_call *c)
     }
     shp_rec_publish(ev, type, size);
     c->ev = ev;
+}
+
+/* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
+ * its own straight path). */
+HOT void enter(struct shp_call *c, unsigned cls)
+{
+    shp_guard++;
+    /* It keeps errno itself, as the path below requires. */
+    if (__builtin_expect(shp_values_mask != 0, 0))
+        shp_values_before(atomic_load_explicit(&cap.n, memory_order_relaxed));
+    c->t0 = shp_clock_now();
+    c->ev = NULL;
+    c->head = NULL;
+    c->cstate = NULL;
+    unsigned type = rec_type_of_class[cls];
+    bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
+                cls == SHP_CLS_LAUNCH;
+    struct pre p = {0};
+    if (__builtin_expect(!call || !atomic_load_explicit(&shp_wh.fast_end, memory_order_relaxed),
+                         0)) {
+        int saved = errno;
+        /* ncclCommInitAll makes several communicators: its records are written when it
+         * returns. */
+        bool open = c->op != SHP_OP_ncclCommInitAll && trace_open();
+        errno = saved;
+        if (!open)
+            goto out;
+    }
+    /* A call of the frequent kinds: errno is not saved and restored around its compact record,
+     * because whatever may set it on this path keeps it itself (the stack walk, a communicator
+     * seen first, a copy's device and kind, the capture CUDA is asked about, the file's growth,
+     * the values hooks), and the record touches it nowhere else. A hook added to this path keeps
+     * errno the same way. */
+    if (call && enter_compact(c, type, &p))
+        goto out;
+    int saved = errno;
+    enter_full(c, type, &p, call);
+    errno = saved;
 out:
-    shp_own_leave(saved);
+    shp_guard--;
+}
+
+void shp_enter(struct shp_call *c)
+{
+    enter(c, c->cls);
+}
+
+void shp_enter_launch(struct shp_call *c)
+{
+    enter(c, SHP_CLS_LAUNCH);
+}
+
+void shp_enter_copy(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COPY);
+}
+
+void shp_enter_coll(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COLL);
+}
+
+void shp_enter_p2p(struct shp_call *c)
+{
+    enter(c, SHP_CLS_P2P);
 }
 
 static void init_all_done(struct shp_call *c, int result)
@@ -883,19 +1009,8 @@ static void init_all_done(struct shp_call *c, int result)
     note_first_rank(0);
 }
 
-void shp_leave(struct shp_call *c, int result)
+void shp_leave_full(struct shp_call *c, int result)
 {
-    if (c->head) {
-        /* Compact: the device was taken at entry, the communicator's is its record's. A clock
-         * read and a store call nothing and set no errno: no guard, nothing to restore. */
-        shp_rec_done(c->head, result, shp_clock_now() - c->t0);
-        if (__builtin_expect(refused(result), 0))
-            give_back_seq(c);
-        if (__builtin_expect(shp_values_mask != 0, 0))
-            shp_values_after(c, result, tls_group,
-                             atomic_load_explicit(&cap.n, memory_order_relaxed));
-        return;
-    }
     int saved = shp_own_enter();
     uint64_t dur = shp_clock_now() - c->t0;
     int device = -1;
@@ -906,9 +1021,9 @@ void shp_leave(struct shp_call *c, int result)
     switch (c->cls) {
     case SHP_CLS_GROUP:
         if (c->op == SHP_OP_ncclGroupStart && ok)
-            tls_group++;
-        else if (c->op == SHP_OP_ncclGroupEnd && tls_group > 0)
-            tls_group--;
+            shp_group_depth++;
+        else if (c->op == SHP_OP_ncclGroupEnd && shp_group_depth > 0)
+            shp_group_depth--;
         break;
     case SHP_CLS_COLL:
     case SHP_CLS_P2P:
@@ -984,32 +1099,43 @@ void shp_leave(struct shp_call *c, int result)
     if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
         comm_indexed(c->cstate, c->ev);
     if (__builtin_expect(shp_values_mask != 0, 0))
-        shp_values_after(c, result, tls_group, atomic_load_explicit(&cap.n, memory_order_relaxed));
+        shp_values_after(c, result, shp_group_depth,
+                         atomic_load_explicit(&cap.n, memory_order_relaxed));
     shp_own_leave(saved);
 }
 
-void shp_dormant_count(struct shp_call *c, int result)
+void shp_leave_more(struct shp_call *c, int result)
+{
+    /* Nothing here may change errno unkept: the compact path saves none (see enter). The seq's
+     * return is a compare-and-swap; the values hook keeps errno itself. */
+    if ((c->cls == SHP_CLS_COLL || c->cls == SHP_CLS_P2P) && refused(result))
+        give_back_seq(c);
+    if (shp_values_mask != 0)
+        shp_values_after(c, result, shp_group_depth,
+                         atomic_load_explicit(&cap.n, memory_order_relaxed));
+}
+
+void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer, int result)
 {
     if (refused(result))
-        return; /* it took no seq */
-    int saved = shp_own_enter();
-    struct comm_state *st = comm_get(c, c->comm);
-    _Atomic uint64_t *n = st ? seq_counter(c, st) : NULL;
+        return; /* it took no place among the calls NCCL matches, and takes no seq */
+    struct shp_call c = {.op = (uint8_t)op,
+                         .cls = (uint8_t)cls,
+                         .slot = (uint8_t)slot,
+                         .comm = comm,
+                         .t0 = shp_clock_now()};
+    shp_guard++;
+    _Atomic uint64_t *n = seq_counter(comm_get(&c, comm), cls, op, peer);
     if (n)
-        atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
-    shp_own_leave(saved);
-}
-
-void shp_dormant_group(unsigned op, int result)
-{
-    if (op == SHP_OP_ncclGroupStart && result == 0)
-        tls_group++;
-    else if (op == SHP_OP_ncclGroupEnd && tls_group > 0)
-        tls_group--;
+        shp_seq_next(n);
+    shp_guard--;
 }
 
 void shp_record_atfork_child(void)
 {
+    /* A dormant child makes its own trace at its first call, as its parent did. */
+    atomic_store(&armed_tried_once, 0);
+    atomic_store(&shp_armed_tried, false);
     pthread_mutex_init(&comm_mu, NULL);
     pthread_mutex_init(&cap.mu, NULL);
 }

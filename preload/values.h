@@ -11,9 +11,7 @@
 #define SHP_VALUES_COLL 0x1u /* all-reduce, all-gather, broadcast outputs */
 #define SHP_VALUES_COPY 0x2u /* copies whose call site matches SHAPETRACE_VALUES_SITE */
 
-/* What is fingerprinted (SHP_VALUES_*); 0 when off, and set to 0 for good after an error of
- * ours (one warning). Written at start-up and when switched off; read by every traced call. */
-extern unsigned shp_values_mask;
+/* shp_values_mask (preload.h): what is fingerprinted, SHP_VALUES_*; 0 when off. */
 
 /* Read SHAPETRACE_VALUES, _EVERY and _SITE (once, from shp_init, after shp_config_load). */
 void shp_values_config(void);

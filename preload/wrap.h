@@ -52,23 +52,17 @@
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
-        if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
-            SHP_CALL_REAL(r, real, args);                                                          \
-            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
-                shp_dormant_count(&c, (int)r);                                                     \
-            if (cls_ == SHP_CLS_GROUP)                                                             \
-                shp_dormant_group(SHP_OP_##name, (int)r);                                          \
-            return r;                                                                              \
-        }                                                                                          \
-        shp_enter(&c);                                                                             \
+        shp_enter_cls(&c, cls_);                                                                   \
         SHP_CALL_REAL(r, real, args);                                                              \
         shp_leave(&c, (int)r);                                                                     \
         return r;                                                                                  \
     }
 
-/* The wrapper proper. While dormant, collectives, p2p and groups still take the recording half
- * (it counts their seq and group depth); everything else not kept calls the real function here,
- * with the guard held all the same: an unrecorded call is still the outermost one. */
+/* The wrapper proper. While dormant, a call that is not kept calls the real function here, with
+ * the guard held all the same (an unrecorded call is still the outermost one); after it, a
+ * collective or p2p call counts its seq (none if NCCL refused it) and a group call its depth,
+ * from the description built here of which only the communicator and the peer are used (the
+ * compiler drops the rest). */
 #define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
@@ -81,10 +75,15 @@
             SHP_CALL_REAL(r, real, args);                                                          \
             return r;                                                                              \
         }                                                                                          \
-        if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
-            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
+        if (!shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
             SHP_RET_##lib r;                                                                       \
             SHP_CALL_REAL(r, real, args);                                                          \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P) {                                     \
+                struct shp_desc d_ = {SHP_UNPAREN desc};                                           \
+                shp_dormant_count(SHP_OP_##name, cls_, slot_, d_.comm, d_.peer, (int)r);           \
+            }                                                                                      \
+            if (cls_ == SHP_CLS_GROUP)                                                             \
+                shp_dormant_group(SHP_OP_##name, (int)r);                                          \
             return r;                                                                              \
         }                                                                                          \
         return name##_rec##slot_ args;                                                             \

@@ -2,6 +2,7 @@
 application must never be harmed; the readers never crash and always print valid JSON. Crafted
 traces get their record checks from common/'s function, through build/tests/shp_craft.
 Usage: test_hostile.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import glob
 import json
 import os
 import resource
@@ -163,6 +164,49 @@ def test_values_exit_status_and_pending_fingerprints():
     assert p.returncode == 9 and p.stdout == "leaving with 9\n", p
     d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
     assert d["values"]["pending"] == 1, d["values"]
+
+
+ERRNO_CALLS = ("cudaMemcpyAsync D2D", "cudaMemcpyAsync Default", "cudaMemcpy D2H",
+               "cudaGraphLaunch", "ncclAllReduce", "ncclAllReduce refused")
+
+
+def test_errno_is_as_the_real_function_left_it():
+    # The caller of a traced call sees errno as the real function left it: its own value where
+    # the function does not touch it, the function's where it does (SHP_DOUBLE_RT_ERRNO: the
+    # runtime double's copies leave 77), while every driver function the fingerprints call leaves
+    # 99 (SHP_DOUBLE_CU_ERRNO). The calls take compact records, whose path saves no errno: the
+    # values hooks before and after the real call keep it themselves; a refused all-reduce gives
+    # its seq back on the same path. With --values, without, with no stacks, and dormant.
+    n = 200
+    for rt in (None, "77"):
+        e = values_env(T, SHP_DOUBLE_CU_ERRNO="99", SHP_DOUBLE_RT_ERRNO=rt)
+        u = subprocess.run([f"{T}/hostile", "errno", str(n)], capture_output=True, text=True,
+                           timeout=60, env=e)
+        want = [f"{c}: {0 if rt and 'Memcpy' in c else n} of {n} returned with errno as set, "
+                f"the others with {rt if rt and 'Memcpy' in c else 0}" for c in ERRNO_CALLS]
+        assert (u.returncode, u.stdout.splitlines()) == (0, want), (rt, u)
+        for opts in (("--values", "all", "--values-site", "*"),
+                     ("--values", "all", "--values-site", "*", "--stacks", "none"), (),
+                     ("--dormant",)):
+            rd = fresh(f"errno-{rt}-{len(opts)}-{opts[:1]}")
+            t = subprocess.run([TOOL, "run", "--dir", rd, *opts, "--", f"{T}/hostile", "errno",
+                                str(n)], capture_output=True, text=True, timeout=60, env=e)
+            assert (t.returncode, t.stdout) == (0, u.stdout), (rt, opts, t)
+            if opts[:1] != ("--values",):
+                continue
+            path = glob.glob(os.path.join(rd, "*.shptrace"))[0]
+            kinds = {r[1] for r in records(open(path, "rb").read())}
+            assert {14, 15, 17} <= kinds, (opts, kinds)  # compact copies, all-reduces, launches
+            d = json.loads(run([TOOL, "analyze", "--json", rd]).stdout)
+            # Without call sites only the all-reduces are fingerprinted; with them the copies too.
+            least = n if "none" in opts else 4 * n
+            assert d["values"]["records"] >= least and d["values"]["lost"] == 0, d["values"]
+            dump = run([TOOL, "dump", "--json", rd]).stdout.splitlines()
+            seqs = [x["seq"] for x in map(json.loads, dump)
+                    if x["op"] == "ncclAllReduce" and x["result"] == 0]
+            assert seqs == list(range(n)), seqs[:10]
+
+
 # ---- the application is harmed in no way: each case runs untraced and traced, and the two
 # runs must give the same output, exit status and files (issue 22) ----
 
@@ -215,8 +259,9 @@ def test_trace_file_replaced_while_running_is_left_alone():
     """The trace is opened again by name to grow: a file put in its place is not the trace
     (device and inode), so it is neither grown nor written, and the trace says why it stopped."""
     d = fresh("replaced")
+    # 100000 copies after the swap: the trace must grow past the few MiB it is made ahead
     p = subprocess.Popen([TOOL, "run", "--dir", d, "--stacks", "none", "--", f"{T}/hostile",
-                          "pause", "10", "40000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          "pause", "10", "100000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env())
     try:
         for _ in range(400):
@@ -238,7 +283,7 @@ def test_trace_file_replaced_while_running_is_left_alone():
     assert open(path).read() == "decoy\n"
     q = procs_of(moved)
     assert q[0]["switched_off"]["reason"] == "file_gone", q
-    assert q[0]["events"] + q[0]["dropped"] + q[0]["switched_off"]["calls_lost"] == 40012, q
+    assert q[0]["events"] + q[0]["dropped"] + q[0]["switched_off"]["calls_lost"] == 100012, q
 
 
 def test_file_size_limit_caps_the_trace_and_raises_no_signal():
@@ -445,6 +490,79 @@ def test_run_directory_of_another_user_is_refused():
     assert os.listdir(d) == [], os.listdir(d)
 
 
+def test_helper_thread_leaves_threads_signals_fork_and_exit_alone():
+    """The preload starts a thread of its own (it faults the trace's next pages in ahead of the
+    calls): a program of one thread must not meet it. A timer's SIGALRM, sent to the process,
+    reaches the program's thread every time; its signal mask stays what it set; each of 20
+    forks finds one thread in the parent (as Python's os.fork counts them) and each child
+    traces into a file of its own; main ends with pthread_exit, and the process ends with it."""
+    u, t, d, uf, tf = both("alone", [f"{T}/hostile", "alone", "200000"],
+                           opts=["--debug", "INFO", "--stacks", "none"], timeout=60)
+    same(u, t, uf, tf)
+    assert u.stdout == ("20 forks: 20 found one thread, 20 children exited 0\n"
+                        "SIGALRM: taken on the main thread, 0 on another; signal mask as it was "
+                        "set\n"), u.stdout
+    assert "a helper thread faults the trace's next pages in" in t.stderr, t.stderr
+    procs = procs_of(d)
+    assert len(procs) == 21 and all(q["complete"] for q in procs), procs
+    assert sorted(q["events"] for q in procs) == [501] * 20 + [200001], procs
+    seen = [ln for ln in t.stderr.splitlines() if ln.startswith("hostile: at most")]
+    print(f"     ({seen[0][9:]} traced)" if seen else "     (no thread count)")
+
+
+def python_that_warns_at_fork():
+    """A CPython that warns when os.fork finds other threads (3.12 and later), else None."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    for minor in (13, 12):
+        for py in [shutil.which(f"python3.{minor}")] + sorted(
+                glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin", f"python3.{minor}"))):
+            if py and os.access(py, os.X_OK) and subprocess.run(
+                    [py, "-c", "pass"], capture_output=True).returncode == 0:
+                return py
+    return None
+
+
+FORK_PY = r"""
+import ctypes, os, sys
+cudart = ctypes.CDLL(sys.argv[1])
+dev = ctypes.c_void_p()
+assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+host = ctypes.create_string_buffer(64)
+copy = cudart.cudaMemcpy
+copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+ok = 0
+for k in range(200):
+    for i in range(1000):
+        assert copy(dev, host, 64, 1) == 0
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, st = os.waitpid(pid, 0)
+    ok += st == 0
+print("forks:", ok, "of 200 exited 0")
+"""
+
+
+def test_python_fork_never_sees_the_helper_thread():
+    """CPython 3.12 warns (DeprecationWarning, shown under -W always) when os.fork finds
+    threads besides the caller, counted by the kernel (/proc/self/stat, native ones included):
+    a single-threaded Python program that forks 200 times, 1,000
+    traced copies apart (the helper is started a dozen times meanwhile, and without the join
+    before each fork the parent found it 9 runs in 10), must not be told about it."""
+    py = python_that_warns_at_fork()
+    if not py:
+        raise NotRun("no CPython 3.12 or later here (pyenv or PATH)")
+    script = os.path.join(fresh("pyfork-script"), "fork.py")
+    open(script, "w").write(FORK_PY)
+    u, t, d, uf, tf = both("pyfork", [py, "-W", "always::DeprecationWarning", script,
+                                      f"{T}/libcudart.so.13"], opts=["--debug", "INFO"],
+                           timeout=120)
+    same(u, t, uf, tf)
+    assert u.stdout == "forks: 200 of 200 exited 0\n", u.stdout
+    assert "a helper thread faults the trace's next pages in" in t.stderr, t.stderr
+    assert "DeprecationWarning" not in u.stderr + t.stderr, t.stderr[-2000:]
+
+
 # ---- nothing missed in silence ----
 
 def test_capped_trace_is_reported_incomplete_first():
@@ -492,15 +610,17 @@ def test_no_descriptor_to_grow_the_trace_says_so_and_counts_the_lost_calls():
     """An application that has used every descriptor it may open keeps them all: the trace,
     which needs one for a moment to grow, switches off and says why and when."""
     d = fresh("nofd-lost")
-    args = [PRLIMIT, "--nofile=64", f"{T}/hostile", "nofile", "40000"]
+    # 100000 copies (6.4 MB of records): the trace must grow after the descriptors are gone
+    # (the file is made a few MiB ahead of the records while it still can be)
+    args = [PRLIMIT, "--nofile=64", f"{T}/hostile", "nofile", "100000"]
     u = run(args)
     p = run([TOOL, "run", "--dir", os.path.join(d, "run"), "--stacks", "none", "--", *args])
     assert (p.returncode, p.stdout) == (u.returncode, u.stdout), (u.stdout, p.stdout, p.stderr)
     [q] = procs_of(os.path.join(d, "run"))
     off = q["switched_off"]
     assert off and off["reason"] == "no_descriptor" and off["at_s"] > 0, q
-    # every call is recorded, dropped or lost: cudaMalloc and 1 copy, cudaMalloc and 40000
-    assert q["events"] + q["dropped"] + off["calls_lost"] == 40003, q
+    # every call is recorded, dropped or lost: cudaMalloc and 1 copy, cudaMalloc and 100000
+    assert q["events"] + q["dropped"] + off["calls_lost"] == 100003, q
     assert q["ended"] == "exited", q
     text = run([TOOL, "analyze", os.path.join(d, "run")]).stdout
     assert "the application had no file descriptor to spare" in text, text
@@ -1204,7 +1324,9 @@ HARM = {
     "test_paths_from_the_environment_are_checked_before_use",
     "test_symbol_file_is_never_written_through_a_planted_link",
     "test_run_directory_that_others_can_write_is_refused",
-    "test_run_directory_of_another_user_is_refused"}
+    "test_run_directory_of_another_user_is_refused",
+    "test_helper_thread_leaves_threads_signals_fork_and_exit_alone",
+    "test_python_fork_never_sees_the_helper_thread"}
 assert HARM <= set(globals()), HARM - set(globals())
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -534,18 +535,25 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 /* ---- contexts, modules, kernels, events: shapetrace's fingerprint kernel ---- */
 
 /* SHP_DOUBLE_CU_FAIL=NAME makes the function NAME of this section fail (CUDA_ERROR_UNKNOWN), for
- * tests of what a caller does when the driver refuses. */
+ * tests of what a caller does when the driver refuses. SHP_DOUBLE_CU_ERRNO=N: each function that
+ * asks fails() returns with errno N, as the real driver's can (its ioctls, its reads of /proc),
+ * for tests that a caller of the driver keeps the application's errno. */
 static const char *fail_name;
+static int fail_errno;
 static pthread_once_t fail_once = PTHREAD_ONCE_INIT;
 
 static void read_fail(void)
 {
     fail_name = getenv("SHP_DOUBLE_CU_FAIL");
+    const char *e = getenv("SHP_DOUBLE_CU_ERRNO");
+    fail_errno = e ? atoi(e) : 0;
 }
 
 static bool fails(const char *name)
 {
     pthread_once(&fail_once, read_fail);
+    if (fail_errno)
+        errno = fail_errno;
     return fail_name && !strcmp(fail_name, name);
 }
 

@@ -192,6 +192,10 @@ cudaError_t cudaPeekAtLastError(void)
 
 /* ---- devices --------------------------------------------------------------------------------- */
 
+/* SHP_DOUBLE_RT_ERRNO=M: every copy that moves bytes returns with errno M, as a real runtime's
+ * can (its driver's ioctls), for tests that a wrapper's caller sees errno as the copy left it. */
+static int copy_errno;
+
 static int env_int(const char *name, int fallback, int lo, int hi)
 {
     const char *s = getenv(name);
@@ -213,6 +217,7 @@ static void read_env(void)
     /* torchrun's LOCAL_RANK is what a real job passes to cudaSetDevice; starting there lets a
      * program that never calls it still spread its ranks over devices. */
     initial_device = env_int("LOCAL_RANK", 0, 0, device_count > 0 ? device_count - 1 : 0);
+    copy_errno = env_int("SHP_DOUBLE_RT_ERRNO", 0, 0, 4095);
 }
 
 static int ndevices(void)
@@ -621,6 +626,9 @@ static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src, size_t s
         else if (drv((uintptr_t)d, (uintptr_t)sr, width) != 0)
             return cudaErrorUnknown;
     }
+    pthread_once(&env_once, read_env);
+    if (copy_errno)
+        errno = copy_errno;
     return cudaSuccess;
 }
 

@@ -98,6 +98,12 @@ struct worker {
     ncclComm_t comm;
 };
 
+/* The threads share one communicator and take turns on it, as NCCL requires ("it is not allowed
+ * to issue NCCL operations to a single communicator in parallel with multiple threads"; "it is
+ * safe ... as long as users can guarantee only one thread operates the communicator at a
+ * time"); their copies run at the same time. */
+static pthread_mutex_t comm_turn = PTHREAD_MUTEX_INITIALIZER;
+
 static void *work(void *arg)
 {
     struct worker *w = arg;
@@ -105,7 +111,10 @@ static void *work(void *arg)
     for (int i = 0; i < w->iters; i++) {
         host[0] = (float)i;
         CHECK_CUDA(cudaMemcpy(w->dev + w->id * 64, host, sizeof(host), cudaMemcpyHostToDevice));
-        CHECK_NCCL(ncclAllReduce(w->dev, w->dev, 8, ncclFloat32, ncclSum, w->comm, 0));
+        pthread_mutex_lock(&comm_turn);
+        ncclResult_t r = ncclAllReduce(w->dev, w->dev, 8, ncclFloat32, ncclSum, w->comm, 0);
+        pthread_mutex_unlock(&comm_turn);
+        CHECK_NCCL(r);
     }
     return NULL;
 }
