@@ -2,8 +2,9 @@
 no GPU): four C ranks of which one sleeps while the others block in an all-reduce, with and
 without the preload; Python ranks with known frames and threads (CPython 3.10 to 3.13 where pyenv
 has them); processes that exit meanwhile; the command killed while a target is stopped under
-it; targets that must not notice; refusals; --all, -o and --merge. Usage: test_snapshot.py
-BUILD_DIR [NAME...]. Prints one line per test and ends with 'N passed, M failed'."""
+it; targets that must not notice; threads stopped inside the vDSO; refusals; --all, -o and
+--merge. Usage: test_snapshot.py BUILD_DIR [NAME...]. Prints one line per test and ends with
+'N passed, M failed'."""
 import json
 import os
 import re
@@ -449,6 +450,75 @@ def test_targets_do_not_notice():
         assert (t.returncode, "started\n" + out) == (ref.returncode, ref.stdout), \
             (opts, t.returncode, out)
         assert ref.returncode == 3 and "EINTR" not in out, out
+
+
+# ---- threads stopped inside the vDSO ----
+
+CLOCK_C = os.path.join(HERE, "load", "snap_clock.c")
+CLOCK_PY = os.path.join(HERE, "load", "snap_clock.py")
+VDSO_FRAME = re.compile(r"__vdso_(clock_gettime|gettimeofday)\+0x[0-9a-f]+ \(\[vdso\]\)")
+
+
+def test_stacks_through_the_vdso():
+    """Threads stopped inside the vDSO (clock_gettime, gettimeofday: where CUDA's spin-waits
+    spend their time) unwind to their callers with the vDSO's own CFI, and its frame is named;
+    the site is the caller's. Snapshots are taken until every thread was caught there."""
+    with open("/proc/self/maps") as f:
+        if not any(l.rstrip().endswith(" [vdso]") for l in f):
+            raise NotRun("no vDSO in this kernel's processes (vdso=0)")
+    env = job_env()
+    c = started(subprocess.Popen([f"{T}/snap_clock", "300"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env))
+    py = started(subprocess.Popen([sys.executable, CLOCK_PY, "300"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env))
+    cline = line_of(CLOCK_C, "clock_gettime(CLOCK_MONOTONIC, &ts);")
+    tline = line_of(CLOCK_C, "gettimeofday(&tv, NULL);")
+    # the caller's frame, and the frames that must follow it
+    want = {(c.pid, "snap_clock"): [f"spin_clock_gettime (tests/load/snap_clock.c:{cline})",
+                                    "main"],
+            (c.pid, "snap-tod"): [f"spin_gettimeofday (tests/load/snap_clock.c:{tline})",
+                                  "tod_thread"],
+            (py.pid, os.path.basename(sys.executable)[:15]): [
+                f"py: spin ({CLOCK_PY}:{line_of(CLOCK_PY, 'while time.monotonic() < end:')})",
+                f"py: main ({CLOCK_PY}:{line_of(CLOCK_PY, 'spin(float(sys.argv[1])')})"]}
+    hits = {k: 0 for k in want}
+    taken, stats = 0, None
+    try:
+        deadline = time.monotonic() + 90
+        while min(hits.values()) < 3 and taken < 300 and time.monotonic() < deadline:
+            p = snapshot("--json", "--stats", str(c.pid), str(py.pid))
+            stats = stats or p
+            taken += 1
+            for proc in json.loads(p.stdout)["processes"]:
+                for t in proc["threads"]:
+                    key = (proc["pid"], t["name"])
+                    assert key in want, (key, list(want))
+                    st = t["stack"]
+                    if not st or "[vdso" not in st[0]:  # its module, named either way
+                        continue
+                    hits[key] += 1
+                    caller, after = want[key]
+                    assert VDSO_FRAME.fullmatch(st[0]), st
+                    assert t["waiting_in"] == st[0].split("+")[0] and t["in"] is None, t
+                    assert caller in st, (key, st)
+                    i = st.index(caller)
+                    # the frames between are libc's wrapper (clock_gettime; none for
+                    # gettimeofday, whose caller comes next: unwound by the vDSO's CFI, not by
+                    # a frame-pointer guess, which would skip it) or the interpreter's
+                    if key[1] == "snap-tod":
+                        assert i == 1, st
+                    elif key[1] == "snap_clock":
+                        assert i == 2 and st[1].startswith("clock_gettime"), st
+                    assert after in (st[i + 1], st[i + 1].split(" ")[0]), (key, st)
+                    assert t["site"] == caller and st[t["site_index"]] == caller, t
+    finally:
+        for p in (c, py):
+            p.kill()
+            p.wait()
+    print(f"     ({taken} snapshots; stops inside the vDSO: " +
+          ", ".join(f"{k[1]} {v}" for k, v in hits.items()) + ")")
+    assert all(v >= 1 for v in hits.values()), (taken, hits)
+    check_stats(stats, 2)
 
 
 # ---- refusals and usage ----

@@ -1,7 +1,9 @@
 """shapetrace GPU check: `shapetrace snapshot --all` on a hung torch job that was started WITHOUT
 shapetrace (snapshot_hang.py under torchrun, its ranks sharing one GPU). It waits until every
-rank is about to block, takes three snapshots (--all --stats; the first with --json), lets the
-job go on and checks that it ends as it would have. Prints one verdict line per check, 'PASS|FAIL|
+rank is about to block, takes three snapshots (--all --stats; the first with --json), then more
+of the ranks (--json) until a waiting rank's main thread was caught inside the vDSO (CUDA's
+spin-wait calls clock_gettime) three times or 40 s have passed, lets the job go on and checks
+that it ends as it would have. Prints one verdict line per check, 'PASS|FAIL|
 INFO NAME: what was seen', after the snapshot's text view, and exits 0 when no check failed.
 The tool is $SHP_TOOL, run with LD_LIBRARY_PATH=$SHP_TOOL_LD when set; the job never sees
 either. Usage: snapshot_check.py WORKDIR [NRANKS]"""
@@ -17,6 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "snapshot_hang.py")
 WALL_TARGET_S = 2.0  # the whole snapshot of the job's processes
 STOP_TARGET_MS = 50  # each process stopped, on average
+VDSO_BUDGET_S = 40  # more snapshots, until a waiting rank's main thread is caught in the vDSO
+VDSO_FRAME = re.compile(r"__vdso_\w+\+0x[0-9a-f]+ \(\[vdso\]\)")
 
 
 def line_of(contains):
@@ -60,6 +64,68 @@ def verdict(ok, name, what):
     return ok
 
 
+def ranked(js, tree):
+    return [p for p in js["processes"] if p["pid"] in tree and p["rank"] is not None]
+
+
+def in_vdso(t):
+    return bool(t["stack"]) and "[vdso" in t["stack"][0]
+
+
+def more_pictures(first, tree, n):
+    """The first snapshot's JSON and more of the ranks alone (--json), taken until the main
+    thread of a rank that waits in the loop was caught inside the vDSO (CUDA's spin-wait calls
+    clock_gettime) three times, or VDSO_BUDGET_S has passed."""
+    try:
+        pics = [json.loads(first.stdout)]
+    except ValueError:
+        return []
+    pids = [str(p["pid"]) for p in ranked(pics[0], tree)]
+
+    def caught():
+        return sum(1 for js in pics for p in ranked(js, tree) if p["rank"] != n - 1
+                   for t in p["threads"] if t["tid"] == p["focus"] and in_vdso(t))
+
+    end = time.monotonic() + VDSO_BUDGET_S
+    while pids and caught() < 3 and time.monotonic() < end:
+        p, _ = tool("--json", *pids)
+        if p.returncode == 0:
+            pics.append(json.loads(p.stdout))
+    return pics
+
+
+def check_vdso(pics, tree, n, step_lines):
+    """Every thread stopped inside the vDSO: its frame named (__vdso_*), unwound past it; a
+    waiting rank's main thread so caught is in a CUDA call at decode_step."""
+    threads, focus, bad = 0, [], []
+    for js in pics:
+        for p in ranked(js, tree):
+            for t in p["threads"]:
+                if not in_vdso(t):
+                    continue
+                threads += 1
+                st = t["stack"]
+                if not VDSO_FRAME.fullmatch(st[0]) or len(st) < 3:
+                    bad.append(f"rank {p['rank']} tid {t['tid']}: {st[:4]}")
+                if t["tid"] != p["focus"] or p["rank"] == n - 1:
+                    continue
+                focus.append(f"rank {p['rank']} in {t['in']} at {t['site']} ({len(st)} frames: "
+                             f"{', '.join(f.split(' ')[0] for f in st[:3])}, ...)")
+                if not (t["in"] and t["site"] and t["site"].startswith("py: decode_step (") and
+                        any(t["site"].endswith(s) for s in step_lines)):
+                    bad.append(f"rank {p['rank']} focus: in {t['in']} at {t['site']}: {st[:6]}")
+    if not focus:
+        print(f"INFO snapshot/vdso: NOT RUN: in {len(pics)} snapshots no waiting rank's main "
+              f"thread was caught inside the vDSO ({threads} other threads were)")
+        if not threads:
+            return True
+        return verdict(not bad, "snapshot/vdso-threads", f"{threads} threads caught inside the "
+                       "vDSO: " + ("; ".join(bad[:3]) if bad else "all named and unwound"))
+    return verdict(not bad, "snapshot/vdso", f"{len(pics)} snapshots: {threads} threads caught "
+                   f"inside the vDSO, {len(focus)} of them a waiting rank's main thread; " +
+                   ("; ".join(bad[:3]) if bad else f"all named and unwound; {focus[0]}"))
+
+
 def main():
     work = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -90,6 +156,7 @@ def main():
                  ("--all", "--stats"), ("--all", "--stats", "--full")):
         p, wall = tool(*args)
         runs.append((p, wall))
+    pictures = more_pictures(runs[0][0], tree, n)
     open(release, "w").close()
     try:
         rc = job.wait(timeout=300)
@@ -139,6 +206,7 @@ def main():
             good &= bool(site) and site.startswith("py: decode_step (") and \
                 any(site.endswith(s) for s in step_lines) and t["in"] is not None
     ok &= verdict(good, "snapshot/lines", "; ".join(seen))
+    ok &= check_vdso(pictures, tree, n, step_lines)
     figures = []
     for i, (p, wall) in enumerate(runs):
         m = re.search(r"snapshot of (\d+) process(?:es)? \((\d+) threads\) in ([\d.]+) s; stopped "

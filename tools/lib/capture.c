@@ -133,6 +133,10 @@ static char *frame_text(struct shp_snap_ctx *c, struct shp_unwinder *u, uint64_t
     struct shp_module_info m;
     char buf[1024];
     *path = NULL;
+    if (shp_unwinder_vdso_frame(u, pc, ret, buf, sizeof(buf))) {
+        *path = SHP_VDSO_MODULE;
+        return strdup(buf);
+    }
     struct slot *s = shp_unwinder_module(u, ret && pc ? pc - 1 : pc, &m) ? slot_of(c, &m) : NULL;
     if (!s) {
         snprintf(buf, sizeof(buf), "0x%" PRIx64, pc);

@@ -1,7 +1,9 @@
 /* shapetrace tools: unwinding a live process's threads from copies (unwind.h). libdwfl's own
  * process attach (dwfl_linux_proc_attach) reads registers and memory from the stopped process
  * as it unwinds, and unwinding through libtorch takes far longer than the 50 ms a stop may take;
- * so the stop copies registers and stacks, and dwfl_attach_state's callbacks serve them. */
+ * so the stop copies registers and stacks, and dwfl_attach_state's callbacks serve them. The
+ * vDSO, which is no file, is copied out of the process before the stop and served from the
+ * copy. */
 #define _GNU_SOURCE
 #include "tools/lib/unwind.h"
 
@@ -33,6 +35,12 @@ struct shp_unwinder {
     size_t nmaps, capmaps;
     char exe[PATH_MAX];
     const struct shp_thread_image *cur; /* the thread being unwound */
+    /* The vDSO's ELF image, copied from its mapping: the kernel's clock_gettime, gettimeofday
+     * and time, where CUDA's spin-waits spend their time (seen on an H200: a rank stopped in
+     * cudaStreamSynchronize had "0xb66 ([vdso: PID])" for its site). */
+    unsigned char *vdso;
+    size_t vdso_len;
+    uint64_t vdso_lo, vdso_hi;
 };
 
 static void free_maps(struct shp_unwinder *u)
@@ -76,6 +84,61 @@ static int read_maps(struct shp_unwinder *u)
     return rc;
 }
 
+#define VDSO_MAX (64u << 10) /* 8 KiB on x86-64 kernels; a larger mapping is not the vDSO */
+
+/* Copies the [vdso] mapping: its ELF image, section headers and .eh_frame included, lies whole
+ * in it. Without one (vdso=0), or when it cannot be read, libdwfl reads it itself. */
+static void copy_vdso(struct shp_unwinder *u)
+{
+    const struct mapping *m = NULL;
+    for (size_t i = 0; i < u->nmaps && !m; i++)
+        if (u->maps[i].path && !strcmp(u->maps[i].path, "[vdso]"))
+            m = &u->maps[i];
+    if (!m || m->hi - m->lo > VDSO_MAX || m->hi - m->lo < sizeof(Elf64_Ehdr))
+        return;
+    size_t len = (size_t)(m->hi - m->lo);
+    unsigned char *buf = malloc(len);
+    if (!buf)
+        return;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)buf;
+    if (shp_pt_read(u->pid, m->lo, buf, len) != (ssize_t)len || memcmp(buf, ELFMAG, SELFMAG) ||
+        eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_shoff > len ||
+        (uint64_t)eh->e_shnum * eh->e_shentsize > len - eh->e_shoff) {
+        free(buf);
+        return;
+    }
+    u->vdso = buf;
+    u->vdso_len = len;
+    u->vdso_lo = m->lo;
+    u->vdso_hi = m->hi;
+}
+
+/* Every module's userdata is its unwinder, for find_elf. */
+static int set_userdata(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start,
+                        void *arg)
+{
+    (void)mod;
+    (void)name;
+    (void)start;
+    *userdata = arg;
+    return DWARF_CB_OK;
+}
+
+/* libdwfl's own, but the vDSO from the copy: dwfl_linux_proc_find_elf would read it from
+ * /proc/PID/mem when the unwinder first needs it, after the stop, if that can be opened. */
+static int find_elf(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr base,
+                    char **file_name, Elf **elfp)
+{
+    const struct shp_unwinder *u = *userdata;
+    if (u && u->vdso && base == u->vdso_lo && name[0] == '[') {
+        *file_name = NULL;
+        *elfp = elf_memory((char *)u->vdso, u->vdso_len);
+        if (*elfp)
+            return -1;
+    }
+    return dwfl_linux_proc_find_elf(mod, userdata, name, base, file_name, elfp);
+}
+
 struct shp_unwinder *shp_unwinder_new(pid_t pid, char *err, size_t errlen)
 {
     struct shp_unwinder *u = calloc(1, sizeof(*u));
@@ -95,7 +158,8 @@ struct shp_unwinder *shp_unwinder_new(pid_t pid, char *err, size_t errlen)
     ssize_t n = readlink(link, u->exe, sizeof(u->exe) - 1);
     u->exe[n > 0 ? n : 0] = '\0';
     elf_version(EV_CURRENT);
-    u->cb.find_elf = dwfl_linux_proc_find_elf;
+    copy_vdso(u);
+    u->cb.find_elf = find_elf;
     u->cb.find_debuginfo = dwfl_standard_find_debuginfo;
     u->cb.debuginfo_path = &u->debuginfo_path;
     u->dwfl = dwfl_begin(&u->cb);
@@ -113,6 +177,7 @@ struct shp_unwinder *shp_unwinder_new(pid_t pid, char *err, size_t errlen)
         shp_unwinder_free(u);
         return NULL;
     }
+    dwfl_getmodules(u->dwfl, set_userdata, u, 0);
     return u;
 }
 
@@ -121,7 +186,8 @@ void shp_unwinder_free(struct shp_unwinder *u)
     if (!u)
         return;
     if (u->dwfl)
-        dwfl_end(u->dwfl);
+        dwfl_end(u->dwfl); /* before the vDSO copy its Elf reads */
+    free(u->vdso);
     free_maps(u);
     free(u);
 }
@@ -315,6 +381,22 @@ bool shp_unwinder_module(struct shp_unwinder *u, uint64_t addr, struct shp_modul
         return false;
     module_info(u, mod, m);
     return m->path != NULL;
+}
+
+bool shp_unwinder_vdso_frame(struct shp_unwinder *u, uint64_t pc, bool ret, char *out, size_t len)
+{
+    uint64_t at = ret && pc ? pc - 1 : pc;
+    if (!u->vdso || at < u->vdso_lo || at >= u->vdso_hi)
+        return false;
+    Dwfl_Module *mod = dwfl_addrmodule(u->dwfl, at);
+    GElf_Off off = 0;
+    GElf_Sym sym;
+    const char *name = mod ? dwfl_module_addrinfo(mod, at, &off, &sym, NULL, NULL, NULL) : NULL;
+    if (name)
+        snprintf(out, len, "%s+0x%" PRIx64 " (" SHP_VDSO_MODULE ")", name, off + (pc - at));
+    else
+        snprintf(out, len, "0x%" PRIx64 " (" SHP_VDSO_MODULE ")", pc - u->vdso_lo);
+    return true;
 }
 
 struct sym_search {

@@ -61,6 +61,15 @@ struct shp_module_info {
  * module does. */
 bool shp_unwinder_module(struct shp_unwinder *u, uint64_t addr, struct shp_module_info *m);
 
+/* The name frames of the vDSO give as their module (the maps' name, without libdwfl's pid). */
+#define SHP_VDSO_MODULE "[vdso]"
+
+/* When pc is in the process's vDSO (the kernel's clock_gettime, gettimeofday, time: no file),
+ * writes its frame's text into out as dump writes frames ("__vdso_clock_gettime+0x56 ([vdso])",
+ * from the symbols of the copy read before the stop; "0x956 ([vdso])" without one) and returns
+ * true; ret as for shp_unwind. False when pc is elsewhere, or the vDSO could not be copied. */
+bool shp_unwinder_vdso_frame(struct shp_unwinder *u, uint64_t pc, bool ret, char *out, size_t len);
+
 /* Looks the n symbols names[] up in the interpreter's object: the first libpython3.* module
  * that defines names[0], else the process's executable. Writes each one's address in the process
  * and size (0, 0 for one it does not define) and that module. Returns false when neither
