@@ -2,8 +2,9 @@
 # shapetrace bench: two builds of the command give the same analysis, byte for byte. For a
 # change to the analyzer's speed: `analyze` text and --json (and their exit statuses) of OLD and
 # NEW on the examples (planted and clean, with and without their dims and expectation files),
-# the patterns of real stacks (tests/load/stacks.c, clean and planted), the scenario's cases and
-# generated traces of every divergence kind (bench/gen_traces). Prints one line per difference
+# the patterns of real stacks (tests/load/stacks.c, clean and planted), the scenario's cases, the
+# fingerprints of values (tests/load/values.c under --values, each mode) and generated traces of
+# every divergence kind (bench/gen_traces). Prints one line per difference
 # and a last line "analyze_same: N outputs compared, D differ"; exits 1 when some differ.
 #
 # Usage: bench/analyze_same.sh OLD_TOOL NEW_TOOL [BUILD]   (BUILD: the tree with the test
@@ -25,12 +26,12 @@ else
     trap 'rm -rf "$dir"' EXIT
 fi
 export NO_COLOR=1 SHAPETRACE_DOUBLE_TIMEOUT=2
-# trace NAME CMD...: the traces of CMD under `run`, once per corpus.
+# trace NAME [RUN_OPTION...] -- CMD...: the traces of CMD under `run`, once per corpus.
 trace() {
     name=$1
     shift
     [ -d "$dir/$name" ] && return 0
-    "$B/bin/shapetrace" run --dir "$dir/$name" -- "$@" >/dev/null 2>&1 || true
+    "$B/bin/shapetrace" run --dir "$dir/$name" "$@" >/dev/null 2>&1 || true
 }
 # gen NAME ARGS...: generated traces, once per corpus.
 gen() {
@@ -44,21 +45,32 @@ for ex in hidden_states desync pipeline stall; do
     [ "$ex" = hidden_states ] && planted=--buggy
     clean=--clean
     [ "$ex" = hidden_states ] && clean=--fixed
-    trace "ex-$ex-planted" "$T/shp_launch" -n 4 -- "$B/examples/$ex" $planted
-    trace "ex-$ex-clean" "$T/shp_launch" -n 4 -- "$B/examples/$ex" $clean
+    trace "ex-$ex-planted" -- "$T/shp_launch" -n 4 -- "$B/examples/$ex" $planted
+    trace "ex-$ex-clean" -- "$T/shp_launch" -n 4 -- "$B/examples/$ex" $clean
 done
-for p in graph_buckets dp_padding pynccl coalesced a2a_uneven new_group abort_reinit fsdp \
-    megatron moe bcast root_only pipeline stall gathered pp_graph replay_output replay_shapes \
-    graph_gathered decode_graphs; do
+for p in graph_buckets graph_side_stream dp_padding pynccl coalesced a2a_uneven new_group \
+    abort_reinit fsdp megatron moe bcast root_only pipeline stall gathered pp_graph replay_output \
+    replay_shapes graph_gathered extra_branch dormant capped fsdp_freed pynccl_root eagle_dp \
+    nonblocking decode_graphs; do
     n=4
-    [ "$p" = megatron ] && n=8
+    case $p in megatron | nonblocking) n=8 ;; esac
+    opt=
+    case $p in dormant) opt=--dormant ;; capped) opt="--max-mb 1" ;; esac
     for v in clean planted; do
-        trace "stacks-$p-$v" "$T/shp_launch" -n "$n" -- "$T/stacks" "$p" "$v"
+        trace "stacks-$p-$v" $opt -- "$T/shp_launch" -n "$n" -- "$T/stacks" "$p" "$v"
     done
 done
-for s in basic graph overrun default-kind nested; do
-    trace "scenario-$s" "$T/scenario" "$s"
+for s in basic graph overrun default-kind nested fork joined "threads 4 300"; do
+    trace "scenario-$(echo "$s" | tr ' ' -)" -- "$T/scenario" $s
 done
+# --values on the doubles as tests/test_values.py runs them: the runtime over the driver.
+drv="env SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$T"
+for m in clean race input capture group; do
+    trace "values-$m" --values -- $drv "$T/shp_launch" -n 4 -- "$T/values" "$m"
+done
+trace values-input-site --values all --values-site 'sample_*' -- $drv "$T/shp_launch" -n 4 -- \
+    "$T/values" input
+trace values-threads --values -- $drv "$T/scenario" threads 4 300
 gen gen-clean 8 20000
 gen gen-count 8 20000 --diverge count:3:500
 gen gen-dtype 16 5000 --diverge dtype:9:77

@@ -56,6 +56,7 @@ struct an_result {
     size_t ncomms;
     struct an_result_finding *findings; /* in causal order: the first finding is findings[0] */
     size_t nfindings;
+    struct an_values_counts values; /* the fingerprints compared (--values); all 0 without */
 };
 
 /* Runs every pass over the session's traces (reading o->expect first when an_options_expect

@@ -24,18 +24,21 @@
 #include "tools/analyze/replay.h"
 #include "tools/lib/out.h"
 
-extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers;
-extern const struct an_pass an_pass_lineage, an_pass_expect;
+extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers, an_pass_waitfor;
+extern const struct an_pass an_pass_lineage, an_pass_expect, an_pass_values;
 
 /* Passes that see every process's events merged by time, in this order (each the record types
- * it asks for). */
-static const struct an_pass *const merged_passes[] = {&an_pass_align, &an_pass_p2p};
+ * it asks for; the wait-for pass after the alignment: its deadlocks take in the alignment's
+ * findings that they explain). */
+static const struct an_pass *const merged_passes[] = {&an_pass_align, &an_pass_p2p,
+                                                      &an_pass_waitfor, &an_pass_values};
 /* Passes of the merged stream that look at one process at a time: each process's events go
  * through them on the thread that reads the process, and what they find joins the merged
- * stream's findings where that event is merged, after the passes above. Their state is one for
- * all the processes, which it keeps apart (several threads may call event at once, each for
- * processes of its own); event and free only. */
+ * stream's findings where that event is merged, after the first FEED_AT passes above, as if
+ * they ran among them. Their state is one for all the processes, which it keeps apart (several
+ * threads may call event at once, each for processes of its own); event and free only. */
 static const struct an_pass *const feed_passes[] = {&an_pass_buffers};
+#define FEED_AT 2
 /* Passes that see one process's events at a time, in this order: a pass sees what the passes
  * before it left in the step (lineage's producers, for the expectations). */
 static const struct an_pass *const process_passes[] = {&an_pass_lineage, &an_pass_expect};
@@ -43,6 +46,7 @@ static const struct an_pass *const process_passes[] = {&an_pass_lineage, &an_pas
 #define NMERGED (sizeof(merged_passes) / sizeof(merged_passes[0]))
 #define NFEED (sizeof(feed_passes) / sizeof(feed_passes[0]))
 #define NPROCESS (sizeof(process_passes) / sizeof(process_passes[0]))
+_Static_assert(FEED_AT < NMERGED, "the feed passes' findings join among the merged passes'");
 
 /* Up to this many processes, a run is streamed: each process's per-process passes run on the
  * thread that decodes its trace for the merge, as it decodes it, so that no event is decoded
@@ -293,13 +297,27 @@ static void feed_end(void *arg, struct an_proc *p)
     process_finish(w);
 }
 
-/* What the merged passes ask the merge to decode. */
-static unsigned merged_types(void)
+/* What the merged passes that run (a state of their own) ask the merge to decode. */
+static unsigned merged_types(void *const *merged)
 {
     unsigned types = 0;
     for (size_t k = 0; k < NMERGED; k++)
-        types |= merged_passes[k]->types ? merged_passes[k]->types : ~0u;
+        if (merged[k])
+            types |= merged_passes[k]->types ? merged_passes[k]->types : ~0u;
     return types;
+}
+
+/* The merged passes' names, "align, p2p, ...", for --stats. */
+static void merged_names(char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < NMERGED && at < len; k++) {
+        int n = snprintf(buf + at, len - at, "%s%s", k ? ", " : "", merged_passes[k]->name);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
 }
 
 /* The cores this process may run on. */
@@ -405,6 +423,7 @@ static int build_result(struct an_ctx *ctx, struct an_result *res)
     res->collectives = ctx->collectives;
     res->comms = ctx->comms;
     res->ncomms = ctx->ncomms;
+    res->values = ctx->values;
     ctx->comms = NULL;
     ctx->ncomms = 0;
     res->last = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(*res->last));
@@ -477,7 +496,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
     struct worker *workers = NULL;
     void *merged[NMERGED] = {0}, *main_state[NPROCESS] = {0};
     int rc = -1;
-    if (an_load(&ctx, session, pl.readers, merged_types(), &ops) < 0)
+    if (an_load(&ctx, session, pl.readers, &ops) < 0)
         goto out;
     for (size_t k = 0; k < NMERGED; k++)
         merged[k] = merged_passes[k]->init(&ctx);
@@ -509,7 +528,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         start_workers(&ctx, workers, (unsigned)nw, &next_proc, pl.threads > 1);
     }
     double t_merge = now_s(), c_merge = cpu_s();
-    an_load_start(&ctx);
+    an_load_start(&ctx, merged_types(merged));
     bool progress = isatty(2), shown = false;
     struct an_proc *p;
     const struct shp_event *e;
@@ -520,17 +539,18 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         p->last = ref;
         struct an_step s;
         step_init(&s, p, e, &ref);
-        for (size_t k = 0; k < NMERGED && e; k++)
-            if (merged[k] &&
+        for (size_t k = 0; k < NMERGED; k++) {
+            /* What the feed passes found at this event joins the store after what the first
+             * FEED_AT merged passes found at it, as if they had run there. */
+            if (k == FEED_AT && note) {
+                struct found *fd = note;
+                an_findings_append(&ctx.findings, &fd->fs);
+                an_findings_free(&fd->fs);
+                free(fd);
+            }
+            if (e && merged[k] &&
                 (!merged_passes[k]->types || (merged_passes[k]->types & (1u << e->type))))
                 merged_passes[k]->event(merged[k], &ctx, &s);
-        /* What the feed passes found at this event joins the store after what the merged
-         * passes found at it, as if they had run here. */
-        if (note) {
-            struct found *fd = note;
-            an_findings_append(&ctx.findings, &fd->fs);
-            an_findings_free(&fd->fs);
-            free(fd);
         }
         for (size_t k = 0; k < NMERGED && p->ended; k++)
             if (merged[k] && merged_passes[k]->proc_end)
@@ -552,14 +572,17 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
     c_merge = cpu_s() - c_merge;
     an_load_join(&ctx);
     if (o->stats) {
+        char names[128];
+        merged_names(names, sizeof(names));
         fprintf(stderr, "shapetrace: %u threads: the merge, %u reader%s, %u worker%s (%s)\n",
                 pl.threads, pl.readers, pl.readers == 1 ? "" : "s", pl.workers,
                 pl.workers == 1 ? "" : "s",
                 pl.streamed ? "streamed: lineage and expect run where each trace is read"
                             : "walked: the workers read each trace again for lineage and expect");
         fprintf(stderr,
-                "shapetrace: main thread, merge (align, p2p%s): wall %.3f s, CPU %.3f s, "
+                "shapetrace: main thread, merge (%s%s): wall %.3f s, CPU %.3f s, "
                 "%" PRIu64 " events\n",
+                names,
                 pl.readers    ? ""
                 : pl.streamed ? "; reading: buffers, lineage, expect"
                               : "; reading: buffers",

@@ -217,7 +217,7 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
     const struct an_region *nw = &L->regions[rc->first - 1];
     const struct an_origin *nwo = &L->origins[rc->first - 1], *oldo = &L->origins[rc->stale - 1];
     uint64_t old_replay = L->regions[rc->stale - 1].replay;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ);
     if (!f)
         return;
     L->stale_reported = true;
@@ -452,7 +452,7 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
     uint64_t pitch = 0, es = 1, row = rows_of(ctx, r, &pitch, &es, pshape, sizeof(pshape));
     if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
         return;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_SHAPE_MISMATCH, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_SHAPE_MISMATCH);
     if (!f)
         return;
     f->events[f->nevents++] = g->first;

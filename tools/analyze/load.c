@@ -399,7 +399,7 @@ static uint64_t feed_capacity(size_t n)
     return cap;
 }
 
-int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigned types,
+int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
             const struct an_feed_ops *ops)
 {
     size_t n = s->nprocs;
@@ -412,7 +412,6 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigne
     }
     L->ctx = ctx;
     L->held = NO_FEED;
-    L->types = types;
     atomic_store(&L->waiting, -1);
     if (ops)
         L->ops = *ops;
@@ -475,9 +474,10 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigne
     return 0;
 }
 
-void an_load_start(struct an_ctx *ctx)
+void an_load_start(struct an_ctx *ctx, unsigned types)
 {
     struct an_load *L = ctx->load;
+    L->types = types;
     /* A reader that cannot be started leaves its feeds to the merge (which then decodes their
      * events again: they have no room for the decoded ones). */
     for (unsigned k = 0; k < L->nreaders; k++) {

@@ -23,17 +23,18 @@ struct an_feed_ops {
 };
 
 /* The session's traces as ctx->procs, with `readers` threads to fill their feeds (0: the
- * calling thread fills them as it merges); `types` (a mask of 1u << SHP_REC_*) are the record
- * types an_next decodes. Nothing is read yet. 0, or -1 after printing one line (call an_unload
- * either way). */
-int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers, unsigned types,
+ * calling thread fills them as it merges). Nothing is read yet. 0, or -1 after printing one
+ * line (call an_unload either way). */
+int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
             const struct an_feed_ops *ops);
-/* Starts the readers and waits until every process's first event is read. */
-void an_load_start(struct an_ctx *ctx);
+/* Starts the readers and waits until every process's first event is read; `types` (a mask of
+ * 1u << SHP_REC_*) are the record types an_next decodes (known once the passes that will see
+ * them have their states). */
+void an_load_start(struct an_ctx *ctx, unsigned types);
 /* The next event in time order across all processes; false at the end. *e is the event decoded
- * when its type is among the types of an_load, else NULL (ref->type says what it is); it holds
- * until the next call. *note is what the feed's ops returned for it. After the last event of a
- * process, that process's `ended` is set. Call from the thread that called an_load. */
+ * when its type is among the types of an_load_start, else NULL (ref->type says what it is); it
+ * holds until the next call. *note is what the feed's ops returned for it. After the last event of
+ * a process, that process's `ended` is set. Call from the thread that called an_load. */
 bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event **e,
              struct an_ref *ref, void **note);
 /* Bytes of the traces read so far, and in all (for a progress line). */

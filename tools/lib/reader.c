@@ -55,9 +55,9 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
         snprintf(err, errlen, "not a shapetrace trace (bad magic)");
     } else if (h->byte_order != SHP_BYTE_ORDER_MARK) {
         snprintf(err, errlen, "written on a machine of the other byte order; read it there");
-    } else if (h->version != SHP_TRACE_VERSION) {
-        snprintf(err, errlen, "trace format version %u; this shapetrace reads version %u",
-                 h->version, SHP_TRACE_VERSION);
+    } else if (!shp_trace_version_known(h->version)) {
+        snprintf(err, errlen, "trace format version %u; this shapetrace reads versions %u and %u",
+                 h->version, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
     } else if (h->header_size != SHP_HEADER_SIZE) {
         snprintf(err, errlen, "corrupt header (header size %u)", h->header_size);
     } else if (!memchr(h->host, 0, sizeof(h->host)) || !memchr(h->exe, 0, sizeof(h->exe))) {
@@ -107,8 +107,8 @@ void shp_trace_close(struct shp_trace *t)
 /* shp_rec_check of a record, with the frequent compact records' type and size as constants,
  * so that the sum over their words is unrolled with the skipped word left out at compile time:
  * every record of every walk is checked. */
-__attribute__((optimize("unroll-loops"))) static inline uint32_t
-check_of(const struct shp_rec *r, unsigned ty, size_t sz)
+__attribute__((optimize("unroll-loops"))) static inline uint32_t check_of(const struct shp_rec *r,
+                                                                          unsigned ty, size_t sz)
 {
 #define CHECK_AS(type, st)                                                                         \
     case type:                                                                                     \
