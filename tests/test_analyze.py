@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import run_all, tool_env as env  # the script's own folder, tests/, is on sys.path
+from harness import run_all, tool_env as env, values_env  # the script's folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -645,6 +645,51 @@ def test_any_number_of_threads_is_one_output():
         want = ["count_mismatch", "stale_read"] + (["count_mismatch", "dtype_mismatch"]
                                                    if plan == "walked" else [])
         assert kinds == sorted(want), (plan, kinds)
+
+
+def traced_once(name, cmd, opts=(), e=None):
+    """The traces of CMD on the doubles under `shapetrace run OPTS` (made once)."""
+    d = os.path.join(TMP, name)
+    if not os.path.isdir(d):
+        e = dict(e or env())
+        e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+        subprocess.run([TOOL, "run", "--dir", d, *opts, "--", *cmd], capture_output=True,
+                       timeout=120, env=e)
+    return d
+
+
+def test_every_thread_reports_at_once():
+    """One analysis in which every kind of thread finds something, as several threads at once:
+    the merge (align's count mismatch, waitfor's deadlock, values' value mismatch), the readers
+    (buffers' overruns, checked as each trace is read; lineage's stale read in a streamed run)
+    and, past 64 processes, the workers (lineage again, on the traces they read again). With 1,
+    2, 3 and 8 threads, and 8 threads five times over, text and --json: one report each, byte
+    for byte. The ThreadSanitizer run of this suite reports any access they share unlocked."""
+    launch = [f"{T}/shp_launch", "-n", "4", "--"]
+    paths = [decode_graphs("8"),
+             traced_once("every-overrun", launch + [f"{T}/stacks", "root_only", "planted"]),
+             traced_once("every-deadlock", launch + [f"{T}/stacks", "eagle_dp", "planted"]),
+             traced_once("every-value", launch + [f"{T}/values", "race"], ["--values"],
+                         values_env(T)),
+             traced_once("every-scenario", [f"{T}/scenario", "overrun"])]
+    walked = paths + [gen("every-gen", 60, 2000, "count:33:50")]
+    want = ["buffer_overrun", "buffer_overrun", "count_mismatch", "deadlock", "stale_read",
+            "value_mismatch"]
+    for ps, plan, kinds in ((paths, "streamed", want),
+                            (walked, "walked", sorted(want + ["count_mismatch"]))):
+        for args in (["--json"], []):
+            outs = set()
+            for threads in ("1", "2", "3") + ("8",) * 5:
+                p = run([TOOL, "analyze", "--stats", "--threads", threads, *args,
+                         "--dim", "hidden=256", *ps])
+                assert p.returncode == 1, (plan, threads, p.returncode, p.stderr)
+                assert f"({plan}: " in p.stderr, (plan, threads, p.stderr)
+                outs.add(p.stdout)
+            assert len(outs) == 1, (plan, args, len(outs))
+            if args:
+                r = json.loads(outs.pop())
+                assert sorted(x["kind"] for x in r["findings"]) == kinds, (
+                    plan, [x["summary"] for x in r["findings"]])
 
 
 def test_threads_refused():
