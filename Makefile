@@ -366,7 +366,7 @@ $(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/value
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
 
-check-gpu: all $(B)/tests/shp_fingerprint
+check-gpu: all $(B)/tests/shp_fingerprint $(B)/bench/gen_traces
 	$(Q)tests/gpu/run.sh $(B)
 
 install: all
