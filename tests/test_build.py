@@ -202,6 +202,60 @@ def test_ci_checks_the_format_before_the_tests():
     assert {"build", "check", "format"} <= set(ci[deps[0]].split()), ci[deps[0]]
 
 
+# ---- the README's first commands ----
+
+def readme_blocks():
+    text = open(os.path.join(SRC, "README.md")).read()
+    return re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+
+
+def test_readme_first_commands_work_as_written():
+    """The first README block that puts shapetrace on PATH, run in this checkout, then the first
+    one that traces a job, run in the job's directory, as a user types them: HOME a new one,
+    PATH a plain one, and torchrun a stand-in that starts 8 SIMULATED ranks of the examples on
+    the test doubles (serve.py is not run)."""
+    blocks = readme_blocks()
+    uses = [i for i, b in enumerate(blocks) if re.search(r"^shapetrace ", b, re.M)]
+    setup = next(i for i, b in enumerate(blocks) if "make install" in b)
+    job = next(i for i, b in enumerate(blocks) if re.search(r"^shapetrace run ", b, re.M))
+    assert uses and setup < uses[0] <= job, (setup, uses, job)
+    home = tempfile.mkdtemp(prefix="home-", dir=TMP)
+    jobdir = os.path.join(home, "job")
+    os.mkdir(jobdir)
+    launcher = tempfile.mkdtemp(prefix="torch-", dir=TMP)
+    script(launcher, "torchrun", f"""# torchrun stand-in (test equipment): N SIMULATED ranks
+n=1
+while [ $# -gt 0 ]; do
+    case $1 in --nproc-per-node) n=$2; shift 2 ;; --nproc-per-node=*) n=${{1#*=}}; shift ;;
+    *) break ;; esac
+done
+exec {BUILD}/tests/shp_launch -n "$n" -- {BUILD}/examples/hidden_states --fixed""")
+    user_path = "/usr/local/bin:/usr/bin:/bin:" + launcher
+    e = tool_env()
+    e = {k: v for k, v in e.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+    e.update(HOME=home, PATH=user_path)
+    e.pop("SHAPETRACE_DIR", None)
+    if os.path.relpath(BUILD, SRC) != "build":
+        e["MAKEFLAGS"] = f"B={BUILD}"  # the suite's build tree, the README's command unchanged
+    body = f"set -e -o pipefail\ncd {SRC}\n{blocks[setup]}\ncd {jobdir}\n{blocks[job]}\n" \
+           "echo \"found: $(command -v shapetrace)\"\n"
+    p = subprocess.run(["bash", "-c", body], capture_output=True, text=True, timeout=300, env=e)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert p.stdout.rstrip().endswith(f"found: {home}/.local/bin/shapetrace"), p.stdout[-500:]
+    assert f"shapetrace: 8 traces in {jobdir}/traces" in p.stderr, p.stderr[-2000:]
+    # the dump's table, then what jq printed: a stream of JSON objects, one per all-gather
+    table, _, stream = p.stdout.partition("\n{\n")
+    stream, gathers, dec = "{\n" + stream.rsplit("\nfound: ", 1)[0], [], json.JSONDecoder()
+    while stream.strip():
+        obj, end = dec.raw_decode(stream.strip())
+        gathers.append(obj)
+        stream = stream.strip()[end:]
+    assert gathers and all(g["op"] == "ncclAllGather" for g in gathers), p.stdout[-1000:]
+    assert sorted({g["rank"] for g in gathers}) == list(range(8)), gathers[:2]
+    assert sum("ncclAllGather" in x for x in table.splitlines()) == len(gathers), \
+        table[-2000:]
+
+
 def main():
     return run_all(globals(), "build", ONLY, TMP)
 
