@@ -256,6 +256,52 @@ exec {BUILD}/tests/shp_launch -n "$n" -- {BUILD}/examples/hidden_states --fixed"
         table[-2000:]
 
 
+# ---- make demo ----
+
+def test_demo_keeps_its_run_and_its_commands_work_after_it():
+    e = dict(tool_env(), SHAPETRACE_DOUBLE_TIMEOUT="5")
+    e.pop("SHAPETRACE_DIR", None)
+    b = os.path.relpath(BUILD, SRC)
+    p = subprocess.run(["sh", "examples/demo.sh", b], cwd=SRC, capture_output=True, text=True,
+                       timeout=300, env=e)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    run_dir = os.path.join(SRC, b, "demo-run")
+    assert len([f for f in os.listdir(run_dir) if f.endswith(".shptrace")]) == 4
+    assert "4 SIMULATED ranks" in p.stdout
+    after = p.stdout.split("To look at it again, from the top of the tree:\n", 1)
+    assert len(after) == 2, p.stdout[-1500:]
+    cmds = [x.strip() for x in after[1].splitlines() if x.startswith("    ")]
+    assert len(cmds) == 4 and all(c.startswith(f"{b}/bin/shapetrace ") for c in cmds), cmds
+    # every command the demo printed as it ran is one of its own, as it ran
+    shown = [x.strip() for x in after[0].splitlines() if x.startswith(f"    {b}/bin/")]
+    assert len(shown) == 3 and shown[0].startswith(f"{b}/bin/shapetrace run --dir {b}/demo-run"), \
+        shown
+    os.unlink(os.path.join(SRC, b, "demo-report.html"))
+    for c in cmds:
+        q = subprocess.run(["sh", "-c", c], cwd=SRC, capture_output=True, text=True, timeout=300,
+                           env=e)
+        verb = c.split()[1]
+        if verb == "analyze":
+            assert q.returncode == 1 and "FIRST FINDING  shape_mismatch" in q.stdout, \
+                (c, q.stdout[-1000:], q.stderr)
+        else:
+            assert q.returncode == 0, (c, q.stdout[-1000:], q.stderr)
+        if verb == "dump":
+            assert q.stdout.count("ncclAllGather") >= 4, q.stdout[-1000:]
+        if verb == "export":
+            out = os.path.join(SRC, c.split("-o ", 1)[1].split()[0])
+            assert json.load(open(out))["traceEvents"], out
+        if verb == "report":
+            html = os.path.join(SRC, b, "demo-report.html")
+            assert os.stat(html).st_size > 0 and "shape_mismatch" in open(html).read()
+    # a second demo replaces the run: four traces again, not eight
+    p = subprocess.run(["sh", "examples/demo.sh", b], cwd=SRC, capture_output=True, text=True,
+                       timeout=300, env=e)
+    assert p.returncode == 0 and \
+        len([f for f in os.listdir(run_dir) if f.endswith(".shptrace")]) == 4
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+
+
 def main():
     return run_all(globals(), "build", ONLY, TMP)
 
