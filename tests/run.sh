@@ -63,6 +63,7 @@ else
     suite "values" python3 tests/test_values.py "$B"
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
+    suite "cli" python3 tests/test_cli.py "$B"
     suite "snapshot" python3 tests/test_snapshot.py "$B"
 fi
 

@@ -1296,16 +1296,6 @@ def test_json_shows_both_sides_of_a_count_finding_in_one_factoring():
     assert f["events"][0]["shape"] is None and f["expected"]["shape"] is None, f
 
 
-# ---- the command line ----
-
-def test_bare_command_and_unknown_command_are_one_line():
-    for args, what in (([], "no command given"), (["frob"], "unknown command 'frob'"),
-                       (["help", "frob"], "unknown command 'frob'")):
-        p = run([TOOL, *args])
-        assert p.returncode == 2 and p.stdout == "", (args, p.returncode, p.stdout)
-        assert p.stderr == f"shapetrace: {what}; see shapetrace --help\n", (args, p.stderr)
-
-
 # The cases of an application harmed or a file written outside the run (issue 22): `harm` as
 # the only NAME runs just these (the ThreadSanitizer tree's run, tests/run.sh).
 HARM = {

@@ -1,0 +1,141 @@
+"""shapetrace tests: the front door and the command line as a whole: --version, help and each
+command's --help, the man page made from them, one-line usage errors and their exit status, a
+bare or unknown command, and what the README's two commands rely on (the dependency step, a
+build that writes only under build/). A command's own option values are its suite's (export's in
+test_pictures.py, run's in test_hostile.py, snapshot's in test_snapshot.py).
+Usage: test_cli.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from harness import NotRun, run_all, tool_env
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+ONLY = set(sys.argv[2:])
+TOOL = os.path.join(BUILD, "bin", "shapetrace")
+TMP = tempfile.mkdtemp(prefix="shapetrace-cli-")
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd, ok=(0, 1), **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=tool_env(), **kw)
+    if ok is not None and p.returncode not in ok:
+        raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr}")
+    return p
+
+
+# ---- the front door ----
+
+def test_version_and_help():
+    v = run([TOOL, "--version"], ok=(0,)).stdout
+    assert re.match(r"shapetrace \S+ \(trace format version \d+", v), v
+    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
+        h = run([TOOL, "help", cmd], ok=(0,)).stdout
+        assert h.startswith(f"usage: shapetrace {cmd}") and h == \
+            run([TOOL, cmd, "--help"], ok=(0,)).stdout, cmd
+    p = run([TOOL, "help", "frobnicate"], ok=(2,))
+    assert "unknown command" in p.stderr
+
+
+def test_usage_errors_are_one_line():
+    """The whole usage text is for --help; a usage error is one line naming the command."""
+    cases = [("run", ["--bogus", "--", "true"]), ("dump", ["-q", "x"]), ("analyze", ["--dim"]),
+             ("analyze", ["--json=1", "x"]), ("export", ["-o"]), ("report", ["--nope", "x"]),
+             ("status", ["--zzz", "x"]), ("attach", ["--x", "x"]), ("symbols", []),
+             ("dump", []), ("status", [])]
+    for cmd, args in cases:
+        p = run([TOOL, cmd, *args], ok=(2,))
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"shapetrace {cmd}: ") and \
+            lines[0].endswith(f"; see shapetrace help {cmd}"), (cmd, args, p.stderr)
+        assert p.stdout == "", (cmd, p.stdout)
+
+
+def test_man_page_is_the_help_text():
+    man = os.path.join(BUILD, "man", "shapetrace.1")
+    assert os.path.exists(man), man
+    text = open(man).read()
+    assert text.startswith(".TH SHAPETRACE 1")
+    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
+        first = run([TOOL, "help", cmd], ok=(0,)).stdout.splitlines()[0]
+        assert f".SS {cmd}" in text and first.split()[2] in text, cmd
+    if shutil.which("man"):
+        p = subprocess.run(["man", "-l", man], capture_output=True, text=True,
+                           env=dict(os.environ, MANWIDTH="100", MAN_KEEP_FORMATTING="0"))
+        assert p.returncode == 0 and "export" in p.stdout, p.stderr
+
+
+def fake_bin(names):
+    """A PATH folder whose dpkg-query says `names` are not installed, whose id says we are not
+    root unless ROOT=1, and whose apt-get writes its arguments to $APT_LOG."""
+    d = tempfile.mkdtemp(prefix="bin-", dir=TMP)
+    scripts = {
+        "dpkg-query": "for p; do :; done\ncase \" %s \" in *\" $p \"*) exit 1;; esac\n"
+                      "echo 'install ok installed'" % " ".join(names),
+        "id": '[ "$ROOT" = 1 ] && echo 0 || echo 1000',
+        "apt-get": 'echo "$@" >>"$APT_LOG"',
+    }
+    for name, body in scripts.items():
+        path = os.path.join(d, name)
+        open(path, "w").write("#!/bin/sh\n" + body + "\n")
+        os.chmod(path, 0o755)
+    return d
+
+
+def test_dependency_step():
+    deps = os.path.join(SRC, "scripts", "deps.sh")
+    fake = fake_bin(["libjansson-dev", "chromium"])
+    log = os.path.join(TMP, "apt.log")
+    base = dict(os.environ, PATH=fake + ":" + os.environ["PATH"], APT_LOG=log)
+    # not root: the one apt-get line, and a failure, so that make stops there
+    p = subprocess.run([deps, "check"], capture_output=True, text=True, env=base)
+    assert p.returncode == 1 and "    apt-get install -y libjansson-dev chromium\n" in p.stdout, \
+        p.stdout
+    p = subprocess.run([deps, "build"], capture_output=True, text=True, env=base)
+    assert p.returncode == 1 and "apt-get install -y libjansson-dev\n" in p.stdout, p.stdout
+    # root: one update, then one install of what is missing
+    p = subprocess.run([deps, "check"], capture_output=True, text=True,
+                       env=dict(base, ROOT="1"))
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert open(log).read().splitlines() == \
+        ["update -qq", "install -y -qq --no-install-recommends libjansson-dev chromium"]
+    # the CUDA and NCCL headers are no Debian package: named, with where to get them
+    p = subprocess.run([deps, "build"], capture_output=True, text=True,
+                       env=dict(os.environ, CUDA_HOME=os.path.join(TMP, "nocuda")))
+    assert p.returncode == 1 and "cuda_runtime_api.h is missing" in p.stdout, p.stdout
+    # and make runs it before it compiles anything
+    mk = open(os.path.join(SRC, "Makefile")).read()
+    assert "include $(B)/deps.mk" in mk and "scripts/deps.sh build" in mk
+    assert "scripts/deps.sh check" in open(os.path.join(SRC, ".ci", "run")).read()
+
+
+def test_build_leaves_nothing_in_the_source_tree():
+    if not os.path.isdir(os.path.join(SRC, ".git")) and \
+            not os.path.isfile(os.path.join(SRC, ".git")):
+        raise NotRun("not a git checkout")
+    p = subprocess.run(["git", "-C", SRC, "status", "--porcelain", "--ignored",
+                        "--untracked-files=all"], capture_output=True, text=True)
+    stray = [x for x in p.stdout.splitlines() if x.startswith("!!")
+             and not re.match(r"!! (build|\.whl|\.gpu)/|!! .*__pycache__/", x)]
+    assert not stray, stray
+
+
+# ---- the command line ----
+
+def test_bare_command_and_unknown_command_are_one_line():
+    for args, what in (([], "no command given"), (["frob"], "unknown command 'frob'"),
+                       (["help", "frob"], "unknown command 'frob'")):
+        p = run([TOOL, *args], ok=None)
+        assert p.returncode == 2 and p.stdout == "", (args, p.returncode, p.stdout)
+        assert p.stderr == f"shapetrace: {what}; see shapetrace --help\n", (args, p.stderr)
+
+
+def main():
+    return run_all(globals(), "cli", ONLY, TMP)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
