@@ -19,32 +19,10 @@
 
 #include "tests/doubles/cudart_ptds.h"
 #include "tests/doubles/shp_double.h"
+#include "tests/unit/harness.h"
 
 #define NRANKS 4
 #define N 6 /* elements per rank's chunk */
-
-static int passed, failed;
-
-__attribute__((format(printf, 4, 5))) static void check(bool ok, const char *expr, int line,
-                                                        const char *fmt, ...)
-{
-    va_list ap;
-
-    printf("%s ", ok ? "ok  " : "FAIL");
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (ok)
-        printf("\n");
-    else
-        printf("  [line %d: %s]\n", line, expr);
-    if (ok)
-        passed++;
-    else
-        failed++;
-}
-
-#define CHECK(cond, ...) check((cond), #cond, __LINE__, __VA_ARGS__)
 
 static bool contains(const char *s, const char *part)
 {
@@ -60,54 +38,55 @@ static void test_pointers(void)
     char *plain = malloc(64);
     int count = 0, dev = -1;
 
-    CHECK(cudaGetDeviceCount(&count) == cudaSuccess && count == 8, "8 devices by default");
-    CHECK(cudaGetDevice(&dev) == cudaSuccess && dev == 0, "current device starts at 0");
-    CHECK(cudaMalloc(&d, 1000) == cudaSuccess && d, "cudaMalloc succeeds");
-    CHECK(shp_double_is_device(d), "cudaMalloc memory is in the device range");
-    CHECK((uintptr_t)d % 256 == 0, "cudaMalloc memory is 256-byte aligned");
-    CHECK(cudaPointerGetAttributes(&a, d) == cudaSuccess && a.type == cudaMemoryTypeDevice &&
-              a.device == 0 && a.devicePointer == d && !a.hostPointer,
-          "device pointer: type device, device 0");
-    CHECK(cudaPointerGetAttributes(&a, (char *)d + 999) == cudaSuccess &&
-              a.type == cudaMemoryTypeDevice,
-          "pointer inside a device allocation is device memory");
-    CHECK(cudaSetDevice(3) == cudaSuccess && cudaMalloc(&d3, 10) == cudaSuccess &&
-              cudaPointerGetAttributes(&a, d3) == cudaSuccess && a.device == 3,
-          "allocation records the current device (3)");
-    CHECK(cudaSetDevice(8) == cudaErrorInvalidDevice, "cudaSetDevice(8) is an invalid device");
+    test_condf(cudaGetDeviceCount(&count) == cudaSuccess && count == 8, "8 devices by default");
+    test_condf(cudaGetDevice(&dev) == cudaSuccess && dev == 0, "current device starts at 0");
+    test_condf(cudaMalloc(&d, 1000) == cudaSuccess && d, "cudaMalloc succeeds");
+    test_condf(shp_double_is_device(d), "cudaMalloc memory is in the device range");
+    test_condf((uintptr_t)d % 256 == 0, "cudaMalloc memory is 256-byte aligned");
+    test_condf(cudaPointerGetAttributes(&a, d) == cudaSuccess && a.type == cudaMemoryTypeDevice &&
+                   a.device == 0 && a.devicePointer == d && !a.hostPointer,
+               "device pointer: type device, device 0");
+    test_condf(cudaPointerGetAttributes(&a, (char *)d + 999) == cudaSuccess &&
+                   a.type == cudaMemoryTypeDevice,
+               "pointer inside a device allocation is device memory");
+    test_condf(cudaSetDevice(3) == cudaSuccess && cudaMalloc(&d3, 10) == cudaSuccess &&
+                   cudaPointerGetAttributes(&a, d3) == cudaSuccess && a.device == 3,
+               "allocation records the current device (3)");
+    test_condf(cudaSetDevice(8) == cudaErrorInvalidDevice, "cudaSetDevice(8) is an invalid device");
     cudaSetDevice(0);
-    CHECK(cudaMallocHost(&h, 100) == cudaSuccess && h && !shp_double_is_device(h),
-          "pinned memory is outside the device range");
-    CHECK(cudaPointerGetAttributes(&a, h) == cudaSuccess && a.type == cudaMemoryTypeHost &&
-              a.hostPointer == h && a.devicePointer == h,
-          "pinned pointer: type host, mapped at the same address");
-    CHECK(cudaHostAlloc(&h2, 64, cudaHostAllocMapped) == cudaSuccess &&
-              cudaPointerGetAttributes(&a, h2) == cudaSuccess && a.type == cudaMemoryTypeHost,
-          "cudaHostAlloc gives pinned memory");
-    CHECK(cudaHostAlloc(&z, 64, 0x100) == cudaErrorInvalidValue, "cudaHostAlloc bad flags");
-    CHECK(!shp_double_is_device(plain) && cudaPointerGetAttributes(&a, plain) == cudaSuccess &&
-              a.type == cudaMemoryTypeUnregistered,
-          "malloc pointer: unregistered");
+    test_condf(cudaMallocHost(&h, 100) == cudaSuccess && h && !shp_double_is_device(h),
+               "pinned memory is outside the device range");
+    test_condf(cudaPointerGetAttributes(&a, h) == cudaSuccess && a.type == cudaMemoryTypeHost &&
+                   a.hostPointer == h && a.devicePointer == h,
+               "pinned pointer: type host, mapped at the same address");
+    test_condf(cudaHostAlloc(&h2, 64, cudaHostAllocMapped) == cudaSuccess &&
+                   cudaPointerGetAttributes(&a, h2) == cudaSuccess && a.type == cudaMemoryTypeHost,
+               "cudaHostAlloc gives pinned memory");
+    test_condf(cudaHostAlloc(&z, 64, 0x100) == cudaErrorInvalidValue, "cudaHostAlloc bad flags");
+    test_condf(!shp_double_is_device(plain) && cudaPointerGetAttributes(&a, plain) == cudaSuccess &&
+                   a.type == cudaMemoryTypeUnregistered,
+               "malloc pointer: unregistered");
     z = (void *)1;
-    CHECK(cudaMalloc(&z, 0) == cudaSuccess && z == NULL, "cudaMalloc of 0 bytes gives NULL");
-    CHECK(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL) is fine");
+    test_condf(cudaMalloc(&z, 0) == cudaSuccess && z == NULL, "cudaMalloc of 0 bytes gives NULL");
+    test_condf(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL) is fine");
     cudaGetLastError();
-    CHECK(cudaFree(plain) == cudaErrorInvalidValue, "cudaFree of a host pointer: invalid value");
-    CHECK(cudaPeekAtLastError() == cudaErrorInvalidValue &&
-              cudaPeekAtLastError() == cudaErrorInvalidValue,
-          "cudaPeekAtLastError keeps the error");
-    CHECK(cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == cudaSuccess,
-          "cudaGetLastError returns the error once");
-    CHECK(cudaFreeHost(d) == cudaErrorInvalidValue, "cudaFreeHost of device memory fails");
-    CHECK(cudaFree(h) == cudaErrorInvalidValue, "cudaFree of pinned memory fails");
-    CHECK(cudaFree((char *)d + 256) == cudaErrorInvalidValue, "cudaFree inside a block fails");
-    CHECK(cudaFree(d) == cudaSuccess && cudaFree(d) == cudaErrorInvalidValue,
-          "double cudaFree fails");
-    CHECK(cudaPointerGetAttributes(&a, d) == cudaErrorInvalidValue,
-          "attributes of freed device memory: invalid value");
-    CHECK(cudaFree(d3) == cudaSuccess && cudaFreeHost(h) == cudaSuccess &&
-              cudaFreeHost(h2) == cudaSuccess && cudaFreeHost(NULL) == cudaSuccess,
-          "frees succeed");
+    test_condf(cudaFree(plain) == cudaErrorInvalidValue,
+               "cudaFree of a host pointer: invalid value");
+    test_condf(cudaPeekAtLastError() == cudaErrorInvalidValue &&
+                   cudaPeekAtLastError() == cudaErrorInvalidValue,
+               "cudaPeekAtLastError keeps the error");
+    test_condf(cudaGetLastError() == cudaErrorInvalidValue && cudaGetLastError() == cudaSuccess,
+               "cudaGetLastError returns the error once");
+    test_condf(cudaFreeHost(d) == cudaErrorInvalidValue, "cudaFreeHost of device memory fails");
+    test_condf(cudaFree(h) == cudaErrorInvalidValue, "cudaFree of pinned memory fails");
+    test_condf(cudaFree((char *)d + 256) == cudaErrorInvalidValue, "cudaFree inside a block fails");
+    test_condf(cudaFree(d) == cudaSuccess && cudaFree(d) == cudaErrorInvalidValue,
+               "double cudaFree fails");
+    test_condf(cudaPointerGetAttributes(&a, d) == cudaErrorInvalidValue,
+               "attributes of freed device memory: invalid value");
+    test_condf(cudaFree(d3) == cudaSuccess && cudaFreeHost(h) == cudaSuccess &&
+                   cudaFreeHost(h2) == cudaSuccess && cudaFreeHost(NULL) == cudaSuccess,
+               "frees succeed");
     cudaGetLastError();
     free(plain);
 }
@@ -119,14 +98,15 @@ static void test_allocator(void)
     cudaMalloc(&a, 300);
     cudaMalloc(&b, 300);
     cudaMalloc(&c, 300);
-    CHECK((char *)b - (char *)a == 512 && (char *)c - (char *)b == 512,
-          "blocks are packed at 256-byte granularity");
+    test_condf((char *)b - (char *)a == 512 && (char *)c - (char *)b == 512,
+               "blocks are packed at 256-byte granularity");
     cudaFree(b);
-    CHECK(cudaMalloc(&again, 100) == cudaSuccess && again == b, "first fit reuses a freed hole");
-    CHECK(cudaMalloc(&big, (size_t)1 << 30) == cudaSuccess && big,
-          "1 GiB allocation (reserved, not touched)");
-    CHECK(cudaMalloc(&b, (size_t)1 << 40) == cudaErrorMemoryAllocation,
-          "1 TiB allocation: out of memory");
+    test_condf(cudaMalloc(&again, 100) == cudaSuccess && again == b,
+               "first fit reuses a freed hole");
+    test_condf(cudaMalloc(&big, (size_t)1 << 30) == cudaSuccess && big,
+               "1 GiB allocation (reserved, not touched)");
+    test_condf(cudaMalloc(&b, (size_t)1 << 40) == cudaErrorMemoryAllocation,
+               "1 TiB allocation: out of memory");
     cudaGetLastError();
     cudaFree(a);
     cudaFree(again);
@@ -145,61 +125,61 @@ static void test_copies(void)
     cudaMalloc((void **)&d2, 1000);
     cudaMallocHost((void **)&pinned, 1000);
 
-    CHECK(cudaMemcpy(d, host, 1000, cudaMemcpyHostToDevice) == cudaSuccess, "H2D succeeds");
+    test_condf(cudaMemcpy(d, host, 1000, cudaMemcpyHostToDevice) == cudaSuccess, "H2D succeeds");
     memset(back, 0, sizeof(back));
-    CHECK(cudaMemcpy(back, d, 1000, cudaMemcpyDeviceToHost) == cudaSuccess &&
-              !memcmp(back, host, 1000),
-          "D2H brings the bytes back");
-    CHECK(cudaMemcpy(d2, d, 1000, cudaMemcpyDeviceToDevice) == cudaSuccess, "D2D succeeds");
+    test_condf(cudaMemcpy(back, d, 1000, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   !memcmp(back, host, 1000),
+               "D2H brings the bytes back");
+    test_condf(cudaMemcpy(d2, d, 1000, cudaMemcpyDeviceToDevice) == cudaSuccess, "D2D succeeds");
     memset(back, 0, sizeof(back));
     cudaMemcpy(back, d2, 1000, cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(back, host, 1000), "D2D moved the bytes");
-    CHECK(cudaMemcpy(plain, host, 1000, cudaMemcpyHostToHost) == cudaSuccess &&
-              !memcmp(plain, host, 1000),
-          "H2H between plain host buffers");
-    CHECK(cudaMemcpy(pinned, d, 1000, cudaMemcpyDeviceToHost) == cudaSuccess &&
-              !memcmp(pinned, host, 1000),
-          "D2H into pinned memory");
-    CHECK(cudaMemcpy(d2, pinned, 1000, cudaMemcpyHostToDevice) == cudaSuccess,
-          "H2D from pinned memory");
-    CHECK(cudaMemcpy(d2, host, 10, cudaMemcpyDefault) == cudaSuccess &&
-              cudaMemcpy(back, d2, 10, cudaMemcpyDefault) == cudaSuccess &&
-              cudaMemcpy(d, d2, 10, cudaMemcpyDefault) == cudaSuccess,
-          "cudaMemcpyDefault infers every direction");
+    test_condf(!memcmp(back, host, 1000), "D2D moved the bytes");
+    test_condf(cudaMemcpy(plain, host, 1000, cudaMemcpyHostToHost) == cudaSuccess &&
+                   !memcmp(plain, host, 1000),
+               "H2H between plain host buffers");
+    test_condf(cudaMemcpy(pinned, d, 1000, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   !memcmp(pinned, host, 1000),
+               "D2H into pinned memory");
+    test_condf(cudaMemcpy(d2, pinned, 1000, cudaMemcpyHostToDevice) == cudaSuccess,
+               "H2D from pinned memory");
+    test_condf(cudaMemcpy(d2, host, 10, cudaMemcpyDefault) == cudaSuccess &&
+                   cudaMemcpy(back, d2, 10, cudaMemcpyDefault) == cudaSuccess &&
+                   cudaMemcpy(d, d2, 10, cudaMemcpyDefault) == cudaSuccess,
+               "cudaMemcpyDefault infers every direction");
 
-    CHECK(cudaMemcpy(plain, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "H2D whose dst is host memory: invalid value");
-    CHECK(cudaMemcpy(d2, d, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "H2D whose src is device memory: invalid value");
-    CHECK(cudaMemcpy(back, host, 10, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
-          "D2H whose src is host memory: invalid value");
-    CHECK(cudaMemcpy(d, back, 10, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
-          "D2H whose dst is device memory: invalid value");
-    CHECK(cudaMemcpy(d, host, 10, cudaMemcpyDeviceToDevice) == cudaErrorInvalidValue,
-          "D2D from host memory: invalid value");
-    CHECK(cudaMemcpy(back, d, 10, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
-          "H2H from device memory: invalid value");
-    CHECK(cudaMemcpy(pinned, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "H2D into pinned memory: invalid value");
-    CHECK(cudaMemcpy(d, host, 10, (enum cudaMemcpyKind)9) == cudaErrorInvalidMemcpyDirection,
-          "unknown kind: invalid direction");
-    CHECK(cudaMemcpy(NULL, host, 10, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
-          "NULL dst: invalid value");
-    CHECK(cudaMemcpy(NULL, NULL, 0, cudaMemcpyHostToDevice) == cudaSuccess,
-          "zero-byte copy succeeds");
+    test_condf(cudaMemcpy(plain, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "H2D whose dst is host memory: invalid value");
+    test_condf(cudaMemcpy(d2, d, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "H2D whose src is device memory: invalid value");
+    test_condf(cudaMemcpy(back, host, 10, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+               "D2H whose src is host memory: invalid value");
+    test_condf(cudaMemcpy(d, back, 10, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+               "D2H whose dst is device memory: invalid value");
+    test_condf(cudaMemcpy(d, host, 10, cudaMemcpyDeviceToDevice) == cudaErrorInvalidValue,
+               "D2D from host memory: invalid value");
+    test_condf(cudaMemcpy(back, d, 10, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
+               "H2H from device memory: invalid value");
+    test_condf(cudaMemcpy(pinned, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "H2D into pinned memory: invalid value");
+    test_condf(cudaMemcpy(d, host, 10, (enum cudaMemcpyKind)9) == cudaErrorInvalidMemcpyDirection,
+               "unknown kind: invalid direction");
+    test_condf(cudaMemcpy(NULL, host, 10, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
+               "NULL dst: invalid value");
+    test_condf(cudaMemcpy(NULL, NULL, 0, cudaMemcpyHostToDevice) == cudaSuccess,
+               "zero-byte copy succeeds");
 
-    CHECK(cudaMemcpy(d, host, 1001, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "H2D one byte past a 1000-byte allocation: invalid value");
-    CHECK(cudaMemcpy(d + 500, host, 500, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaMemcpy(d + 500, host, 501, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "copy at an offset is checked against the allocation's end");
-    CHECK(cudaMemcpy(back, d + 1, 1000, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
-          "D2H reading past the end: invalid value");
-    CHECK(cudaMemcpy(pinned, host, 1001, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
-          "copy past the end of pinned memory: invalid value");
+    test_condf(cudaMemcpy(d, host, 1001, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "H2D one byte past a 1000-byte allocation: invalid value");
+    test_condf(cudaMemcpy(d + 500, host, 500, cudaMemcpyHostToDevice) == cudaSuccess &&
+                   cudaMemcpy(d + 500, host, 501, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "copy at an offset is checked against the allocation's end");
+    test_condf(cudaMemcpy(back, d + 1, 1000, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+               "D2H reading past the end: invalid value");
+    test_condf(cudaMemcpy(pinned, host, 1001, cudaMemcpyHostToHost) == cudaErrorInvalidValue,
+               "copy past the end of pinned memory: invalid value");
     cudaFree(d2);
-    CHECK(cudaMemcpy(d2, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "copy into freed device memory: invalid value");
+    test_condf(cudaMemcpy(d2, host, 10, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "copy into freed device memory: invalid value");
     cudaGetLastError();
     cudaFree(d);
     cudaFreeHost(pinned);
@@ -216,37 +196,40 @@ static void test_copies_2d(void)
             src[r][c] = (char)(r * 16 + c + 1);
     cudaMalloc((void **)&d, 64);
     cudaMemset(d, 0xEE, 64);
-    CHECK(cudaMemcpy2D(d, 16, src, 10, 10, 4, cudaMemcpyHostToDevice) == cudaSuccess,
-          "2-D H2D, 4 rows of 10 into pitch 16");
+    test_condf(cudaMemcpy2D(d, 16, src, 10, 10, 4, cudaMemcpyHostToDevice) == cudaSuccess,
+               "2-D H2D, 4 rows of 10 into pitch 16");
     cudaMemcpy(dev_image, d, 64, cudaMemcpyDeviceToHost);
     for (int r = 0; r < 4; r++) {
         rows_ok &= !memcmp(dev_image + r * 16, src[r], 10);
         for (int c = 10; c < 16; c++)
             pad_ok &= dev_image[r * 16 + c] == (char)0xEE;
     }
-    CHECK(rows_ok, "2-D copy put each row at its pitch");
-    CHECK(pad_ok, "2-D copy left the padding alone");
+    test_condf(rows_ok, "2-D copy put each row at its pitch");
+    test_condf(pad_ok, "2-D copy left the padding alone");
     memset(out, 0, sizeof(out));
-    CHECK(cudaMemcpy2D(out, 12, d, 16, 10, 4, cudaMemcpyDeviceToHost) == cudaSuccess,
-          "2-D D2H, pitch 16 into pitch 12");
+    test_condf(cudaMemcpy2D(out, 12, d, 16, 10, 4, cudaMemcpyDeviceToHost) == cudaSuccess,
+               "2-D D2H, pitch 16 into pitch 12");
     for (int r = 0; r < 4; r++)
         out_ok &= !memcmp(out[r], src[r], 10) && out[r][10] == 0 && out[r][11] == 0;
-    CHECK(out_ok, "2-D D2H rows are right");
-    CHECK(cudaMemcpy2D(d, 8, src, 10, 10, 4, cudaMemcpyHostToDevice) == cudaErrorInvalidPitchValue,
-          "dpitch < width: invalid pitch");
-    CHECK(cudaMemcpy2D(d, 16, src, 9, 10, 4, cudaMemcpyHostToDevice) == cudaErrorInvalidPitchValue,
-          "spitch < width: invalid pitch");
-    CHECK(cudaMemcpy2D(d, 16, src, 10, 10, 5, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
-          "2-D copy whose last row runs past the allocation: invalid value");
-    CHECK(cudaMemcpy2D(d, 16, dev_image, 16, 16, 4, cudaMemcpyHostToDevice) == cudaSuccess,
-          "2-D copy ending exactly at the allocation's end succeeds");
-    CHECK(cudaMemcpy2D(d, 16, src, 10, 10, 4, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
-          "2-D D2H whose dst is device memory: invalid value");
-    CHECK(cudaMemcpy2D_ptds(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
-              cudaMemcpy2DAsync_ptsz(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost, 0) ==
-                  cudaSuccess &&
-              cudaMemcpy2DAsync(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost, 0) == cudaSuccess,
-          "2-D per-thread and async forms");
+    test_condf(out_ok, "2-D D2H rows are right");
+    test_condf(cudaMemcpy2D(d, 8, src, 10, 10, 4, cudaMemcpyHostToDevice) ==
+                   cudaErrorInvalidPitchValue,
+               "dpitch < width: invalid pitch");
+    test_condf(cudaMemcpy2D(d, 16, src, 9, 10, 4, cudaMemcpyHostToDevice) ==
+                   cudaErrorInvalidPitchValue,
+               "spitch < width: invalid pitch");
+    test_condf(cudaMemcpy2D(d, 16, src, 10, 10, 5, cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+               "2-D copy whose last row runs past the allocation: invalid value");
+    test_condf(cudaMemcpy2D(d, 16, dev_image, 16, 16, 4, cudaMemcpyHostToDevice) == cudaSuccess,
+               "2-D copy ending exactly at the allocation's end succeeds");
+    test_condf(cudaMemcpy2D(d, 16, src, 10, 10, 4, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue,
+               "2-D D2H whose dst is device memory: invalid value");
+    test_condf(cudaMemcpy2D_ptds(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   cudaMemcpy2DAsync_ptsz(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost, 0) ==
+                       cudaSuccess &&
+                   cudaMemcpy2DAsync(out, 12, d, 16, 10, 2, cudaMemcpyDeviceToHost, 0) ==
+                       cudaSuccess,
+               "2-D per-thread and async forms");
     cudaGetLastError();
     cudaFree(d);
 }
@@ -262,28 +245,30 @@ static void test_memset_peer_ptds(void)
     cudaSetDevice(2);
     cudaMalloc((void **)&d2, 64);
     cudaSetDevice(0);
-    CHECK(cudaMemset(d, 0xAB, 64) == cudaSuccess, "cudaMemset");
+    test_condf(cudaMemset(d, 0xAB, 64) == cudaSuccess, "cudaMemset");
     cudaMemcpy(back, d, 64, cudaMemcpyDeviceToHost);
     for (int i = 0; i < 64; i++)
         all &= back[i] == 0xAB;
-    CHECK(all, "cudaMemset wrote every byte");
-    CHECK(cudaMemsetAsync(d, 1, 65, 0) == cudaErrorInvalidValue, "cudaMemsetAsync past the end");
-    CHECK(cudaMemset(host, 0, 8) == cudaErrorInvalidValue, "cudaMemset of host memory");
-    CHECK(cudaMemset_ptds(d, 2, 8) == cudaSuccess && cudaMemsetAsync_ptsz(d, 3, 8, 0) == 0,
-          "cudaMemset per-thread forms");
-    CHECK(cudaMemcpyPeer(d2, 2, d, 1, 64) == cudaSuccess, "cudaMemcpyPeer 1 -> 2");
+    test_condf(all, "cudaMemset wrote every byte");
+    test_condf(cudaMemsetAsync(d, 1, 65, 0) == cudaErrorInvalidValue,
+               "cudaMemsetAsync past the end");
+    test_condf(cudaMemset(host, 0, 8) == cudaErrorInvalidValue, "cudaMemset of host memory");
+    test_condf(cudaMemset_ptds(d, 2, 8) == cudaSuccess && cudaMemsetAsync_ptsz(d, 3, 8, 0) == 0,
+               "cudaMemset per-thread forms");
+    test_condf(cudaMemcpyPeer(d2, 2, d, 1, 64) == cudaSuccess, "cudaMemcpyPeer 1 -> 2");
     cudaMemcpy(back, d2, 8, cudaMemcpyDeviceToHost);
-    CHECK(back[0] == 3, "peer copy moved the bytes");
-    CHECK(cudaMemcpyPeerAsync(d2, 2, d, 9, 64, 0) == cudaErrorInvalidDevice,
-          "peer copy from device 9: invalid device");
-    CHECK(cudaMemcpyPeer(d2, 2, host, 1, 8) == cudaErrorInvalidValue,
-          "peer copy from host memory: invalid value");
-    CHECK(cudaMemcpy_ptds(d, host, 26, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaMemcpyAsync_ptsz(back, d, 26, cudaMemcpyDeviceToHost, 0) == cudaSuccess &&
-              !memcmp(back, host, 26),
-          "cudaMemcpy_ptds and cudaMemcpyAsync_ptsz move bytes");
-    CHECK(cudaMemcpyAsync_ptsz(host, d, 26, cudaMemcpyHostToDevice, 0) == cudaErrorInvalidValue,
-          "cudaMemcpyAsync_ptsz checks kinds");
+    test_condf(back[0] == 3, "peer copy moved the bytes");
+    test_condf(cudaMemcpyPeerAsync(d2, 2, d, 9, 64, 0) == cudaErrorInvalidDevice,
+               "peer copy from device 9: invalid device");
+    test_condf(cudaMemcpyPeer(d2, 2, host, 1, 8) == cudaErrorInvalidValue,
+               "peer copy from host memory: invalid value");
+    test_condf(cudaMemcpy_ptds(d, host, 26, cudaMemcpyHostToDevice) == cudaSuccess &&
+                   cudaMemcpyAsync_ptsz(back, d, 26, cudaMemcpyDeviceToHost, 0) == cudaSuccess &&
+                   !memcmp(back, host, 26),
+               "cudaMemcpy_ptds and cudaMemcpyAsync_ptsz move bytes");
+    test_condf(cudaMemcpyAsync_ptsz(host, d, 26, cudaMemcpyHostToDevice, 0) ==
+                   cudaErrorInvalidValue,
+               "cudaMemcpyAsync_ptsz checks kinds");
     cudaGetLastError();
     cudaFree(d);
     cudaFree(d2);
@@ -305,82 +290,86 @@ static void test_streams_graphs(void)
     void *d = NULL;
     char host[16] = "captured";
 
-    CHECK(cudaStreamCreate(&s) == cudaSuccess && s, "cudaStreamCreate");
-    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess,
-          "cudaStreamCreateWithFlags");
-    CHECK(cudaStreamCreateWithFlags(&s2, 0x80) == cudaErrorInvalidValue, "bad stream flags");
-    CHECK(cudaMallocAsync(&d, 16, s) == cudaSuccess && shp_double_is_device(d), "cudaMallocAsync");
-    CHECK(cudaMemcpyAsync(d, host, 16, cudaMemcpyHostToDevice, s) == cudaSuccess,
-          "cudaMemcpyAsync on a stream");
-    CHECK(cudaStreamSynchronize(s) == cudaSuccess && cudaStreamQuery(s) == cudaSuccess &&
-              cudaDeviceSynchronize() == cudaSuccess,
-          "synchronize and query");
-    CHECK(cudaEventCreate(&ev) == cudaSuccess && cudaEventRecord(ev, s) == cudaSuccess &&
-              cudaEventSynchronize(ev) == cudaSuccess && cudaEventDestroy(ev) == cudaSuccess,
-          "event create, record, synchronize, destroy");
-    CHECK(cudaEventDestroy(ev) == cudaErrorInvalidResourceHandle, "event destroyed twice");
+    test_condf(cudaStreamCreate(&s) == cudaSuccess && s, "cudaStreamCreate");
+    test_condf(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess,
+               "cudaStreamCreateWithFlags");
+    test_condf(cudaStreamCreateWithFlags(&s2, 0x80) == cudaErrorInvalidValue, "bad stream flags");
+    test_condf(cudaMallocAsync(&d, 16, s) == cudaSuccess && shp_double_is_device(d),
+               "cudaMallocAsync");
+    test_condf(cudaMemcpyAsync(d, host, 16, cudaMemcpyHostToDevice, s) == cudaSuccess,
+               "cudaMemcpyAsync on a stream");
+    test_condf(cudaStreamSynchronize(s) == cudaSuccess && cudaStreamQuery(s) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess,
+               "synchronize and query");
+    test_condf(cudaEventCreate(&ev) == cudaSuccess && cudaEventRecord(ev, s) == cudaSuccess &&
+                   cudaEventSynchronize(ev) == cudaSuccess && cudaEventDestroy(ev) == cudaSuccess,
+               "event create, record, synchronize, destroy");
+    test_condf(cudaEventDestroy(ev) == cudaErrorInvalidResourceHandle, "event destroyed twice");
 
-    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
-          "stream not capturing");
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
-    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive,
-          "stream capturing");
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaErrorIllegalState,
-          "begin capture twice: illegal state");
-    CHECK(cudaMemcpyAsync(host, d, 16, cudaMemcpyDeviceToHost, s) == cudaSuccess,
-          "copy during capture");
-    CHECK(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 0,
-          "a host function during capture runs nothing");
+    test_condf(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
+               "stream not capturing");
+    test_condf(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess,
+               "begin capture");
+    test_condf(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive,
+               "stream capturing");
+    test_condf(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaErrorIllegalState,
+               "begin capture twice: illegal state");
+    test_condf(cudaMemcpyAsync(host, d, 16, cudaMemcpyDeviceToHost, s) == cudaSuccess,
+               "copy during capture");
+    test_condf(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 0,
+               "a host function during capture runs nothing");
     memset(host, 0, sizeof(host));
-    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g, "end capture gives a graph");
-    CHECK(host[0] == 0, "a captured copy moves nothing at capture");
-    CHECK(cudaStreamEndCapture(s, &g2) == cudaErrorIllegalState && !g2,
-          "end capture when not capturing: illegal state");
-    CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess && x, "instantiate");
-    CHECK(cudaGraphLaunch(x, s) == cudaSuccess && !strcmp(host, "captured") && host_calls == 1,
-          "a launch runs the captured copy and host function");
+    test_condf(cudaStreamEndCapture(s, &g) == cudaSuccess && g, "end capture gives a graph");
+    test_condf(host[0] == 0, "a captured copy moves nothing at capture");
+    test_condf(cudaStreamEndCapture(s, &g2) == cudaErrorIllegalState && !g2,
+               "end capture when not capturing: illegal state");
+    test_condf(cudaGraphInstantiate(&x, g, 0) == cudaSuccess && x, "instantiate");
+    test_condf(cudaGraphLaunch(x, s) == cudaSuccess && !strcmp(host, "captured") && host_calls == 1,
+               "a launch runs the captured copy and host function");
     memset(host, 0, sizeof(host));
-    CHECK(cudaGraphLaunch(x, s) == cudaSuccess && cudaGraphLaunch_ptsz(x, 0) == cudaSuccess &&
-              !strcmp(host, "captured") && host_calls == 3,
-          "launch three times: each one replays them");
-    CHECK(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 4,
-          "a host function outside a capture runs at once");
-    CHECK(cudaLaunchHostFunc(s, NULL, NULL) == cudaErrorInvalidValue, "a NULL host function");
-    CHECK(cudaGraphLaunch(NULL, s) == cudaErrorInvalidValue, "launch of NULL: invalid value");
-    CHECK(cudaGraphExecDestroy(x) == cudaSuccess && cudaGraphLaunch(x, s) == cudaErrorInvalidValue,
-          "launch of a destroyed exec: invalid value");
-    CHECK(cudaGraphInstantiateWithFlags(&x, g, 0) == cudaSuccess &&
-              cudaGraphExecDestroy(x) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess,
-          "instantiate with flags, destroy");
-    CHECK(cudaGraphInstantiate(&x, g, 0) == cudaErrorInvalidValue,
-          "instantiate a destroyed graph: invalid value");
+    test_condf(cudaGraphLaunch(x, s) == cudaSuccess && cudaGraphLaunch_ptsz(x, 0) == cudaSuccess &&
+                   !strcmp(host, "captured") && host_calls == 3,
+               "launch three times: each one replays them");
+    test_condf(cudaLaunchHostFunc(s, count_call, &host_calls) == cudaSuccess && host_calls == 4,
+               "a host function outside a capture runs at once");
+    test_condf(cudaLaunchHostFunc(s, NULL, NULL) == cudaErrorInvalidValue, "a NULL host function");
+    test_condf(cudaGraphLaunch(NULL, s) == cudaErrorInvalidValue, "launch of NULL: invalid value");
+    test_condf(cudaGraphExecDestroy(x) == cudaSuccess &&
+                   cudaGraphLaunch(x, s) == cudaErrorInvalidValue,
+               "launch of a destroyed exec: invalid value");
+    test_condf(cudaGraphInstantiateWithFlags(&x, g, 0) == cudaSuccess &&
+                   cudaGraphExecDestroy(x) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess,
+               "instantiate with flags, destroy");
+    test_condf(cudaGraphInstantiate(&x, g, 0) == cudaErrorInvalidValue,
+               "instantiate a destroyed graph: invalid value");
 
-    CHECK(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal) ==
-              cudaErrorStreamCaptureUnsupported,
-          "capture of the legacy stream: unsupported");
-    CHECK(cudaStreamBeginCapture_ptsz(NULL, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
-              cudaStreamIsCapturing_ptsz(NULL, &st) == cudaSuccess &&
-              st == cudaStreamCaptureStatusActive && cudaStreamIsCapturing(NULL, &st) == 0 &&
-              st == cudaStreamCaptureStatusNone,
-          "_ptsz: stream 0 is the per-thread stream, which can capture");
-    CHECK(cudaStreamEndCapture_ptsz(NULL, &g) == cudaSuccess && g && cudaGraphDestroy(g) == 0,
-          "_ptsz end capture");
-    CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeRelaxed) == cudaSuccess &&
-              cudaStreamSynchronize(s2) == cudaErrorStreamCaptureUnsupported &&
-              cudaStreamIsCapturing(s2, &st) == cudaSuccess &&
-              st == cudaStreamCaptureStatusInvalidated,
-          "synchronizing a capturing stream invalidates the capture");
-    CHECK(cudaStreamEndCapture(s2, &g) == cudaErrorStreamCaptureInvalidated && !g,
-          "end of an invalidated capture gives no graph");
-    CHECK(cudaFreeAsync(d, s) == cudaSuccess, "cudaFreeAsync");
-    CHECK(cudaMallocAsync_ptsz(&d, 8, 0) == cudaSuccess && cudaFreeAsync_ptsz(d, 0) == 0,
-          "cudaMallocAsync_ptsz and cudaFreeAsync_ptsz");
-    CHECK(cudaStreamDestroy(s) == cudaSuccess && cudaStreamDestroy(s2) == cudaSuccess,
-          "cudaStreamDestroy");
-    CHECK(cudaMemcpyAsync(host, host, 1, cudaMemcpyHostToHost, s) == cudaErrorInvalidResourceHandle,
-          "copy on a destroyed stream: invalid resource handle");
-    CHECK(cudaStreamDestroy(NULL) == cudaErrorInvalidResourceHandle,
-          "destroying the legacy stream fails");
+    test_condf(cudaStreamBeginCapture(NULL, cudaStreamCaptureModeGlobal) ==
+                   cudaErrorStreamCaptureUnsupported,
+               "capture of the legacy stream: unsupported");
+    test_condf(cudaStreamBeginCapture_ptsz(NULL, cudaStreamCaptureModeThreadLocal) == cudaSuccess &&
+                   cudaStreamIsCapturing_ptsz(NULL, &st) == cudaSuccess &&
+                   st == cudaStreamCaptureStatusActive && cudaStreamIsCapturing(NULL, &st) == 0 &&
+                   st == cudaStreamCaptureStatusNone,
+               "_ptsz: stream 0 is the per-thread stream, which can capture");
+    test_condf(cudaStreamEndCapture_ptsz(NULL, &g) == cudaSuccess && g && cudaGraphDestroy(g) == 0,
+               "_ptsz end capture");
+    test_condf(cudaStreamBeginCapture(s2, cudaStreamCaptureModeRelaxed) == cudaSuccess &&
+                   cudaStreamSynchronize(s2) == cudaErrorStreamCaptureUnsupported &&
+                   cudaStreamIsCapturing(s2, &st) == cudaSuccess &&
+                   st == cudaStreamCaptureStatusInvalidated,
+               "synchronizing a capturing stream invalidates the capture");
+    test_condf(cudaStreamEndCapture(s2, &g) == cudaErrorStreamCaptureInvalidated && !g,
+               "end of an invalidated capture gives no graph");
+    test_condf(cudaFreeAsync(d, s) == cudaSuccess, "cudaFreeAsync");
+    test_condf(cudaMallocAsync_ptsz(&d, 8, 0) == cudaSuccess && cudaFreeAsync_ptsz(d, 0) == 0,
+               "cudaMallocAsync_ptsz and cudaFreeAsync_ptsz");
+    test_condf(cudaStreamDestroy(s) == cudaSuccess && cudaStreamDestroy(s2) == cudaSuccess,
+               "cudaStreamDestroy");
+    test_condf(cudaMemcpyAsync(host, host, 1, cudaMemcpyHostToHost, s) ==
+                   cudaErrorInvalidResourceHandle,
+               "copy on a destroyed stream: invalid resource handle");
+    test_condf(cudaStreamDestroy(NULL) == cudaErrorInvalidResourceHandle,
+               "destroying the legacy stream fails");
     cudaGetLastError();
 }
 
@@ -396,61 +385,65 @@ static void test_capture_fork_join(void)
     unsigned long long id = 0, side_id = 0;
     char host[8] = "forked", *d = NULL;
 
-    CHECK(cudaStreamCreate(&s) == 0 && cudaStreamCreate(&side) == 0 &&
-              cudaStreamCreate(&other) == 0 && cudaEventCreate(&fork) == 0 &&
-              cudaEventCreate(&join) == 0 && cudaEventCreate(&stranger) == 0 &&
-              cudaMalloc((void **)&d, 8) == 0,
-          "streams and events");
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
-              cudaEventRecord(fork, s) == cudaSuccess &&
-              cudaStreamWaitEvent(side, fork, 0) == cudaSuccess,
-          "a fork: the side stream waits on an event recorded on the capturing stream");
-    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive,
-          "the side stream is capturing now");
+    test_condf(cudaStreamCreate(&s) == 0 && cudaStreamCreate(&side) == 0 &&
+                   cudaStreamCreate(&other) == 0 && cudaEventCreate(&fork) == 0 &&
+                   cudaEventCreate(&join) == 0 && cudaEventCreate(&stranger) == 0 &&
+                   cudaMalloc((void **)&d, 8) == 0,
+               "streams and events");
+    test_condf(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+                   cudaEventRecord(fork, s) == cudaSuccess &&
+                   cudaStreamWaitEvent(side, fork, 0) == cudaSuccess,
+               "a fork: the side stream waits on an event recorded on the capturing stream");
+    test_condf(cudaStreamIsCapturing(side, &st) == cudaSuccess &&
+                   st == cudaStreamCaptureStatusActive,
+               "the side stream is capturing now");
     bool info = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL) == cudaSuccess &&
                 cudaStreamGetCaptureInfo(side, &st, &side_id, NULL, NULL, NULL, NULL) == 0;
-    CHECK(info && st == cudaStreamCaptureStatusActive && id && id == side_id,
-          "cudaStreamGetCaptureInfo gives both streams the capture's id (%llu, %llu)", id, side_id);
-    CHECK(cudaMemcpyAsync(d, host, 8, cudaMemcpyHostToDevice, side) == cudaSuccess &&
-              cudaEventRecord(join, side) == cudaSuccess,
-          "work on the side stream goes into the capture");
-    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureUnjoined && !g,
-          "ending it before the join: cudaErrorStreamCaptureUnjoined");
-    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
-              cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
-          "and neither stream captures any more");
+    test_condf(info && st == cudaStreamCaptureStatusActive && id && id == side_id,
+               "cudaStreamGetCaptureInfo gives both streams the capture's id (%llu, %llu)", id,
+               side_id);
+    test_condf(cudaMemcpyAsync(d, host, 8, cudaMemcpyHostToDevice, side) == cudaSuccess &&
+                   cudaEventRecord(join, side) == cudaSuccess,
+               "work on the side stream goes into the capture");
+    test_condf(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureUnjoined && !g,
+               "ending it before the join: cudaErrorStreamCaptureUnjoined");
+    test_condf(
+        cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
+            cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
+        "and neither stream captures any more");
 
-    CHECK(cudaMemcpy(d, host, 8, cudaMemcpyHostToDevice) == cudaSuccess, "an eager copy");
+    test_condf(cudaMemcpy(d, host, 8, cudaMemcpyHostToDevice) == cudaSuccess, "an eager copy");
     memset(host, 0, sizeof(host));
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
-              cudaEventRecord(fork, s) == cudaSuccess &&
-              cudaStreamWaitEvent(side, fork, 0) == cudaSuccess &&
-              cudaMemcpyAsync(host, d, 8, cudaMemcpyDeviceToHost, side) == cudaSuccess &&
-              cudaEventRecord(join, side) == cudaSuccess &&
-              cudaStreamWaitEvent(s, join, 0) == cudaSuccess,
-          "fork, work on the side stream, join back");
-    CHECK(cudaStreamGetCaptureInfo(side, &st, &side_id, NULL, NULL, NULL, NULL) == 0 &&
-              side_id != id,
-          "a new capture, a new id");
-    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g && host[0] == 0,
-          "then the capture ends, and the side stream's copy moved nothing");
-    CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess && cudaGraphLaunch(x, s) == cudaSuccess &&
-              !strcmp(host, "forked"),
-          "a launch runs the side stream's copy");
-    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
-          "the side stream left the capture with it");
+    test_condf(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+                   cudaEventRecord(fork, s) == cudaSuccess &&
+                   cudaStreamWaitEvent(side, fork, 0) == cudaSuccess &&
+                   cudaMemcpyAsync(host, d, 8, cudaMemcpyDeviceToHost, side) == cudaSuccess &&
+                   cudaEventRecord(join, side) == cudaSuccess &&
+                   cudaStreamWaitEvent(s, join, 0) == cudaSuccess,
+               "fork, work on the side stream, join back");
+    test_condf(cudaStreamGetCaptureInfo(side, &st, &side_id, NULL, NULL, NULL, NULL) == 0 &&
+                   side_id != id,
+               "a new capture, a new id");
+    test_condf(cudaStreamEndCapture(s, &g) == cudaSuccess && g && host[0] == 0,
+               "then the capture ends, and the side stream's copy moved nothing");
+    test_condf(cudaGraphInstantiate(&x, g, 0) == cudaSuccess &&
+                   cudaGraphLaunch(x, s) == cudaSuccess && !strcmp(host, "forked"),
+               "a launch runs the side stream's copy");
+    test_condf(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
+               "the side stream left the capture with it");
 
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
-              cudaStreamBeginCapture(other, cudaStreamCaptureModeGlobal) == cudaSuccess &&
-              cudaEventRecord(stranger, other) == cudaSuccess &&
-              cudaStreamWaitEvent(s, stranger, 0) == cudaErrorStreamCaptureIsolation,
-          "waiting on another capture's event: cudaErrorStreamCaptureIsolation");
-    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated &&
-              cudaStreamEndCapture(other, &g) == cudaErrorStreamCaptureInvalidated,
-          "and both captures are invalidated");
-    CHECK(cudaGraphExecDestroy(x) == 0 && cudaStreamDestroy(s) == 0 &&
-              cudaStreamDestroy(side) == 0 && cudaStreamDestroy(other) == 0 && cudaFree(d) == 0,
-          "clean up");
+    test_condf(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+                   cudaStreamBeginCapture(other, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+                   cudaEventRecord(stranger, other) == cudaSuccess &&
+                   cudaStreamWaitEvent(s, stranger, 0) == cudaErrorStreamCaptureIsolation,
+               "waiting on another capture's event: cudaErrorStreamCaptureIsolation");
+    test_condf(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated &&
+                   cudaStreamEndCapture(other, &g) == cudaErrorStreamCaptureInvalidated,
+               "and both captures are invalidated");
+    test_condf(cudaGraphExecDestroy(x) == 0 && cudaStreamDestroy(s) == 0 &&
+                   cudaStreamDestroy(side) == 0 && cudaStreamDestroy(other) == 0 &&
+                   cudaFree(d) == 0,
+               "clean up");
     cudaGetLastError();
 }
 
@@ -461,12 +454,12 @@ static void test_misc_cudart(const char *self)
     FILE *child;
     char cmd[4200];
 
-    CHECK(cudaRuntimeGetVersion(&v) == cudaSuccess && v == 13000, "runtime version 13000");
-    CHECK(cudaDriverGetVersion(&v) == cudaSuccess && v >= 13000, "driver version");
-    CHECK(!strcmp(cudaGetErrorString(cudaErrorInvalidValue), "invalid argument") &&
-              !strcmp(cudaGetErrorName(cudaErrorInvalidValue), "cudaErrorInvalidValue") &&
-              !strcmp(cudaGetErrorString(cudaSuccess), "no error"),
-          "error names and strings");
+    test_condf(cudaRuntimeGetVersion(&v) == cudaSuccess && v == 13000, "runtime version 13000");
+    test_condf(cudaDriverGetVersion(&v) == cudaSuccess && v >= 13000, "driver version");
+    test_condf(!strcmp(cudaGetErrorString(cudaErrorInvalidValue), "invalid argument") &&
+                   !strcmp(cudaGetErrorName(cudaErrorInvalidValue), "cudaErrorInvalidValue") &&
+                   !strcmp(cudaGetErrorString(cudaSuccess), "no error"),
+               "error names and strings");
     snprintf(cmd, sizeof(cmd), "LOCAL_RANK=3 SHAPETRACE_DOUBLE_DEVICES=4 '%s' --child", self);
     child = popen(cmd, "r");
     if (child) {
@@ -475,8 +468,8 @@ static void test_misc_cudart(const char *self)
         pclose(child);
     }
     line[strcspn(line, "\n")] = 0;
-    CHECK(!strcmp(line, "device 3 of 4, comm device 3"),
-          "LOCAL_RANK and SHAPETRACE_DOUBLE_DEVICES (child said: %.40s)", line);
+    test_condf(!strcmp(line, "device 3 of 4, comm device 3"),
+               "LOCAL_RANK and SHAPETRACE_DOUBLE_DEVICES (child said: %.40s)", line);
 }
 
 /* What the --child run prints: read by test_misc_cudart in the parent. */
@@ -508,65 +501,67 @@ static void test_nccl_single(void)
     float *d = NULL;
     int v = 0, n = 0;
 
-    CHECK(ncclGetVersion(&v) == ncclSuccess && v == 22809, "ncclGetVersion 22809");
+    test_condf(ncclGetVersion(&v) == ncclSuccess && v == 22809, "ncclGetVersion 22809");
     memset(&zero, 0, sizeof(zero));
-    CHECK(ncclGetUniqueId(&id) == ncclSuccess && ncclGetUniqueId(&id2) == ncclSuccess &&
-              memcmp(&id, &id2, sizeof(id)) && memcmp(&id, &zero, sizeof(id)),
-          "unique ids are random");
+    test_condf(ncclGetUniqueId(&id) == ncclSuccess && ncclGetUniqueId(&id2) == ncclSuccess &&
+                   memcmp(&id, &id2, sizeof(id)) && memcmp(&id, &zero, sizeof(id)),
+               "unique ids are random");
     /* Rank 1 would be another process (see test_multirank): alone, rank 0 waits for it until
      * SHAPETRACE_DOUBLE_TIMEOUT, then fails as NCCL's watchdog would. */
     setenv("SHAPETRACE_DOUBLE_TIMEOUT", "0.2", 1);
-    CHECK(ncclCommInitRank(&bad, 2, id, 0) == ncclSystemError && bad == NULL,
-          "nranks 2 with no other process: system error after the timeout, no hang");
+    test_condf(ncclCommInitRank(&bad, 2, id, 0) == ncclSystemError && bad == NULL,
+               "nranks 2 with no other process: system error after the timeout, no hang");
     unsetenv("SHAPETRACE_DOUBLE_TIMEOUT");
-    CHECK(contains(ncclGetLastError(NULL), "rank 1 (1 of 2)") &&
-              contains(ncclGetLastError(NULL), "to join"),
-          "message says whom it waited for: %s", ncclGetLastError(NULL));
-    CHECK(ncclCommInitRank(&bad, 2, id, 2) == ncclInvalidArgument, "rank 2 of 2: invalid");
-    CHECK(ncclCommInitRank(&bad, 1, zero, 0) == ncclInvalidArgument, "all-zero unique id");
+    test_condf(contains(ncclGetLastError(NULL), "rank 1 (1 of 2)") &&
+                   contains(ncclGetLastError(NULL), "to join"),
+               "message says whom it waited for: %s", ncclGetLastError(NULL));
+    test_condf(ncclCommInitRank(&bad, 2, id, 2) == ncclInvalidArgument, "rank 2 of 2: invalid");
+    test_condf(ncclCommInitRank(&bad, 1, zero, 0) == ncclInvalidArgument, "all-zero unique id");
     config.magic = 0;
-    CHECK(ncclCommInitRankConfig(&bad, 1, id, 0, &config) == ncclInvalidArgument,
-          "uninitialized config: invalid argument");
+    test_condf(ncclCommInitRankConfig(&bad, 1, id, 0, &config) == ncclInvalidArgument,
+               "uninitialized config: invalid argument");
     cudaSetDevice(5);
-    CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess && comm, "ncclCommInitRank 1 rank");
+    test_condf(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess && comm, "ncclCommInitRank 1 rank");
     cudaSetDevice(0);
-    CHECK(ncclCommCount(comm, &n) == ncclSuccess && n == 1 &&
-              ncclCommUserRank(comm, &n) == ncclSuccess && n == 0 &&
-              ncclCommCuDevice(comm, &n) == ncclSuccess && n == 5,
-          "count 1, rank 0, device 5 (current at init)");
+    test_condf(ncclCommCount(comm, &n) == ncclSuccess && n == 1 &&
+                   ncclCommUserRank(comm, &n) == ncclSuccess && n == 0 &&
+                   ncclCommCuDevice(comm, &n) == ncclSuccess && n == 5,
+               "count 1, rank 0, device 5 (current at init)");
 
     cudaMalloc((void **)&d, sizeof(in) * 4);
     cudaMemcpy(d, in, sizeof(in), cudaMemcpyHostToDevice);
-    CHECK(ncclAllReduce(d, d + 4, 4, ncclFloat32, ncclSum, comm, 0) == ncclSuccess,
-          "1-rank all-reduce outside a group");
+    test_condf(ncclAllReduce(d, d + 4, 4, ncclFloat32, ncclSum, comm, 0) == ncclSuccess,
+               "1-rank all-reduce outside a group");
     cudaMemcpy(out, d + 4, sizeof(out), cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(in, out, sizeof(in)), "1-rank all-reduce copies");
-    CHECK(ncclAllGather(d, d + 8, 4, ncclFloat32, comm, 0) == ncclSuccess, "1-rank all-gather");
+    test_condf(!memcmp(in, out, sizeof(in)), "1-rank all-reduce copies");
+    test_condf(ncclAllGather(d, d + 8, 4, ncclFloat32, comm, 0) == ncclSuccess,
+               "1-rank all-gather");
     cudaMemcpy(out, d + 8, sizeof(out), cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(in, out, sizeof(in)), "1-rank all-gather copies sendcount");
+    test_condf(!memcmp(in, out, sizeof(in)), "1-rank all-gather copies sendcount");
     cudaMemset(d + 4, 0, sizeof(in));
     ncclGroupStart();
-    CHECK(ncclSend(d, 4, ncclFloat32, 0, comm, 0) == ncclSuccess &&
-              ncclRecv(d + 4, 4, ncclFloat32, 0, comm, 0) == ncclSuccess,
-          "send and recv to self queue in a group");
-    CHECK(ncclGroupEnd() == ncclSuccess, "group with send/recv to self ends");
+    test_condf(ncclSend(d, 4, ncclFloat32, 0, comm, 0) == ncclSuccess &&
+                   ncclRecv(d + 4, 4, ncclFloat32, 0, comm, 0) == ncclSuccess,
+               "send and recv to self queue in a group");
+    test_condf(ncclGroupEnd() == ncclSuccess, "group with send/recv to self ends");
     cudaMemcpy(out, d + 4, sizeof(out), cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(in, out, sizeof(in)), "send to self moved the data");
-    CHECK(ncclSend(d, 4, ncclFloat32, 0, comm, 0) == ncclInvalidUsage,
-          "send to self outside a group has no recv: invalid usage, no hang");
-    CHECK(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &sub, NULL) == ncclSuccess && sub == NULL,
-          "1-rank split with NCCL_SPLIT_NOCOLOR gives NULL");
-    CHECK(ncclCommSplit(comm, 7, 0, &sub, NULL) == ncclSuccess && sub &&
-              ncclCommCount(sub, &n) == ncclSuccess && n == 1 && ncclCommDestroy(sub) == 0,
-          "1-rank split with a color gives a 1-rank comm");
-    CHECK(ncclCommFinalize(comm) == ncclSuccess &&
-              ncclAllReduce(d, d + 4, 4, ncclFloat32, ncclSum, comm, 0) == ncclInvalidUsage,
-          "collective after finalize: invalid usage");
-    CHECK(ncclCommDestroy(comm) == ncclSuccess && ncclCommDestroy(NULL) == ncclSuccess, "destroy");
+    test_condf(!memcmp(in, out, sizeof(in)), "send to self moved the data");
+    test_condf(ncclSend(d, 4, ncclFloat32, 0, comm, 0) == ncclInvalidUsage,
+               "send to self outside a group has no recv: invalid usage, no hang");
+    test_condf(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &sub, NULL) == ncclSuccess && sub == NULL,
+               "1-rank split with NCCL_SPLIT_NOCOLOR gives NULL");
+    test_condf(ncclCommSplit(comm, 7, 0, &sub, NULL) == ncclSuccess && sub &&
+                   ncclCommCount(sub, &n) == ncclSuccess && n == 1 && ncclCommDestroy(sub) == 0,
+               "1-rank split with a color gives a 1-rank comm");
+    test_condf(ncclCommFinalize(comm) == ncclSuccess &&
+                   ncclAllReduce(d, d + 4, 4, ncclFloat32, ncclSum, comm, 0) == ncclInvalidUsage,
+               "collective after finalize: invalid usage");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess && ncclCommDestroy(NULL) == ncclSuccess,
+               "destroy");
     cudaFree(d);
-    CHECK(ncclMemAlloc((void **)&d, 64) == ncclSuccess && d && ncclMemFree(d) == ncclSuccess,
-          "ncclMemAlloc and ncclMemFree");
-    CHECK(contains(ncclGetErrorString(ncclInvalidUsage), "invalid usage"), "error strings");
+    test_condf(ncclMemAlloc((void **)&d, 64) == ncclSuccess && d && ncclMemFree(d) == ncclSuccess,
+               "ncclMemAlloc and ncclMemFree");
+    test_condf(contains(ncclGetErrorString(ncclInvalidUsage), "invalid usage"), "error strings");
 }
 
 /* ---- nccl: four ranks in one process -----------------------------------------------------------
@@ -754,7 +749,7 @@ static void check_coll(enum coll c, ncclDataType_t t, int root)
         /* Nothing past the result is touched. */
         ok &= !memcmp(host + n * esize(t), sentinel, BUF_BYTES - n * esize(t));
     }
-    CHECK(res == ncclSuccess && ok, "4 ranks: %s %s (root %d)", coll_names[c], tname(t), root);
+    test_condf(res == ncclSuccess && ok, "4 ranks: %s %s (root %d)", coll_names[c], tname(t), root);
 }
 
 static void test_nccl_clique_setup(void)
@@ -762,21 +757,22 @@ static void test_nccl_clique_setup(void)
     int devs[2] = {0, 0}, n = -1, dev = -1;
     ncclComm_t two[2];
 
-    CHECK(ncclCommInitAll(comms, NRANKS, NULL) == ncclSuccess, "ncclCommInitAll 4 ranks");
+    test_condf(ncclCommInitAll(comms, NRANKS, NULL) == ncclSuccess, "ncclCommInitAll 4 ranks");
     for (int r = 0; r < NRANKS; r++) {
-        CHECK(ncclCommCount(comms[r], &n) == ncclSuccess && n == NRANKS &&
-                  ncclCommUserRank(comms[r], &n) == ncclSuccess && n == r &&
-                  ncclCommCuDevice(comms[r], &dev) == ncclSuccess && dev == r,
-              "comm %d: 4 ranks, rank %d, device %d", r, r, r);
+        test_condf(ncclCommCount(comms[r], &n) == ncclSuccess && n == NRANKS &&
+                       ncclCommUserRank(comms[r], &n) == ncclSuccess && n == r &&
+                       ncclCommCuDevice(comms[r], &dev) == ncclSuccess && dev == r,
+                   "comm %d: 4 ranks, rank %d, device %d", r, r, r);
         cudaSetDevice(r);
         cudaMalloc(&dsend[r], BUF_BYTES);
         cudaMalloc(&drecv[r], BUF_BYTES);
         cudaStreamCreate(&streams[r]);
     }
     cudaSetDevice(0);
-    CHECK(ncclCommInitAll(two, 2, devs) == ncclInvalidUsage, "duplicate device: invalid usage");
+    test_condf(ncclCommInitAll(two, 2, devs) == ncclInvalidUsage,
+               "duplicate device: invalid usage");
     devs[1] = 9;
-    CHECK(ncclCommInitAll(two, 2, devs) == ncclInvalidArgument, "device 9 of 8: invalid");
+    test_condf(ncclCommInitAll(two, 2, devs) == ncclInvalidArgument, "device 9 of 8: invalid");
 }
 
 static void test_nccl_collectives(void)
@@ -825,7 +821,7 @@ static void test_nccl_redops(void)
             cudaMemcpy(out, drecv[r], sizeof(out), cudaMemcpyDeviceToHost);
             ok &= !memcmp(out, cases[c].want, sizeof(out));
         }
-        CHECK(res == ncclSuccess && ok, "4 ranks: int32 all-reduce %s", cases[c].name);
+        test_condf(res == ncclSuccess && ok, "4 ranks: int32 all-reduce %s", cases[c].name);
     }
 }
 
@@ -843,20 +839,20 @@ static void test_nccl_inplace_nested(void)
     ncclGroupStart();
     for (int r = 0; r < NRANKS; r++)
         ncclAllReduce(drecv[r], drecv[r], N, ncclFloat32, ncclSum, comms[r], 0);
-    CHECK(ncclGroupEnd() == ncclSuccess, "inner ncclGroupEnd of a nested group");
+    test_condf(ncclGroupEnd() == ncclSuccess, "inner ncclGroupEnd of a nested group");
     for (int r = 0; r < NRANKS; r++) {
         cudaMemcpy(out, drecv[r], sizeof(out), cudaMemcpyDeviceToHost);
         untouched &= !memcmp(out, v[r], sizeof(out));
     }
-    CHECK(untouched, "nothing moves before the outermost ncclGroupEnd");
-    CHECK(ncclGroupEnd() == ncclSuccess, "outer ncclGroupEnd");
+    test_condf(untouched, "nothing moves before the outermost ncclGroupEnd");
+    test_condf(ncclGroupEnd() == ncclSuccess, "outer ncclGroupEnd");
     for (int r = 0; r < NRANKS; r++) {
         cudaMemcpy(out, drecv[r], sizeof(out), cudaMemcpyDeviceToHost);
         for (int i = 0; i < N; i++)
             ok &= out[i] == (float)(60 + 4 * i);
     }
-    CHECK(ok, "in-place all-reduce (sendbuff == recvbuff) sums across ranks");
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd outside a group: invalid usage");
+    test_condf(ok, "in-place all-reduce (sendbuff == recvbuff) sums across ranks");
+    test_condf(ncclGroupEnd() == ncclInvalidUsage, "ncclGroupEnd outside a group: invalid usage");
 }
 
 static void test_nccl_p2p(void)
@@ -892,7 +888,7 @@ static void test_nccl_p2p(void)
         for (int i = 0; i < N; i++)
             ok &= out[i] == 100 * prev + i;
     }
-    CHECK(res == ncclSuccess && ok, "4 ranks: send/recv ring");
+    test_condf(res == ncclSuccess && ok, "4 ranks: send/recv ring");
 
     /* Two sends from 2 to itself: the first recv gets the first send. */
     ncclGroupStart();
@@ -902,73 +898,77 @@ static void test_nccl_p2p(void)
     ncclSend((int32_t *)dsend[2] + 4, 2, ncclInt32, 2, comms[2], 0);
     res = ncclGroupEnd();
     cudaMemcpy(out, drecv[2], sizeof(out), cudaMemcpyDeviceToHost);
-    CHECK(res == ncclSuccess && out[0] == 200 && out[1] == 201 && out[2] == 204 && out[3] == 205,
-          "send/recv to self match in order");
+    test_condf(res == ncclSuccess && out[0] == 200 && out[1] == 201 && out[2] == 204 &&
+                   out[3] == 205,
+               "send/recv to self match in order");
 
     ncclGroupStart();
     ncclSend(dsend[0], 4, ncclInt32, 1, comms[0], 0);
     ncclRecv(drecv[1], 2, ncclInt32, 0, comms[1], 0);
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "send of 16 bytes to a recv of 8: invalid usage");
-    CHECK(contains(ncclGetLastError(NULL), "bytes"), "message: %s", ncclGetLastError(NULL));
+    test_condf(ncclGroupEnd() == ncclInvalidUsage,
+               "send of 16 bytes to a recv of 8: invalid usage");
+    test_condf(contains(ncclGetLastError(NULL), "bytes"), "message: %s", ncclGetLastError(NULL));
     ncclGroupStart();
     ncclSend(dsend[0], 4, ncclInt32, 1, comms[0], 0);
     ncclRecv(drecv[1], 16, ncclInt8, 0, comms[1], 0);
-    CHECK(ncclGroupEnd() == ncclSuccess, "same bytes, different datatype: moves, as NCCL does");
+    test_condf(ncclGroupEnd() == ncclSuccess,
+               "same bytes, different datatype: moves, as NCCL does");
     ncclGroupStart();
     ncclRecv(drecv[1], 2, ncclInt32, 3, comms[1], 0);
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "recv without a send: invalid usage");
+    test_condf(ncclGroupEnd() == ncclInvalidUsage, "recv without a send: invalid usage");
 }
 
 static void test_nccl_errors(void)
 {
     unsigned char before[BUF_BYTES], after[BUF_BYTES];
 
-    CHECK(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, ncclSum, NULL, 0) ==
-              ncclInvalidArgument,
-          "NULL comm: invalid argument");
-    CHECK(contains(ncclGetLastError(NULL), "NULL"), "message: %s", ncclGetLastError(NULL));
-    CHECK(ncclAllReduce(dsend[0], drecv[0], N, ncclNumTypes, ncclSum, comms[0], 0) ==
-              ncclInvalidArgument,
-          "bad datatype: invalid argument");
-    CHECK(contains(ncclGetLastError(NULL), "invalid type"), "message: %s", ncclGetLastError(NULL));
-    CHECK(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, (ncclRedOp_t)9, comms[0], 0) ==
-              ncclInvalidArgument,
-          "bad reduction op: invalid argument");
-    CHECK(ncclBroadcast(dsend[0], drecv[0], N, ncclFloat32, NRANKS, comms[0], 0) ==
-              ncclInvalidArgument,
-          "root out of range: invalid argument");
-    CHECK(contains(ncclGetLastError(NULL), "root"), "message: %s", ncclGetLastError(NULL));
-    CHECK(ncclSend(dsend[0], N, ncclFloat32, 7, comms[0], 0) == ncclInvalidArgument,
-          "peer out of range: invalid argument");
-    CHECK(ncclRecv(dsend[0], N, ncclFloat32, -1, comms[0], 0) == ncclInvalidArgument,
-          "negative peer: invalid argument");
-    CHECK(ncclAllReduce(NULL, drecv[0], N, ncclFloat32, ncclSum, comms[0], 0) ==
-              ncclInvalidArgument,
-          "NULL sendbuff: invalid argument");
+    test_condf(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, ncclSum, NULL, 0) ==
+                   ncclInvalidArgument,
+               "NULL comm: invalid argument");
+    test_condf(contains(ncclGetLastError(NULL), "NULL"), "message: %s", ncclGetLastError(NULL));
+    test_condf(ncclAllReduce(dsend[0], drecv[0], N, ncclNumTypes, ncclSum, comms[0], 0) ==
+                   ncclInvalidArgument,
+               "bad datatype: invalid argument");
+    test_condf(contains(ncclGetLastError(NULL), "invalid type"), "message: %s",
+               ncclGetLastError(NULL));
+    test_condf(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, (ncclRedOp_t)9, comms[0], 0) ==
+                   ncclInvalidArgument,
+               "bad reduction op: invalid argument");
+    test_condf(ncclBroadcast(dsend[0], drecv[0], N, ncclFloat32, NRANKS, comms[0], 0) ==
+                   ncclInvalidArgument,
+               "root out of range: invalid argument");
+    test_condf(contains(ncclGetLastError(NULL), "root"), "message: %s", ncclGetLastError(NULL));
+    test_condf(ncclSend(dsend[0], N, ncclFloat32, 7, comms[0], 0) == ncclInvalidArgument,
+               "peer out of range: invalid argument");
+    test_condf(ncclRecv(dsend[0], N, ncclFloat32, -1, comms[0], 0) == ncclInvalidArgument,
+               "negative peer: invalid argument");
+    test_condf(ncclAllReduce(NULL, drecv[0], N, ncclFloat32, ncclSum, comms[0], 0) ==
+                   ncclInvalidArgument,
+               "NULL sendbuff: invalid argument");
 
     ncclGroupStart();
     for (int r = 0; r < NRANKS; r++)
         ncclAllReduce(dsend[r], drecv[r], N, ncclFloat32, ncclSum, comms[r], 0);
     ncclBroadcast(dsend[0], drecv[0], N, ncclFloat32, 99, comms[0], 0);
-    CHECK(ncclGroupEnd() == ncclInvalidArgument, "a failed call fails its group");
+    test_condf(ncclGroupEnd() == ncclInvalidArgument, "a failed call fails its group");
 
     cudaMemcpy(before, drecv[0], BUF_BYTES, cudaMemcpyDeviceToHost);
     ncclGroupStart();
     for (int r = 0; r < NRANKS - 1; r++)
         ncclAllReduce(dsend[r], drecv[r], N, ncclFloat32, ncclSum, comms[r], 0);
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "3 of 4 ranks: invalid usage, no hang");
-    CHECK(contains(ncclGetLastError(NULL), "rank 3"), "message: %s", ncclGetLastError(NULL));
+    test_condf(ncclGroupEnd() == ncclInvalidUsage, "3 of 4 ranks: invalid usage, no hang");
+    test_condf(contains(ncclGetLastError(NULL), "rank 3"), "message: %s", ncclGetLastError(NULL));
     cudaMemcpy(after, drecv[0], BUF_BYTES, cudaMemcpyDeviceToHost);
-    CHECK(!memcmp(before, after, BUF_BYTES), "a failed group moves no data");
-    CHECK(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, ncclSum, comms[0], 0) ==
-              ncclInvalidUsage,
-          "multi-rank collective outside a group: invalid usage, no hang");
+    test_condf(!memcmp(before, after, BUF_BYTES), "a failed group moves no data");
+    test_condf(ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, ncclSum, comms[0], 0) ==
+                   ncclInvalidUsage,
+               "multi-rank collective outside a group: invalid usage, no hang");
 
     ncclGroupStart();
     for (int r = 0; r < NRANKS; r++)
         ncclAllReduce(dsend[r], drecv[r], r == 2 ? N - 1 : N, ncclFloat32, ncclSum, comms[r], 0);
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "count mismatch across ranks: invalid usage");
-    CHECK(contains(ncclGetLastError(NULL), "disagree"), "message: %s", ncclGetLastError(NULL));
+    test_condf(ncclGroupEnd() == ncclInvalidUsage, "count mismatch across ranks: invalid usage");
+    test_condf(contains(ncclGetLastError(NULL), "disagree"), "message: %s", ncclGetLastError(NULL));
     ncclGroupStart();
     for (int r = 0; r < NRANKS; r++) {
         if (r == 1)
@@ -976,7 +976,7 @@ static void test_nccl_errors(void)
         else
             ncclAllReduce(dsend[r], drecv[r], N, ncclFloat32, ncclSum, comms[r], 0);
     }
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "different collectives across ranks: invalid");
+    test_condf(ncclGroupEnd() == ncclInvalidUsage, "different collectives across ranks: invalid");
 }
 
 static void test_nccl_split_shrink(void)
@@ -990,13 +990,13 @@ static void test_nccl_split_shrink(void)
     for (int r = 0; r < NRANKS; r++)
         ncclCommSplit(comms[r], r == 3 ? NCCL_SPLIT_NOCOLOR : r % 2, -r, &sub[r], NULL);
     res = ncclGroupEnd();
-    CHECK(res == ncclSuccess && sub[3] == NULL, "4-rank split: NCCL_SPLIT_NOCOLOR gives NULL");
-    CHECK(sub[0] && sub[2] && ncclCommCount(sub[0], &n) == ncclSuccess && n == 2 &&
-              ncclCommUserRank(sub[2], &rank) == ncclSuccess && rank == 0 &&
-              ncclCommUserRank(sub[0], &rank) == ncclSuccess && rank == 1,
-          "color 0 holds old ranks 0 and 2, ordered by key");
-    CHECK(sub[1] && ncclCommCount(sub[1], &n) == ncclSuccess && n == 1, "color 1 alone");
-    CHECK(ncclCommCuDevice(sub[2], &n) == ncclSuccess && n == 2, "split keeps the device");
+    test_condf(res == ncclSuccess && sub[3] == NULL, "4-rank split: NCCL_SPLIT_NOCOLOR gives NULL");
+    test_condf(sub[0] && sub[2] && ncclCommCount(sub[0], &n) == ncclSuccess && n == 2 &&
+                   ncclCommUserRank(sub[2], &rank) == ncclSuccess && rank == 0 &&
+                   ncclCommUserRank(sub[0], &rank) == ncclSuccess && rank == 1,
+               "color 0 holds old ranks 0 and 2, ordered by key");
+    test_condf(sub[1] && ncclCommCount(sub[1], &n) == ncclSuccess && n == 1, "color 1 alone");
+    test_condf(ncclCommCuDevice(sub[2], &n) == ncclSuccess && n == 2, "split keeps the device");
 
     cudaMemcpy(dsend[0], a, sizeof(a), cudaMemcpyHostToDevice);
     cudaMemcpy(dsend[2], b, sizeof(b), cudaMemcpyHostToDevice);
@@ -1005,7 +1005,7 @@ static void test_nccl_split_shrink(void)
     ncclAllReduce(dsend[2], drecv[2], 2, ncclFloat32, ncclSum, sub[2], 0);
     res = ncclGroupEnd();
     cudaMemcpy(out, drecv[0], sizeof(out), cudaMemcpyDeviceToHost);
-    CHECK(res == ncclSuccess && out[0] == 11 && out[1] == 22, "all-reduce on the split comm");
+    test_condf(res == ncclSuccess && out[0] == 11 && out[1] == 22, "all-reduce on the split comm");
     for (int r = 0; r < NRANKS; r++)
         ncclCommDestroy(sub[r]);
 
@@ -1013,19 +1013,20 @@ static void test_nccl_split_shrink(void)
     for (int r = 0; r < NRANKS; r++)
         ncclCommSplit(comms[r], 0, 0, &sub[r], NULL);
     ncclCommSplit(comms[0], 0, 0, &sub[0], NULL);
-    CHECK(ncclGroupEnd() == ncclInvalidUsage, "a second split on one rank only: invalid usage");
+    test_condf(ncclGroupEnd() == ncclInvalidUsage,
+               "a second split on one rank only: invalid usage");
 
     ncclGroupStart();
     for (int r = 0; r < NRANKS - 1; r++)
         ncclCommShrink(comms[r], exclude, 1, &shr[r], NULL, NCCL_SHRINK_DEFAULT);
     res = ncclGroupEnd();
-    CHECK(res == ncclSuccess && shr[0] && shr[2] && ncclCommCount(shr[2], &n) == 0 && n == 3 &&
-              ncclCommUserRank(shr[2], &rank) == 0 && rank == 2,
-          "shrink without rank 3: 3 ranks, order kept");
+    test_condf(res == ncclSuccess && shr[0] && shr[2] && ncclCommCount(shr[2], &n) == 0 && n == 3 &&
+                   ncclCommUserRank(shr[2], &rank) == 0 && rank == 2,
+               "shrink without rank 3: 3 ranks, order kept");
     for (int r = 0; r < NRANKS - 1; r++)
         ncclCommDestroy(shr[r]);
-    CHECK(ncclCommShrink(comms[3], exclude, 1, &shr[3], NULL, 0) == ncclInvalidArgument,
-          "a rank cannot exclude itself");
+    test_condf(ncclCommShrink(comms[3], exclude, 1, &shr[3], NULL, 0) == ncclInvalidArgument,
+               "a rank cannot exclude itself");
 }
 
 /* fp16 bits of 1.5, 2.25, -0.5, 3.0 on the four ranks, and the results from Python's struct. */
@@ -1055,12 +1056,13 @@ static void test_nccl_fp16(void)
             ncclAllReduce(dsend[r], drecv[r], 4, ncclFloat16, cases[c].op, comms[r], 0);
         res = ncclGroupEnd();
         cudaMemcpy(out, drecv[3], sizeof(out), cudaMemcpyDeviceToHost);
-        CHECK(res == ncclSuccess && out[0] == cases[c].want, "fp16 all-reduce %s (got 0x%04x)",
-              cases[c].name, out[0]);
+        test_condf(res == ncclSuccess && out[0] == cases[c].want, "fp16 all-reduce %s (got 0x%04x)",
+                   cases[c].name, out[0]);
         if (cases[c].op == ncclSum) {
-            CHECK(out[1] == 0x6800, "fp16 2048 + 1 rounds to even: 2048 (got 0x%04x)", out[1]);
-            CHECK(out[2] == 0x6802, "fp16 2048 + 3 rounds to even: 2052 (got 0x%04x)", out[2]);
-            CHECK(out[3] == 0x7c00, "fp16 65504 + 65504 overflows to inf (got 0x%04x)", out[3]);
+            test_condf(out[1] == 0x6800, "fp16 2048 + 1 rounds to even: 2048 (got 0x%04x)", out[1]);
+            test_condf(out[2] == 0x6802, "fp16 2048 + 3 rounds to even: 2052 (got 0x%04x)", out[2]);
+            test_condf(out[3] == 0x7c00, "fp16 65504 + 65504 overflows to inf (got 0x%04x)",
+                       out[3]);
         }
     }
 }
@@ -1090,7 +1092,7 @@ static void test_nccl_types(void)
         {ncclUint8, ncclAvg, 0xff, 0x03, 0x01, "uint8 avg of the wrapped sum 258 -> 1"},
     };
 
-    CHECK(ncclCommInitAll(two, 2, NULL) == ncclSuccess, "ncclCommInitAll 2 ranks");
+    test_condf(ncclCommInitAll(two, 2, NULL) == ncclSuccess, "ncclCommInitAll 2 ranks");
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         ncclResult_t res;
 
@@ -1103,8 +1105,8 @@ static void test_nccl_types(void)
         ncclAllReduce(dsend[1], drecv[1], 1, cases[c].t, cases[c].op, two[1], 0);
         res = ncclGroupEnd();
         cudaMemcpy(out, drecv[1], 1, cudaMemcpyDeviceToHost);
-        CHECK(res == ncclSuccess && out[0] == cases[c].want, "%s (got 0x%02x)", cases[c].what,
-              out[0]);
+        test_condf(res == ncclSuccess && out[0] == cases[c].want, "%s (got 0x%02x)", cases[c].what,
+                   out[0]);
     }
     cudaMemcpy(dsend[0], &i64[0], 8, cudaMemcpyHostToDevice);
     cudaMemcpy(dsend[1], &i64[1], 8, cudaMemcpyHostToDevice);
@@ -1113,7 +1115,7 @@ static void test_nccl_types(void)
     ncclAllReduce(dsend[1], drecv[1], 1, ncclInt64, ncclSum, two[1], 0);
     ncclGroupEnd();
     cudaMemcpy(&o64, drecv[0], 8, cudaMemcpyDeviceToHost);
-    CHECK(o64 == INT64_MIN, "int64 max + 1 wraps to min");
+    test_condf(o64 == INT64_MIN, "int64 max + 1 wraps to min");
     cudaMemcpy(dsend[0], &f64[0], 8, cudaMemcpyHostToDevice);
     cudaMemcpy(dsend[1], &f64[1], 8, cudaMemcpyHostToDevice);
     ncclGroupStart();
@@ -1121,7 +1123,7 @@ static void test_nccl_types(void)
     ncclAllReduce(dsend[1], drecv[1], 1, ncclFloat64, ncclSum, two[1], 0);
     ncclGroupEnd();
     cudaMemcpy(&of64, drecv[0], 8, cudaMemcpyDeviceToHost);
-    CHECK(of64 == 0.1 + 0.2, "fp64 sums in double");
+    test_condf(of64 == 0.1 + 0.2, "fp64 sums in double");
     ncclCommDestroy(two[0]);
     ncclCommDestroy(two[1]);
 }
@@ -1131,10 +1133,10 @@ static void test_nccl_symbols(void)
     void *weak = dlsym(RTLD_DEFAULT, "ncclAllReduce");
     void *strong = dlsym(RTLD_DEFAULT, "pncclAllReduce");
 
-    CHECK(weak && weak == strong, "ncclAllReduce and pncclAllReduce are one function");
-    CHECK(dlsym(RTLD_DEFAULT, "pncclCommInitRankConfig") &&
-              dlsym(RTLD_DEFAULT, "pncclGroupEnd") == dlsym(RTLD_DEFAULT, "ncclGroupEnd"),
-          "pnccl aliases are exported");
+    test_condf(weak && weak == strong, "ncclAllReduce and pncclAllReduce are one function");
+    test_condf(dlsym(RTLD_DEFAULT, "pncclCommInitRankConfig") &&
+                   dlsym(RTLD_DEFAULT, "pncclGroupEnd") == dlsym(RTLD_DEFAULT, "ncclGroupEnd"),
+               "pnccl aliases are exported");
 }
 
 static void test_nccl_teardown(void)
@@ -1145,9 +1147,9 @@ static void test_nccl_teardown(void)
     ncclCommInitAll(dying, 2, NULL);
     ncclGroupStart();
     ncclAllReduce(dsend[0], drecv[0], N, ncclFloat32, ncclSum, dying[0], 0);
-    CHECK(ncclCommDestroy(dying[0]) == ncclInvalidUsage, "destroy with queued calls: refused");
-    CHECK(ncclCommAbort(dying[0]) == ncclSuccess, "abort drops the queued calls");
-    CHECK(ncclGroupEnd() == ncclSuccess, "the group then ends empty");
+    test_condf(ncclCommDestroy(dying[0]) == ncclInvalidUsage, "destroy with queued calls: refused");
+    test_condf(ncclCommAbort(dying[0]) == ncclSuccess, "abort drops the queued calls");
+    test_condf(ncclGroupEnd() == ncclSuccess, "the group then ends empty");
     ncclCommDestroy(dying[1]);
     for (int r = 0; r < NRANKS; r++) {
         if (ncclCommDestroy(comms[r]) != ncclSuccess)
@@ -1156,7 +1158,7 @@ static void test_nccl_teardown(void)
         cudaFree(drecv[r]);
         cudaStreamDestroy(streams[r]);
     }
-    CHECK(res == ncclSuccess, "destroy the 4-rank clique");
+    test_condf(res == ncclSuccess, "destroy the 4-rank clique");
 }
 
 int main(int argc, char **argv)
@@ -1187,6 +1189,5 @@ int main(int argc, char **argv)
     test_nccl_types();
     test_nccl_symbols();
     test_nccl_teardown();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed > 0;
+    return test_report();
 }
