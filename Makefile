@@ -76,6 +76,10 @@ TEST_PROGS := $(patsubst tests/load/%.c,$(B)/tests/%,$(wildcard tests/load/*.c))
 TEST_LIBS := $(DOUBLE_CUDA) $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.so \
              $(B)/tests/libnext_b.so
 UNIT_PROGS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/*.c))
+# The doubles' own tests, apart from the product's: programs on the doubles alone
+# (tests/doubles/test_*.c), and a compile-only check of a double's header.
+DOUBLE_TESTS := $(patsubst tests/doubles/%.c,$(B)/tests/%,$(wildcard tests/doubles/test_*.c)) \
+                $(B)/tests/check_ptds.stamp
 EXAMPLE_PROGS := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
 MAN := $(B)/man/shapetrace.1
@@ -239,16 +243,23 @@ $(B)/tests/shp_launch: tests/doubles/launch.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
 
-$(B)/tests/test_multirank: tests/unit/test_multirank.c $(DOUBLE_CUDART) $(DOUBLE_NCCL) \
-		$(B)/tests/shp_launch
+$(B)/tests/test_multirank: tests/doubles/test_multirank.c tests/unit/harness.h $(DOUBLE_CUDART) \
+		$(DOUBLE_NCCL) $(B)/tests/shp_launch
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
-$(B)/tests/test_doubles: tests/unit/test_doubles.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+$(B)/tests/test_doubles: tests/doubles/test_doubles.c tests/unit/harness.h $(DOUBLE_CUDART) \
+		$(DOUBLE_NCCL)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -lm
+
+# Compile-only: cudart_ptds.h agrees with cuda_runtime_api.h in per-thread default-stream mode.
+$(B)/tests/check_ptds.stamp: tests/doubles/check_ptds.c tests/doubles/cudart_ptds.h
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -MF $(@:.stamp=.d) -MT $@ -fsyntax-only \
+		$< && touch $@
 
 $(B)/tests/test_symbolize: tests/unit/test_symbolize.c tools/lib/symbolize.c tools/lib/symfile.c \
 		tools/lib/out.c
@@ -275,8 +286,11 @@ $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
+# Test sources that moved: a dependency file of an older build may still name them.
+tests/unit/test_doubles.c tests/unit/test_multirank.c:
+
 test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
-	$(B)/tests/shp_launch $(B)/tests/shp_craft $(EXAMPLE_PROGS) $(UNIT_PROGS) $(EXAMPLE_PROGS)
+	$(B)/tests/shp_launch $(B)/tests/shp_craft $(EXAMPLE_PROGS) $(UNIT_PROGS) $(DOUBLE_TESTS)
 
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
 # programs the analyze suite traces.
