@@ -169,11 +169,19 @@ $(B)/tests/driver_direct: tests/load/driver_direct.c $(DOUBLE_CUDA)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -Wl,-rpath,'$$ORIGIN' -ldl
 
-$(DOUBLE_NCCL): tests/doubles/nccl.c $(wildcard tests/doubles/*.h)
+# The NCCL double is several files (nccl_double.h names them) whose shared functions stay
+# hidden: the library exports NCCL's names only.
+NCCL_DOUBLE_OBJ := $(patsubst %.c,$(B)/obj/%.o,$(wildcard tests/doubles/nccl*.c))
+$(B)/obj/tests/doubles/%.o: tests/doubles/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -fvisibility=hidden -c $< -o $@
+
+$(DOUBLE_NCCL): $(NCCL_DOUBLE_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  DOUBLE  $@")
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared \
-		-Wl,-soname,libnccl.so.2 -o $@ $< -lpthread -lm -lrt
+	$(Q)$(CC) $(SANFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ $(NCCL_DOUBLE_OBJ) -lpthread -lm \
+		-lrt
 
 # Loading-path programs and unit tests link against the doubles by soname.
 TEST_LDFLAGS := -L$(B)/tests -Wl,-rpath,'$$ORIGIN'
