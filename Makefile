@@ -196,6 +196,12 @@ $(B)/tests/shp_craft: tests/craft/shp_craft.c $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $< $(COMMON_OBJ)
 
+# Synthetic traces for the analyzer's tests and scale figures (test equipment; make bench uses
+# them too).
+$(B)/tests/gen_traces: tests/gen/gen_traces.c $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
+
 # The module test's main program must not link NCCL: only the module brings it in.
 $(B)/tests/local_module: tests/load/local_module.c
 	@mkdir -p $(@D)
@@ -295,9 +301,9 @@ $(B)/examples/%: examples/%.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13 -lpthread
 
 # Test sources that moved: a dependency file of an older build may still name them.
-tests/unit/test_doubles.c tests/unit/test_multirank.c:
+tests/unit/test_doubles.c tests/unit/test_multirank.c bench/gen_traces.c:
 
-test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/bench/gen_traces \
+test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/tests/gen_traces \
 	$(B)/tests/shp_launch $(B)/tests/shp_craft $(EXAMPLE_PROGS) $(UNIT_PROGS) $(DOUBLE_TESTS)
 
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
@@ -308,7 +314,7 @@ tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
 	$(B)/tests/values \
 	$(B)/tests/hostile \
-	$(B)/bench/gen_traces \
+	$(B)/tests/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
 
 # make check: the layout rule, the whole suite here, then the sanitizer builds in their own
@@ -347,13 +353,13 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(FUZZ_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(CPPFLAGS_BASE) -o $@ $^ $(TOOLS_LIBS)
 # Seeds: traces of the scenario and of the generator, made here (traces are not committed).
-$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD) $(DOUBLE_CUDA)
+$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/tests/gen_traces $(TOOL) $(PRELOAD) $(DOUBLE_CUDA)
 	$(Q)rm -rf $(B)/fuzz/seeds $(B)/fuzz/runs && mkdir -p $(B)/fuzz/seeds
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/basic -- $(B)/tests/scenario basic >/dev/null 2>&1
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/graph -- $(B)/tests/scenario graph >/dev/null 2>&1
 	$(Q)SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$(B)/tests $(TOOL) run --values \
 		--dir $(B)/fuzz/runs/values -- $(B)/tests/scenario basic >/dev/null 2>&1
-	$(Q)$(B)/bench/gen_traces $(B)/fuzz/runs/gen 2 40 >/dev/null
+	$(Q)$(B)/tests/gen_traces $(B)/fuzz/runs/gen 2 40 >/dev/null
 	$(Q)for f in $(B)/fuzz/runs/*/*.shptrace; do \
 		python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); \
 open(sys.argv[2],"wb").write(d[:struct.unpack_from("<Q",d,72)[0]])' \
@@ -373,12 +379,7 @@ $(B)/bench/overhead: bench/overhead.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< -L$(B)/tests \
 		-Wl,-rpath,'$$ORIGIN/../tests' -l:libnccl.so.2 -l:libcudart.so.13
 
-# Synthetic traces for the analyzer's scale figures and tests (test equipment).
-$(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
-	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
-
-bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
+bench: all $(B)/bench/overhead $(B)/tests/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
 	$(B)/tests/snap_ranks \
 	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)

@@ -1118,7 +1118,7 @@ def test_fifo_named_like_a_trace():
 # other PATHs is a note, a PATH named that is no readable trace is refused, and one function says
 # whether a trace is complete.
 
-GEN = os.path.join(BUILD, "bench", "gen_traces")
+GEN = os.path.join(BUILD, "tests", "gen_traces")
 # Each reader, as a function of the PATHs it reads; export and report write into the cwd.
 READERS = (
     lambda *d: ["analyze", *d],

@@ -470,7 +470,7 @@ def test_report_hang_in_the_browser():
 
 
 def test_report_of_a_512_member_communicator_folds_far_ranks():
-    gen = os.path.join(BUILD, "bench", "gen_traces")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "s512")
     run([gen, d, "512", "1000", "--diverge", "stop:300:60"], ok=(0,))
     r = analysis(d)
@@ -529,7 +529,7 @@ def test_report_escapes_what_comes_from_traces():
 
 
 def test_report_of_512_ranks_opens():
-    gen = os.path.join(BUILD, "bench", "gen_traces")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "r512")
     run([gen, d, "512", "2000", "--diverge", "count:300:150"], ok=(0,))
     html = report(d, "r512")
