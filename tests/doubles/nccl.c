@@ -1,8 +1,8 @@
 /* Test double of libnccl.so.2 (NCCL 2.28): communicators, groups, and every collective and p2p
  * call with real data movement and reductions, for ranks in this process (cliques) or in other
- * processes (POSIX shared memory). Defined against the real nccl.h; see README.md for its limits.
- * This file: errors, the table of calls, and the collective, p2p and version calls; the rest is
- * in the files nccl_double.h names. */
+ * processes (POSIX shared memory). Defined against the real nccl.h; see docs/testing.md for its
+ * limits. This file: errors, the table of calls, and the collective, p2p and version calls; the
+ * rest is in the files nccl_double.h names. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdarg.h>

@@ -591,7 +591,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     return ncclSuccess;
 }
 
-/* Plain host memory, not the cudart double's device range (see README.md). */
+/* Plain host memory, not the cudart double's device range (see docs/testing.md). */
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
 {
     if (!ptr || size == 0)

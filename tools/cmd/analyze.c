@@ -30,7 +30,7 @@ static void analyze_usage(FILE *f)
           "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
           "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
           "                     known, so that a consumer cutting them is reported\n"
-          "  --expect FILE      shapes you believe in (JSON: see the README)\n"
+          "  --expect FILE      shapes you believe in (JSON: docs/CONTRACTS.md)\n"
           "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
           f);
 }

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit statuses of the tools (the README lists them). */
+/* Exit statuses of the tools (docs/CONTRACTS.md lists them). */
 #define SHP_EXIT_OK 0
 #define SHP_EXIT_FINDINGS 1
 #define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */

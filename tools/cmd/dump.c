@@ -22,7 +22,7 @@ static void dump_usage(FILE *f)
     fputs("usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
           "\n"
           "Prints every event of the traces in PATH (trace files or run directories).\n"
-          "  --json       JSON Lines, one event per line (keys in the README)\n"
+          "  --json       JSON Lines, one event per line (keys in docs/CONTRACTS.md)\n"
           "  --no-stacks  leave call sites out (faster on large traces)\n"
           "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
           "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
