@@ -1,6 +1,6 @@
 #!/bin/sh
 # shapetrace bench: the analyzer at scale (issue 27 item 5), on synthetic traces
-# (bench/gen_traces), each with a planted divergence it must find or clean: the wall time
+# (tests/gen/gen_traces.c), each with a planted divergence it must find or clean: the wall time
 # (median of 3 runs) against its target, max RSS, each thread's CPU time from --stats, and
 # callgrind's instructions an event, which do not depend on the load of a shared machine.
 # Under a miss, a "why:" line measured in the same run. Called by bench/run.sh (make bench);
@@ -8,7 +8,7 @@
 set -eu
 B=${1:-build}
 TOOL=$B/bin/shapetrace
-GEN=$B/bench/gen_traces
+GEN=$B/tests/gen_traces
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load() { cut -d' ' -f1 /proc/loadavg; }

@@ -1,20 +1,20 @@
 #!/bin/sh
 # shapetrace bench: two builds of `analyze` side by side (before and after a change to the
-# analyzer), on bench/analyze.sh's inputs (bench/gen_traces). For each input, ROUNDS rounds in
+# analyzer), on bench/analyze.sh's inputs (tests/gen/gen_traces.c). For each input, ROUNDS rounds in
 # which OLD and NEW run in turn (the first of the pair alternating), each under /usr/bin/time:
 # the median and range of the wall time, the CPU time (user + system, every thread) and the max
 # RSS, with the load average at the start and end of the input's rounds; the two --json reports
 # must be the same, byte for byte (DIFFERS otherwise, and exit 1). Last, callgrind's
 # instructions an event of each on 8 x 100,000 (NEW with --threads 1, OLD as it runs by
 # default), which do not depend on the load.
-# Usage: bench/analyze_ab.sh OLD_TOOL NEW_TOOL [BUILD [ROUNDS]]   (BUILD has bench/gen_traces;
+# Usage: bench/analyze_ab.sh OLD_TOOL NEW_TOOL [BUILD [ROUNDS]]   (BUILD has tests/gen_traces;
 # SHAPES="8x1000000:count:3:5000 ..." picks inputs, RANKSxEVENTS:DIVERGENCE or :none)
 set -eu
 OLD=$1
 NEW=$2
 B=${3:-build}
 R=${4:-5}
-GEN=$B/bench/gen_traces
+GEN=$B/tests/gen_traces
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 shapes=${SHAPES:-"8x1000000:count:3:5000 8x1000000:none 512x10000:count:300:500

@@ -4,7 +4,7 @@
 # NEW on the examples (planted and clean, with and without their dims and expectation files),
 # the patterns of real stacks (tests/load/stacks.c, clean and planted), the scenario's cases, the
 # fingerprints of values (tests/load/values.c under --values, each mode) and generated traces of
-# every divergence kind (bench/gen_traces). Prints one line per difference
+# every divergence kind (tests/gen/gen_traces.c). Prints one line per difference
 # and a last line "analyze_same: N outputs compared, D differ"; exits 1 when some differ.
 #
 # Usage: bench/analyze_same.sh OLD_TOOL NEW_TOOL [BUILD]   (BUILD: the tree with the test
@@ -37,7 +37,7 @@ trace() {
 gen() {
     name=$1
     shift
-    [ -d "$dir/$name" ] || "$B/bench/gen_traces" "$dir/$name" "$@" >/dev/null 2>&1
+    [ -d "$dir/$name" ] || "$B/tests/gen_traces" "$dir/$name" "$@" >/dev/null 2>&1
 }
 
 for ex in hidden_states desync pipeline stall; do

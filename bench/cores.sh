@@ -1,5 +1,5 @@
 #!/bin/sh
-# shapetrace bench: does `analyze` use the cores it is given? The same traces (bench/gen_traces,
+# shapetrace bench: does `analyze` use the cores it is given? The same traces (tests/gen/gen_traces.c,
 # 64 ranks x 1,000,000 events with one planted count divergence by default) analysed with every
 # core this shell may run on, and pinned to 2 of them with taskset, interleaved, RUNS times
 # each; prints a table: the plan the run chose (--stats), the median wall time, its CPU by
@@ -11,7 +11,7 @@
 set -eu
 B=${1:-build}
 TOOL=$B/bin/shapetrace
-GEN=$B/bench/gen_traces
+GEN=$B/tests/gen_traces
 NRANKS=${NRANKS:-64}
 NEVENTS=${NEVENTS:-1000000}
 RUNS=${RUNS:-3}
