@@ -135,6 +135,24 @@ def test_values_are_as_the_help_shows():
     assert not wrong, "\n".join(wrong)
 
 
+def test_an_optional_value_given_last_is_no_crash():
+    """An option shown with [VALUE], last but one before a word its value could be (`run
+    --values copies` read past the end of argv and crashed): an exit status, or a wait (`status
+    --watch DIR` waits for DIR's traces), never a signal."""
+    crashed = []
+    for cmd in commands():
+        for o, value in sorted(Help(cmd).options.items()):
+            for word in ("collectives", "copies", "all", "x") if value and value[0] == "[" else ():
+                try:
+                    rc = subprocess.run([TOOL, cmd, o, word], capture_output=True, timeout=1,
+                                        cwd=TMP, env=tool_env()).returncode
+                except subprocess.TimeoutExpired:
+                    continue
+                if not 0 <= rc < 128:
+                    crashed.append(f"{cmd} {o} {word}: {rc}")
+    assert not crashed, crashed
+
+
 def test_the_man_page_is_the_help():
     man = os.path.join(BUILD, "man", "shapetrace.1")
     text = open(man).read()

@@ -191,10 +191,9 @@ struct run_args {
 static int take_values(struct run_args *a, const char *w, int argc, char **argv)
 {
     static const char *const what[] = {"collectives", "copies", "all", NULL};
-    if (!w && optind < argc)
-        for (int k = 0; what[k]; k++)
-            if (!strcmp(argv[optind], what[k]))
-                w = argv[optind++];
+    for (int k = 0; !w && optind < argc && what[k]; k++)
+        if (!strcmp(argv[optind], what[k]))
+            w = argv[optind++]; /* the last argument, maybe: look no further */
     a->values = w ? w : "all";
     for (int k = 0; what[k]; k++)
         if (!strcmp(a->values, what[k]))
