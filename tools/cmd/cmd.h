@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit statuses of the tools (the README lists them). */
+/* Exit statuses of the tools (docs/CONTRACTS.md lists them). */
 #define SHP_EXIT_OK 0
 #define SHP_EXIT_FINDINGS 1
 #define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */
@@ -33,7 +33,7 @@ X(OPT_DIM, "dim", 0, "NAME=VALUE", \
   "a model dimension (hidden=7168, tp=8): counts that factor are\n" \
   "shown as shapes ([512, hidden/tp]), and a region's rows are\n" \
   "known, so that a consumer cutting them is reported") \
-X(OPT_EXPECT, "expect", 0, "FILE", "shapes you believe in (JSON: see the README)")
+X(OPT_EXPECT, "expect", 0, "FILE", "shapes you believe in (JSON: docs/CONTRACTS.md)")
 /* clang-format on */
 
 struct an_dims;
