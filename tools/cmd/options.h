@@ -13,7 +13,7 @@
 /* A command lists its options as an X-macro of rows X(ID, NAME, LETTER, VALUE, HELP):
  *   ID      the enum constant that shp_opts_next returns for it (file-local: OPT_JSON)
  *   NAME    the long name without "--" ("json"), or NULL when the option is a letter only
- *   LETTER  the short option ('o'), or 0 for none
+ *   LETTER  the short option ('o'; not 'h', which is -h's), or 0 for none
  *   VALUE   NULL when it takes no value; the value's name in the help ("FILE") when it needs
  *           one; in brackets ("[SECONDS]") when the value is optional (--watch=2)
  *   HELP    the help text; '\n' starts a new line, indented under the first
