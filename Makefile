@@ -6,9 +6,8 @@
 #   make bench        overhead and speed figures
 #   make check-gpu    the checks that need a real GPU (opt-in)
 #   make install      PREFIX=/usr/local DESTDIR=
-#   Every target first runs scripts/deps.sh: it checks the Debian packages the build needs and,
-#   as root, installs the missing ones (otherwise it prints the apt-get line and stops).
-#   make format / format-check
+#   make deps         install, as root, the Debian packages that DEPS needs (build, check, format)
+#   make format / format-check   clang-format 14 (CLANG_FORMAT, default clang-format-14)
 # Options: V=1 (show commands), DEBUG=1, SAN=address|undefined|thread, WERROR=1,
 #          TOOLS_SAN=thread (sanitize the shapetrace command and its unit tests only),
 #          CUDA_HOME (default /usr/local/cuda), NCCL_HOME (default CUDA_HOME).
@@ -82,16 +81,35 @@ MAN := $(B)/man/shapetrace.1
 
 all: $(TOOL) $(PRELOAD) $(MAN)
 
-# The dependency step. An included makefile is remade before anything else is built, so a
-# missing package stops the build here, with the apt-get line to run, and never half-way
-# through with a compiler error about a missing header.
-ifeq ($(filter clean format format-check,$(MAKECMDGOALS)),)
-include $(B)/deps.mk
+# The dependency step (scripts/deps.sh). `make deps` installs, as root, the Debian packages of
+# the sets in DEPS (build, check, format; default build), and says so; as another user it prints
+# the apt-get line to run and fails. make demo and make check, the README's two commands, take it
+# first (make check with DEPS="build check"); every other target only checks the build's
+# packages, and a missing one stops it with one line naming it and how to get it, changing
+# nothing. The step is an included makefile, which make remakes before it builds anything, so it
+# comes before the first compiler error about a missing header; one stamp per kind of step, so
+# that make check after make still installs what the tests need.
+DEPS ?= build
+DEPS_ENV := CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME)
+ifneq ($(filter check,$(MAKECMDGOALS)),)
+DEPS_STEP := check
+DEPS_CMD := $(MAKE) --no-print-directory deps DEPS="build check"
+else ifneq ($(filter demo,$(MAKECMDGOALS)),)
+DEPS_STEP := demo
+DEPS_CMD := $(MAKE) --no-print-directory deps DEPS=build
+else
+DEPS_STEP := build
+DEPS_CMD := $(DEPS_ENV) scripts/deps.sh build
 endif
-$(B)/deps.mk: scripts/deps.sh
+ifneq ($(filter-out clean deps format format-check,$(or $(MAKECMDGOALS),all)),)
+include $(B)/deps-$(DEPS_STEP).mk
+endif
+$(B)/deps-%.mk: scripts/deps.sh
 	@mkdir -p $(@D)
-	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) scripts/deps.sh build
-	@echo "# scripts/deps.sh build found every package" >$@
+	$(Q)$(DEPS_CMD)
+	@echo "# the dependency step passed: $(DEPS_CMD)" >$@
+deps:
+	$(Q)$(DEPS_ENV) scripts/deps.sh --install $(DEPS)
 
 $(B)/obj/common/%.o: common/%.c
 	@mkdir -p $(@D)
@@ -370,23 +388,34 @@ $(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/value
 check-gpu: all $(B)/tests/shp_fingerprint
 	$(Q)tests/gpu/run.sh $(B)
 
+# Writes only under $(DESTDIR)$(PREFIX), and says so first.
 install: all
+	@echo "shapetrace: installing shapetrace, libshapetrace.so and its man page under $(DESTDIR)$(PREFIX)"
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0755 $(TOOL) $(DESTDIR)$(PREFIX)/bin/shapetrace
 	install -m 0755 $(PRELOAD) $(DESTDIR)$(PREFIX)/lib/libshapetrace.so
 	install -m 0644 $(MAN) $(DESTDIR)$(PREFIX)/share/man/man1/shapetrace.1
 
-FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*/*.[ch] tests/*/*.[ch] examples/*.c bench/*.c \
-	include/shapetrace/*.h)
+# The house style is .clang-format as clang-format 14 reads it (other versions break some lines
+# differently): make format-check fails, with one line, under any other version.
+CLANG_FORMAT ?= clang-format-14
+FORMAT_SRC = $(wildcard common/*.[ch] preload/*.[ch] tools/*/*.[ch] tests/*/*.[ch] tests/*/*/*.[ch] \
+	examples/*.[ch] bench/*.[ch] include/shapetrace/*.h)
+FORMAT_TOOL = $(Q)v=$$($(CLANG_FORMAT) --version 2>/dev/null) || { echo "shapetrace: make $@ needs \
+$(CLANG_FORMAT) (.clang-format is written for version 14): apt-get install -y clang-format-14 as \
+root, or make deps DEPS=format" >&2; exit 1; }; case "$$v" in *" version 14."*) ;; *) echo \
+"shapetrace: make $@ needs clang-format 14, and $(CLANG_FORMAT) is $$v" >&2; exit 1;; esac
 format:
-	clang-format -i $(FORMAT_SRC)
+	$(FORMAT_TOOL)
+	$(Q)$(CLANG_FORMAT) -i $(FORMAT_SRC)
 format-check:
-	clang-format --dry-run --Werror $(FORMAT_SRC)
+	$(FORMAT_TOOL)
+	$(Q)$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SRC) && echo "format-check: $(words $(FORMAT_SRC)) files as .clang-format has them"
 
 clean:
 	rm -rf build
 
-.PHONY: all check fuzz test-build tsan-build demo bench check-gpu install format format-check clean
+.PHONY: all check fuzz test-build tsan-build deps demo bench check-gpu install format format-check clean
 .SECONDARY:
 
 -include $(shell find $(B)/obj $(B)/tests $(B)/fuzz/obj -name '*.d' 2>/dev/null)

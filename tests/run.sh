@@ -64,6 +64,7 @@ else
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
     suite "snapshot" python3 tests/test_snapshot.py "$B"
+    suite "build" python3 tests/test_build.py "$B"
     suite "options" python3 tests/test_options.py "$B"
 fi
 

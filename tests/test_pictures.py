@@ -653,50 +653,6 @@ def test_man_page_refuses_an_environment_that_drifts():
     assert p.returncode == 0 and ".SH ENVIRONMENT" in p.stdout, p.stderr
 
 
-def fake_bin(names):
-    """A PATH folder whose dpkg-query says `names` are not installed, whose id says we are not
-    root unless ROOT=1, and whose apt-get writes its arguments to $APT_LOG."""
-    d = tempfile.mkdtemp(prefix="bin-", dir=TMP)
-    scripts = {
-        "dpkg-query": "for p; do :; done\ncase \" %s \" in *\" $p \"*) exit 1;; esac\n"
-                      "echo 'install ok installed'" % " ".join(names),
-        "id": '[ "$ROOT" = 1 ] && echo 0 || echo 1000',
-        "apt-get": 'echo "$@" >>"$APT_LOG"',
-    }
-    for name, body in scripts.items():
-        path = os.path.join(d, name)
-        open(path, "w").write("#!/bin/sh\n" + body + "\n")
-        os.chmod(path, 0o755)
-    return d
-
-
-def test_dependency_step():
-    deps = os.path.join(SRC, "scripts", "deps.sh")
-    fake = fake_bin(["libjansson-dev", "chromium"])
-    log = os.path.join(TMP, "apt.log")
-    base = dict(os.environ, PATH=fake + ":" + os.environ["PATH"], APT_LOG=log)
-    # not root: the one apt-get line, and a failure, so that make stops there
-    p = subprocess.run([deps, "check"], capture_output=True, text=True, env=base)
-    assert p.returncode == 1 and "    apt-get install -y libjansson-dev chromium\n" in p.stdout, \
-        p.stdout
-    p = subprocess.run([deps, "build"], capture_output=True, text=True, env=base)
-    assert p.returncode == 1 and "apt-get install -y libjansson-dev\n" in p.stdout, p.stdout
-    # root: one update, then one install of what is missing
-    p = subprocess.run([deps, "check"], capture_output=True, text=True,
-                       env=dict(base, ROOT="1"))
-    assert p.returncode == 0, (p.stdout, p.stderr)
-    assert open(log).read().splitlines() == \
-        ["update -qq", "install -y -qq --no-install-recommends libjansson-dev chromium"]
-    # the CUDA and NCCL headers are no Debian package: named, with where to get them
-    p = subprocess.run([deps, "build"], capture_output=True, text=True,
-                       env=dict(os.environ, CUDA_HOME=os.path.join(TMP, "nocuda")))
-    assert p.returncode == 1 and "cuda_runtime_api.h is missing" in p.stdout, p.stdout
-    # and make runs it before it compiles anything
-    mk = open(os.path.join(SRC, "Makefile")).read()
-    assert "include $(B)/deps.mk" in mk and "scripts/deps.sh build" in mk
-    assert "scripts/deps.sh check" in open(os.path.join(SRC, ".ci", "run")).read()
-
-
 def test_build_leaves_nothing_in_the_source_tree():
     if not os.path.isdir(os.path.join(SRC, ".git")) and \
             not os.path.isfile(os.path.join(SRC, ".git")):
