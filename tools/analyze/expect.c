@@ -205,11 +205,162 @@ static int copy_str(json_t *o, const char *key, char *out, size_t len, const cha
     return 0;
 }
 
+/* "dims": NAME: positive integer, added to dims where --dim did not give NAME already. */
+static int load_dims(json_t *root, struct an_dims *dims, const char *path)
+{
+    json_t *jdims = json_object_get(root, "dims");
+    if (jdims && !json_is_object(jdims))
+        return fail(path, "dims", "expected an object of NAME: positive integer");
+    const char *key;
+    json_t *val;
+    json_object_foreach(jdims, key, val)
+    {
+        if (!json_is_integer(val) || json_integer_value(val) <= 0 || strlen(key) >= 32) {
+            char w[96];
+            snprintf(w, sizeof(w), "dims.%s", key);
+            return fail(path, w, "expected a positive integer (and a name under 32 characters)");
+        }
+        int i;
+        for (i = 0; i < dims->n && strcmp(dims->v[i].name, key); i++)
+            ;
+        if (i < dims->n)
+            continue; /* --dim on the command line wins */
+        if (dims->n == (int)(sizeof(dims->v) / sizeof(dims->v[0])))
+            return fail(path, "dims", "too many dims (16 at most)");
+        snprintf(dims->v[dims->n].name, sizeof(dims->v[0].name), "%s", key);
+        dims->v[dims->n++].value = (uint64_t)json_integer_value(val);
+    }
+    return 0;
+}
+
+/* An expectation's "match" (o's, when it has one) into x; where names the expectation. */
+static int load_match(json_t *o, struct expectation *x, const char *path, const char *where)
+{
+    static const char *const m_keys[] = {"op", "kind", "site", "comm", "rank", NULL};
+    json_t *m = json_object_get(o, "match");
+    if (m && !json_is_object(m))
+        return fail(path, where, "\"match\" must be an object");
+    char mw[96];
+    snprintf(mw, sizeof(mw), "%s.match", where);
+    if (m && known_keys(m, m_keys, path, mw) < 0)
+        return -1;
+    if (copy_str(m, "op", x->op, sizeof(x->op), path, mw) < 0 ||
+        copy_str(m, "kind", x->kind, sizeof(x->kind), path, mw) < 0 ||
+        copy_str(m, "site", x->site, sizeof(x->site), path, mw) < 0 ||
+        copy_str(m, "comm", x->comm, sizeof(x->comm), path, mw) < 0)
+        return -1;
+    if (x->kind[0] && strcmp(x->kind, "H2D") && strcmp(x->kind, "D2H") && strcmp(x->kind, "D2D") &&
+        strcmp(x->kind, "H2H"))
+        return fail(path, mw, "\"kind\" must be one of H2D D2H D2D H2H");
+    json_t *r = json_object_get(m, "rank");
+    if (!r)
+        return 0;
+    if (!json_is_integer(r) || json_integer_value(r) < 0 || json_integer_value(r) > INT_MAX)
+        return fail(path, mw, "\"rank\" must be an integer from 0 to 2147483647");
+    x->rank = (int)json_integer_value(r);
+    return 0;
+}
+
+/* An expectation's "dtype", when it has one, into x. */
+static int load_dtype(json_t *o, struct expectation *x, const char *path, const char *where)
+{
+    char dt[16] = "";
+    if (copy_str(o, "dtype", dt, sizeof(dt), path, where) < 0)
+        return -1;
+    if (!dt[0])
+        return 0;
+    for (unsigned d = 0; d < SHP_DTYPE_COUNT && x->dtype < 0; d++)
+        if (!strcmp(shp_dtype_name(d), dt))
+            x->dtype = (int)d;
+    if (x->dtype < 0)
+        return fail(path, where,
+                    "\"dtype\" must be one of int8 uint8 int32 uint32 int64 "
+                    "uint64 fp16 fp32 fp64 bf16 fp8e4m3 fp8e5m2");
+    return 0;
+}
+
+/* What eval_extent's error er means. */
+static const char *extent_error(int er)
+{
+    return er == -2   ? "names a dim that \"dims\" and --dim do not define"
+           : er == -3 ? "is a quotient that does not divide"
+           : er == -4 ? "is out of range (overflows 64 bits)"
+                      : "is not an integer, a dim, or NAME*NAME / NAME/NAME";
+}
+
+/* One extent of a shape (e, at w) into xe: an integer, "*", or an expression of dims. */
+static int load_extent(json_t *e, struct extent *xe, const struct an_dims *dims, const char *path,
+                       const char *w)
+{
+    if (json_is_integer(e) && json_integer_value(e) > 0) {
+        xe->value = (uint64_t)json_integer_value(e);
+        snprintf(xe->text, sizeof(xe->text), "%" PRIu64, xe->value);
+        return 0;
+    }
+    if (json_is_string(e) && !strcmp(json_string_value(e), "*")) {
+        xe->any = true;
+        snprintf(xe->text, sizeof(xe->text), "*");
+        return 0;
+    }
+    if (!json_is_string(e))
+        return fail(path, w, "expected a positive integer, a dim expression, or \"*\"");
+    snprintf(xe->text, sizeof(xe->text), "%s", json_string_value(e));
+    int er = eval_extent(dims, xe->text, &xe->value);
+    if (er < 0) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "'%s' %s", xe->text, extent_error(er));
+        return fail(path, w, msg);
+    }
+    return 0;
+}
+
+/* An expectation's "shape" into x: 1 to MAX_EXTENTS extents whose product fits 64 bits. */
+static int load_shape(json_t *o, struct expectation *x, const struct an_dims *dims,
+                      const char *path, const char *where)
+{
+    json_t *shape = json_object_get(o, "shape");
+    if (!json_is_array(shape) || json_array_size(shape) == 0 ||
+        json_array_size(shape) > MAX_EXTENTS)
+        return fail(path, where, "\"shape\" must be a list of 1 to 8 extents");
+    for (size_t k = 0; k < json_array_size(shape); k++) {
+        char w[96];
+        snprintf(w, sizeof(w), "%s.shape[%zu]", where, k);
+        if (load_extent(json_array_get(shape, k), &x->ext[x->next++], dims, path, w) < 0)
+            return -1;
+    }
+    uint64_t product = 1;
+    for (int k = 0; k < x->next; k++)
+        if (!x->ext[k].any && __builtin_mul_overflow(product, x->ext[k].value, &product)) {
+            char w[96];
+            snprintf(w, sizeof(w), "%s.shape", where);
+            return fail(path, w, "the extents' product is out of range (overflows 64 bits)");
+        }
+    return 0;
+}
+
+/* The i-th expectation of the file, o, into x. */
+static int load_expectation(json_t *o, size_t i, struct expectation *x, const struct an_dims *dims,
+                            const char *path)
+{
+    static const char *const x_keys[] = {"name", "match", "shape", "dtype", NULL};
+    char where[64];
+    snprintf(where, sizeof(where), "expect[%zu]", i);
+    x->rank = x->dtype = -1;
+    x->finding = SIZE_MAX;
+    if (!json_is_object(o))
+        return fail(path, where, "expected an object with \"match\" and \"shape\"");
+    snprintf(x->name, sizeof(x->name), "%s", where);
+    if (known_keys(o, x_keys, path, where) < 0 ||
+        copy_str(o, "name", x->name, sizeof(x->name), path, where) < 0 ||
+        load_match(o, x, path, where) < 0 || load_dtype(o, x, path, where) < 0 ||
+        load_shape(o, x, dims, path, where) < 0)
+        return -1;
+    return 0;
+}
+
 struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
 {
     static const char *const top_keys[] = {"dims", "expect", NULL};
-    static const char *const x_keys[] = {"name", "match", "shape", "dtype", NULL};
-    static const char *const m_keys[] = {"op", "kind", "site", "comm", "rank", NULL};
     json_t *root = load_json(path);
     if (!root)
         return NULL;
@@ -219,35 +370,8 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
         fail(path, "top level", "expected an object with \"dims\" and \"expect\"");
         goto out;
     }
-    if (known_keys(root, top_keys, path, "") < 0)
+    if (known_keys(root, top_keys, path, "") < 0 || load_dims(root, dims, path) < 0)
         goto out;
-    json_t *jdims = json_object_get(root, "dims");
-    if (jdims && !json_is_object(jdims)) {
-        fail(path, "dims", "expected an object of NAME: positive integer");
-        goto out;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(jdims, key, val)
-    {
-        if (!json_is_integer(val) || json_integer_value(val) <= 0 || strlen(key) >= 32) {
-            char w[96];
-            snprintf(w, sizeof(w), "dims.%s", key);
-            fail(path, w, "expected a positive integer (and a name under 32 characters)");
-            goto out;
-        }
-        int i;
-        for (i = 0; i < dims->n && strcmp(dims->v[i].name, key); i++)
-            ;
-        if (i < dims->n)
-            continue; /* --dim on the command line wins */
-        if (dims->n == (int)(sizeof(dims->v) / sizeof(dims->v[0]))) {
-            fail(path, "dims", "too many dims (16 at most)");
-            goto out;
-        }
-        snprintf(dims->v[dims->n].name, sizeof(dims->v[0].name), "%s", key);
-        dims->v[dims->n++].value = (uint64_t)json_integer_value(val);
-    }
     json_t *list = json_object_get(root, "expect");
     if (!json_is_array(list)) {
         fail(path, "expect", "expected an array of expectations");
@@ -257,108 +381,9 @@ struct an_expect *an_expect_load(const char *path, struct an_dims *dims)
     E->v = calloc(E->n ? E->n : 1, sizeof(*E->v));
     if (!E->v)
         goto out;
-    for (size_t i = 0; i < E->n; i++) {
-        struct expectation *x = &E->v[i];
-        json_t *o = json_array_get(list, i);
-        char where[64];
-        snprintf(where, sizeof(where), "expect[%zu]", i);
-        x->rank = x->dtype = -1;
-        x->finding = SIZE_MAX;
-        if (!json_is_object(o)) {
-            fail(path, where, "expected an object with \"match\" and \"shape\"");
+    for (size_t i = 0; i < E->n; i++)
+        if (load_expectation(json_array_get(list, i), i, &E->v[i], dims, path) < 0)
             goto out;
-        }
-        snprintf(x->name, sizeof(x->name), "%s", where);
-        if (known_keys(o, x_keys, path, where) < 0)
-            goto out;
-        if (copy_str(o, "name", x->name, sizeof(x->name), path, where) < 0)
-            goto out;
-        json_t *m = json_object_get(o, "match");
-        if (m && !json_is_object(m)) {
-            fail(path, where, "\"match\" must be an object");
-            goto out;
-        }
-        char mw[96];
-        snprintf(mw, sizeof(mw), "%s.match", where);
-        if (m && known_keys(m, m_keys, path, mw) < 0)
-            goto out;
-        if (copy_str(m, "op", x->op, sizeof(x->op), path, mw) < 0 ||
-            copy_str(m, "kind", x->kind, sizeof(x->kind), path, mw) < 0 ||
-            copy_str(m, "site", x->site, sizeof(x->site), path, mw) < 0 ||
-            copy_str(m, "comm", x->comm, sizeof(x->comm), path, mw) < 0)
-            goto out;
-        if (x->kind[0] && strcmp(x->kind, "H2D") && strcmp(x->kind, "D2H") &&
-            strcmp(x->kind, "D2D") && strcmp(x->kind, "H2H")) {
-            fail(path, mw, "\"kind\" must be one of H2D D2H D2D H2H");
-            goto out;
-        }
-        json_t *r = json_object_get(m, "rank");
-        if (r) {
-            if (!json_is_integer(r) || json_integer_value(r) < 0 ||
-                json_integer_value(r) > INT_MAX) {
-                fail(path, mw, "\"rank\" must be an integer from 0 to 2147483647");
-                goto out;
-            }
-            x->rank = (int)json_integer_value(r);
-        }
-        char dt[16] = "";
-        if (copy_str(o, "dtype", dt, sizeof(dt), path, where) < 0)
-            goto out;
-        if (dt[0]) {
-            for (unsigned d = 0; d < SHP_DTYPE_COUNT && x->dtype < 0; d++)
-                if (!strcmp(shp_dtype_name(d), dt))
-                    x->dtype = (int)d;
-            if (x->dtype < 0) {
-                fail(path, where,
-                     "\"dtype\" must be one of int8 uint8 int32 uint32 int64 "
-                     "uint64 fp16 fp32 fp64 bf16 fp8e4m3 fp8e5m2");
-                goto out;
-            }
-        }
-        json_t *shape = json_object_get(o, "shape");
-        if (!json_is_array(shape) || json_array_size(shape) == 0 ||
-            json_array_size(shape) > MAX_EXTENTS) {
-            fail(path, where, "\"shape\" must be a list of 1 to 8 extents");
-            goto out;
-        }
-        for (size_t k = 0; k < json_array_size(shape); k++) {
-            json_t *e = json_array_get(shape, k);
-            struct extent *xe = &x->ext[x->next++];
-            char w[96];
-            snprintf(w, sizeof(w), "%s.shape[%zu]", where, k);
-            if (json_is_integer(e) && json_integer_value(e) > 0) {
-                xe->value = (uint64_t)json_integer_value(e);
-                snprintf(xe->text, sizeof(xe->text), "%" PRIu64, xe->value);
-            } else if (json_is_string(e) && !strcmp(json_string_value(e), "*")) {
-                xe->any = true;
-                snprintf(xe->text, sizeof(xe->text), "*");
-            } else if (json_is_string(e)) {
-                snprintf(xe->text, sizeof(xe->text), "%s", json_string_value(e));
-                int er = eval_extent(dims, xe->text, &xe->value);
-                if (er < 0) {
-                    char msg[200];
-                    snprintf(msg, sizeof(msg), "'%s' %s", xe->text,
-                             er == -2   ? "names a dim that \"dims\" and --dim do not define"
-                             : er == -3 ? "is a quotient that does not divide"
-                             : er == -4 ? "is out of range (overflows 64 bits)"
-                                        : "is not an integer, a dim, or NAME*NAME / NAME/NAME");
-                    fail(path, w, msg);
-                    goto out;
-                }
-            } else {
-                fail(path, w, "expected a positive integer, a dim expression, or \"*\"");
-                goto out;
-            }
-        }
-        uint64_t product = 1;
-        for (int k = 0; k < x->next; k++)
-            if (!x->ext[k].any && __builtin_mul_overflow(product, x->ext[k].value, &product)) {
-                char w[96];
-                snprintf(w, sizeof(w), "%s.shape", where);
-                fail(path, w, "the extents' product is out of range (overflows 64 bits)");
-                goto out;
-            }
-    }
     rc = 0;
 out:
     json_decref(root);

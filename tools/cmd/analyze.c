@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include "tools/analyze/analyze.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,29 +13,38 @@
 #include <unistd.h>
 
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
 
-static void analyze_usage(FILE *f)
-{
-    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] [--threads N]\n"
-          "                         PATH...\n"
-          "\n"
-          "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
-          "with receives, checks buffers against their allocations, compares the fingerprints\n"
-          "of values that must agree across ranks (traces of run --values), and reports the\n"
-          "first place where ranks diverge. PATHs are trace files or run directories, from\n"
-          "any number of hosts.\n"
-          "  --json             the JSON report (docs/CONTRACTS.md)\n"
-          "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
-          "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
-          "                     known, so that a consumer cutting them is reported\n"
-          "  --expect FILE      shapes you believe in (JSON: docs/CONTRACTS.md)\n"
-          "  --threads N        threads the analysis may use, 1 to 1024 (default: the cores it\n"
-          "                     may run on); the result is the same whatever N\n"
-          "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
-          f);
-}
+/* analyze's options (tools/cmd/options.h). */
+/* clang-format off */
+#define ANALYZE_OPTIONS(X) \
+X(OPT_JSON, "json", 0, NULL, "the JSON report (docs/CONTRACTS.md)") \
+SHP_ANALYSIS_OPTIONS(X) \
+X(OPT_STATS, "stats", 0, NULL, \
+  "where the time went, on stderr after the report: wall and CPU\n" \
+  "time of each thread, peak memory, events read") \
+X(OPT_THREADS, "threads", 0, "N", \
+  "threads the analysis may use, 1 to 1024 (default: the cores it\n" \
+  "may run on); the result is the same whatever N")
+/* clang-format on */
+SHP_OPTS_ROWS(analyze_rows, ANALYZE_OPTIONS);
+static const struct shp_opts analyze_opts = {
+    .cmd = "analyze",
+    .synopsis =
+        "usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] [--stats]\n"
+        "                          [--threads N] PATH...\n"
+        "\n"
+        "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
+        "with receives, checks buffers against their allocations, compares the fingerprints\n"
+        "of values that must agree across ranks (traces of run --values), and reports the\n"
+        "first place where ranks diverge. PATHs are trace files or run directories, from\n"
+        "any number of hosts.\n",
+    .epilogue = "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
+    .v = analyze_rows,
+    .n = SHP_OPTS_N(analyze_rows),
+};
 
 /* Adds NAME=VALUE to dims. -1 when malformed, -2 when NAME already has another value (which of
  * two hidden sizes would the shapes use?); the same value twice is harmless. */
@@ -100,46 +108,34 @@ static double clock_s(clockid_t clock)
 
 int shp_cmd_analyze(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},
-        {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'},
-        {"stats", no_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct shp_optparse p;
     struct an_options o;
     memset(&o, 0, sizeof(o));
     bool json = false;
     int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'j') {
+    shp_opts_begin(&p, &analyze_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_JSON) {
             json = true;
-        } else if (c == 'd') {
-            if (shp_cmd_dim(&o.dims, optarg) < 0)
+        } else if (c == OPT_DIM) {
+            if (shp_cmd_dim(&o.dims, p.arg) < 0)
                 return SHP_EXIT_USAGE;
-        } else if (c == 's') {
+        } else if (c == OPT_STATS) {
             o.stats = true;
-        } else if (c == 'e') {
-            o.expect = optarg;
-        } else if (c == 't') {
+        } else if (c == OPT_EXPECT) {
+            o.expect = p.arg;
+        } else if (c == OPT_THREADS) {
             char *end;
-            unsigned long n = strtoul(optarg, &end, 10);
-            if (!*optarg || *end || *optarg == '-' || n < 1 || n > 1024) {
-                shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", optarg);
+            unsigned long n = strtoul(p.arg, &end, 10);
+            if (!*p.arg || *end || *p.arg == '-' || n < 1 || n > 1024) {
+                shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", p.arg);
                 return SHP_EXIT_USAGE;
             }
             o.threads = (unsigned)n;
-        } else if (c == 'h') {
-            analyze_usage(stdout);
-            return SHP_EXIT_OK;
-        } else {
-            return shp_bad_option("analyze", argc, argv, "h", opts);
         }
     }
+    if (c == SHP_OPT_STOP)
+        return p.status;
     if (optind >= argc)
         return shp_usage_error("analyze", "no trace given");
     bool color = !json && isatty(1) && !getenv("NO_COLOR");

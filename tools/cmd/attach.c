@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,22 +20,30 @@
 #include "common/rec.h"
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 
-static void attach_usage(FILE *f)
-{
-    fputs("usage: shapetrace attach RUN_DIR|PID [--on] [--off] [--mark TEXT]\n"
-          "\n"
-          "Acts on every process of the run (RUN_DIR), or on one process (PID, on this host),\n"
-          "within its next traced call:\n"
-          "  --on         record calls (the default action)\n"
-          "  --off        stop recording; communicator and allocation records are still kept\n"
-          "  --mark TEXT  add a mark record with TEXT to each trace (shown by dump)\n"
-          "A run started with `shapetrace run --dormant` starts with recording off.\n"
-          "Exit status: 0, or 2 when nothing could be reached.\n",
-          f);
-}
+/* attach's options (tools/cmd/options.h). */
+/* clang-format off */
+#define ATTACH_OPTIONS(X) \
+X(OPT_ON, "on", 0, NULL, "record calls (the default action)") \
+X(OPT_OFF, "off", 0, NULL, "stop recording; communicator and allocation records are still kept") \
+X(OPT_MARK, "mark", 0, "TEXT", "add a mark record with TEXT to each trace (shown by dump)")
+/* clang-format on */
+SHP_OPTS_ROWS(attach_rows, ATTACH_OPTIONS);
+static const struct shp_opts attach_opts = {
+    .cmd = "attach",
+    .synopsis =
+        "usage: shapetrace attach RUN_DIR|PID [--on] [--off] [--mark TEXT]\n"
+        "\n"
+        "Acts on every process of the run (RUN_DIR), or on one process (PID, on this host),\n"
+        "within its next traced call:\n",
+    .epilogue = "A run started with `shapetrace run --dormant` starts with recording off.\n"
+                "Exit status: 0, or 2 when nothing could be reached.\n",
+    .v = attach_rows,
+    .n = SHP_OPTS_N(attach_rows),
+};
 
 static uint64_t mono_ns(void)
 {
@@ -170,31 +177,20 @@ static int write_run_control(const char *dir, int arm)
 
 int shp_cmd_attach(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"on", no_argument, 0, 'o'},
-        {"off", no_argument, 0, 'f'},
-        {"mark", required_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct shp_optparse p;
     int arm = -1, c;
     const char *mark = NULL;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'o')
+    shp_opts_begin(&p, &attach_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_ON)
             arm = 1;
-        else if (c == 'f')
+        else if (c == OPT_OFF)
             arm = 0;
-        else if (c == 'm')
-            mark = optarg;
-        else if (c == 'h') {
-            attach_usage(stdout);
-            return SHP_EXIT_OK;
-        } else {
-            return shp_bad_option("attach", argc, argv, "h", opts);
-        }
+        else if (c == OPT_MARK)
+            mark = p.arg;
     }
+    if (c == SHP_OPT_STOP)
+        return p.status;
     if (optind != argc - 1)
         return shp_usage_error("attach", "give one RUN_DIR or PID");
     if (arm < 0 && !mark)

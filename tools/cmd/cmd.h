@@ -11,16 +11,9 @@
 #define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */
 #define SHP_EXIT_RUN_FAILED 125 /* `run` could not start the command's environment */
 
-struct option;
-
 /* Prints "shapetrace CMD: WHAT; see shapetrace help CMD" (one line, WHAT from fmt) on stderr and
  * returns SHP_EXIT_USAGE. */
 int shp_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* The same, for the option getopt_long just refused with '?' (call it with opterr 0): unknown,
- * missing its value, or given one it does not take. shorts and longs as given to getopt_long. */
-int shp_bad_option(const char *cmd, int argc, char **argv, const char *shorts,
-                   const struct option *longs);
 
 int shp_cmd_run(int argc, char **argv);
 int shp_cmd_dump(int argc, char **argv);
@@ -31,6 +24,17 @@ int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
 int shp_cmd_symbols(int argc, char **argv);
 int shp_cmd_snapshot(int argc, char **argv);
+
+/* The analysis's options, rows of the option lists (tools/cmd/options.h) of analyze, export and
+ * report: their ids are OPT_DIM and OPT_EXPECT in each. */
+/* clang-format off */
+#define SHP_ANALYSIS_OPTIONS(X) \
+X(OPT_DIM, "dim", 0, "NAME=VALUE", \
+  "a model dimension (hidden=7168, tp=8): counts that factor are\n" \
+  "shown as shapes ([512, hidden/tp]), and a region's rows are\n" \
+  "known, so that a consumer cutting them is reported") \
+X(OPT_EXPECT, "expect", 0, "FILE", "shapes you believe in (JSON: docs/CONTRACTS.md)")
+/* clang-format on */
 
 struct an_dims;
 struct an_options;

@@ -1,7 +1,6 @@
 /* shapetrace dump: print traces, as a table for a person or as JSON Lines for programs (the keys
  * are a contract: see docs/CONTRACTS.md). */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,6 +9,7 @@
 
 #include "common/ops.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -17,18 +17,25 @@
 #include "tools/lib/stacks.h"
 #include "tools/lib/value.h"
 
-static void dump_usage(FILE *f)
-{
-    fputs("usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
-          "\n"
-          "Prints every event of the traces in PATH (trace files or run directories).\n"
-          "  --json       JSON Lines, one event per line (keys in docs/CONTRACTS.md)\n"
-          "  --no-stacks  leave call sites out (faster on large traces)\n"
-          "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
-          "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
-          "printed).\n",
-          f);
-}
+/* dump's options (tools/cmd/options.h). */
+/* clang-format off */
+#define DUMP_OPTIONS(X) \
+X(OPT_JSON, "json", 0, NULL, "JSON Lines, one event per line (keys in docs/CONTRACTS.md)") \
+X(OPT_NO_STACKS, "no-stacks", 0, NULL, "leave call sites out (faster on large traces)")
+/* clang-format on */
+SHP_OPTS_ROWS(dump_rows, DUMP_OPTIONS);
+static const struct shp_opts dump_opts = {
+    .cmd = "dump",
+    .synopsis = "usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
+                "\n"
+                "Prints every event of the traces in PATH (trace files or run directories).\n",
+    .epilogue =
+        "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
+        "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
+        "printed).\n",
+    .v = dump_rows,
+    .n = SHP_OPTS_N(dump_rows),
+};
 
 static void fmt_count(char *buf, size_t len, uint64_t v)
 {
@@ -206,28 +213,18 @@ static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool js
 
 int shp_cmd_dump(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},
-        {"no-stacks", no_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct shp_optparse p;
     bool json = false, stacks = true;
     int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'j')
+    shp_opts_begin(&p, &dump_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_JSON)
             json = true;
-        else if (c == 'n')
+        else if (c == OPT_NO_STACKS)
             stacks = false;
-        else if (c == 'h') {
-            dump_usage(stdout);
-            return SHP_EXIT_OK;
-        } else {
-            return shp_bad_option("dump", argc, argv, "h", opts);
-        }
     }
+    if (c == SHP_OPT_STOP)
+        return p.status;
     if (optind >= argc)
         return shp_usage_error("dump", "no trace given");
     /* One writer for every trace: JSON lines go through it, the table through printf. */

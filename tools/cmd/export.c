@@ -3,7 +3,6 @@
  * producers to consumers, the findings as instant events. Chrome's JSON or Perfetto's protobuf. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "common/ops.h"
 #include "tools/analyze/analyze.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/perfetto.h"
@@ -20,25 +20,39 @@
 #include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
-static void export_usage(FILE *f)
-{
-    fputs("usage: shapetrace export [--format chrome|perfetto] [--ranks LIST] [--from T --to T]\n"
-          "                         [--dim NAME=VALUE]... [--expect FILE] [-o FILE] PATH...\n"
-          "\n"
-          "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
-          "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
-          "the calls of one collective across ranks and from each producer to its consumer\n"
-          "where the analysis found lineage, and each finding as an instant event.\n"
-          "  --format chrome    Chrome's JSON trace-event format (the default)\n"
-          "  --format perfetto  Perfetto's protobuf format: smaller, faster to load\n"
-          "  --ranks LIST       only these global ranks (0,2,4-7)\n"
-          "  --from T, --to T   only calls that overlap [T, T] seconds after the first call\n"
-          "  --dim, --expect    passed to the analysis, as in shapetrace analyze\n"
-          "  --no-findings      do not run the analysis (no finding events, no lineage arrows)\n"
-          "  -o FILE            write FILE (default: trace.json or trace.perfetto-trace)\n"
-          "Exit status: 0, or 2 on bad usage or a PATH that is not a readable trace.\n",
-          f);
-}
+/* export's options (tools/cmd/options.h). */
+/* clang-format off */
+#define EXPORT_OPTIONS(X) \
+X(OPT_FORMAT, "format", 0, "FORMAT", \
+  "the file's format:\n" \
+  "  chrome    Chrome's JSON trace-event format (the default)\n" \
+  "  perfetto  Perfetto's protobuf format: smaller, faster to load") \
+X(OPT_RANKS, "ranks", 0, "LIST", "only these global ranks (0,2,4-7)") \
+X(OPT_FROM, "from", 0, "T", \
+  "only calls that end at T or later: T in seconds after the first\n" \
+  "call, or a number with ms, us, ns") \
+X(OPT_TO, "to", 0, "T", "only calls that start at T or earlier") \
+SHP_ANALYSIS_OPTIONS(X) \
+X(OPT_NO_FINDINGS, "no-findings", 0, NULL, \
+  "do not run the analysis (no finding events, no lineage arrows)") \
+X(OPT_OUT, NULL, 'o', "FILE", "write FILE (default: trace.json or trace.perfetto-trace)")
+/* clang-format on */
+SHP_OPTS_ROWS(export_rows, EXPORT_OPTIONS);
+static const struct shp_opts export_opts = {
+    .cmd = "export",
+    .synopsis =
+        "usage: shapetrace export [--format chrome|perfetto] [--ranks LIST] [--from T --to T]\n"
+        "                         [--dim NAME=VALUE]... [--expect FILE] [--no-findings]\n"
+        "                         [-o FILE] PATH...\n"
+        "\n"
+        "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
+        "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
+        "the calls of one collective across ranks and from each producer to its consumer\n"
+        "where the analysis found lineage, and each finding as an instant event.\n",
+    .epilogue = "Exit status: 0, or 2 on bad usage or a PATH that is not a readable trace.\n",
+    .v = export_rows,
+    .n = SHP_OPTS_N(export_rows),
+};
 
 /* ---- what the first pass learns ---- */
 
@@ -1181,19 +1195,81 @@ static int load(struct xp *x, const int *ranks, size_t nranks)
     return 0;
 }
 
+/* What the command line asks for. */
+struct export_args {
+    bool perfetto, findings;
+    int *ranks; /* --ranks, nranks of them; NULL: all */
+    size_t nranks;
+    uint64_t from, to; /* ns after the first call */
+    const char *outpath;
+    char **aargs; /* the analysis options, as shp_cmd_analysis_args takes them */
+    int naargs;
+    char **paths;
+    int npaths;
+};
+
+/* One option of the command line into a, checked. Returns 0, or SHP_EXIT_USAGE after one line. */
+static int take(struct export_args *a, int id, char *v)
+{
+    if (id == OPT_FORMAT && (!strcmp(v, "chrome") || !strcmp(v, "json"))) {
+        a->perfetto = false;
+    } else if (id == OPT_FORMAT && (!strcmp(v, "perfetto") || !strcmp(v, "proto"))) {
+        a->perfetto = true;
+    } else if (id == OPT_FORMAT) {
+        shp_err("--format takes chrome or perfetto, not '%s'", v);
+        return SHP_EXIT_USAGE;
+    } else if (id == OPT_RANKS) {
+        if (parse_ranks(v, &a->ranks, &a->nranks) < 0) {
+            shp_err("--ranks takes a list like 0,2,4-7, not '%s'", v);
+            return SHP_EXIT_USAGE;
+        }
+    } else if (id == OPT_FROM || id == OPT_TO) {
+        if (parse_time(v, id == OPT_FROM ? &a->from : &a->to) < 0) {
+            shp_err("--%s takes seconds (or a number with ms, us, ns), not '%s'",
+                    id == OPT_FROM ? "from" : "to", v);
+            return SHP_EXIT_USAGE;
+        }
+    } else if (id == OPT_DIM || id == OPT_EXPECT) {
+        a->aargs[a->naargs++] = id == OPT_DIM ? "--dim" : "--expect";
+        a->aargs[a->naargs++] = v;
+    } else if (id == OPT_NO_FINDINGS) {
+        a->findings = false;
+    } else if (id == OPT_OUT) {
+        a->outpath = v;
+    }
+    return 0;
+}
+
+static int parse(struct export_args *a, int argc, char **argv)
+{
+    struct shp_optparse p;
+    int c, rc;
+    memset(a, 0, sizeof(*a));
+    a->to = UINT64_MAX;
+    a->findings = true;
+    a->aargs = calloc((size_t)argc * 2 + 1, sizeof(char *));
+    if (!a->aargs)
+        return SHP_EXIT_USAGE;
+    shp_opts_begin(&p, &export_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0)
+        if ((rc = take(a, c, p.arg)) != 0)
+            return rc;
+    if (c == SHP_OPT_STOP)
+        return p.status;
+    if (optind >= argc)
+        return shp_usage_error("export", "no trace given");
+    if (a->from > a->to) {
+        shp_err("export: --from is after --to");
+        return SHP_EXIT_USAGE;
+    }
+    a->paths = argv + optind;
+    a->npaths = argc - optind;
+    return SHP_PARSED;
+}
+
 int shp_cmd_export(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"format", required_argument, 0, 'f'},
-        {"ranks", required_argument, 0, 'r'},
-        {"from", required_argument, 0, 'F'},
-        {"to", required_argument, 0, 'T'},
-        {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'},
-        {"no-findings", no_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct export_args a;
     struct xp x;
     memset(&x, 0, sizeof(x));
     struct shp_session session;
@@ -1201,74 +1277,25 @@ int shp_cmd_export(int argc, char **argv)
     struct an_options ao;
     memset(&ao, 0, sizeof(ao));
     struct an_result *result = NULL;
-    const char *outpath = NULL;
-    int *ranks = NULL;
-    size_t nranks = 0;
-    uint64_t from = 0, to = UINT64_MAX;
-    bool findings = true;
-    char **aargs = calloc((size_t)argc * 2 + 1, sizeof(char *));
-    int naargs = 0, c, status = SHP_EXIT_USAGE;
-    if (!aargs)
-        return SHP_EXIT_USAGE;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        if (c == 'f' && (!strcmp(optarg, "chrome") || !strcmp(optarg, "json"))) {
-            x.perfetto = false;
-        } else if (c == 'f' && (!strcmp(optarg, "perfetto") || !strcmp(optarg, "proto"))) {
-            x.perfetto = true;
-        } else if (c == 'f') {
-            shp_err("--format takes chrome or perfetto, not '%s'", optarg);
-            goto out;
-        } else if (c == 'r') {
-            if (parse_ranks(optarg, &ranks, &nranks) < 0) {
-                shp_err("--ranks takes a list like 0,2,4-7, not '%s'", optarg);
-                goto out;
-            }
-        } else if (c == 'F' || c == 'T') {
-            if (parse_time(optarg, c == 'F' ? &from : &to) < 0) {
-                shp_err("--%s takes seconds (or a number with ms, us, ns), not '%s'",
-                        c == 'F' ? "from" : "to", optarg);
-                goto out;
-            }
-        } else if (c == 'd' || c == 'e') {
-            aargs[naargs++] = c == 'd' ? "--dim" : "--expect";
-            aargs[naargs++] = optarg;
-        } else if (c == 'n') {
-            findings = false;
-        } else if (c == 'o') {
-            outpath = optarg;
-        } else if (c == 'h') {
-            export_usage(stdout);
-            status = SHP_EXIT_OK;
-            goto out;
-        } else {
-            shp_bad_option("export", argc, argv, "ho:", opts);
-            goto out;
-        }
-    }
-    if (optind >= argc) {
-        shp_usage_error("export", "no trace given");
+    int status = parse(&a, argc, argv);
+    if (status != SHP_PARSED)
         goto out;
-    }
-    if (from > to) {
-        shp_err("export: --from is after --to");
-        goto out;
-    }
+    status = SHP_EXIT_USAGE;
+    x.perfetto = a.perfetto;
     /* The analysis refuses a trace given twice (it would look like two ranks). */
-    if (shp_session_open(&session, argv + optind, argc - optind, findings ? SHP_SESSION_UNIQUE : 0,
+    if (shp_session_open(&session, a.paths, a.npaths, a.findings ? SHP_SESSION_UNIQUE : 0,
                          "the export") < 0)
         goto out;
     x.session = &session;
-    if (load(&x, ranks, nranks) < 0)
+    if (load(&x, a.ranks, a.nranks) < 0)
         goto out;
-    x.from = from == 0 ? 0 : x.t0 + from;
-    x.to = to == UINT64_MAX ? UINT64_MAX : x.t0 + to;
+    x.from = a.from == 0 ? 0 : x.t0 + a.from;
+    x.to = a.to == UINT64_MAX ? UINT64_MAX : x.t0 + a.to;
     build_comms(&x);
-    if (findings) {
+    if (a.findings) {
         /* As analyze --json would run on the same traces, every rank's: --ranks cuts only the
          * drawing. */
-        if (shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
+        if (shp_cmd_analysis_args(&ao, a.aargs, a.naargs) < 0)
             goto out;
         shp_cmd_analysis(&ao, &session, &result);
         if (!result)
@@ -1276,8 +1303,9 @@ int shp_cmd_export(int argc, char **argv)
         x.report = result;
         plan_lineage(&x);
     }
-    if (!outpath)
-        outpath = x.perfetto ? "trace.perfetto-trace" : "trace.json";
+    const char *outpath = a.outpath    ? a.outpath
+                          : x.perfetto ? "trace.perfetto-trace"
+                                       : "trace.json";
     x.out = !strcmp(outpath, "-") ? stdout : fopen(outpath, "w");
     if (!x.out) {
         shp_err("%s: %s", outpath, strerror(errno));
@@ -1314,7 +1342,7 @@ out:
     an_options_free(&ao);
     free_procs(&x);
     shp_session_close(&session);
-    free(ranks);
-    free(aargs);
+    free(a.ranks);
+    free(a.aargs);
     return status;
 }

@@ -3,7 +3,6 @@
  * that comes from a trace goes through html_text(), and none is placed inside the script. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -16,6 +15,7 @@
 #include "common/ops.h"
 #include "tools/analyze/analyze.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -26,22 +26,29 @@
 #define SHP_VERSION "0.1.0"
 #endif
 
-static void report_usage(FILE *f)
-{
-    fputs("usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
-          "                         [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
-          "\n"
-          "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
-          "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
-          "collectives around it, a per-rank timeline, the producer -> consumer chain of a\n"
-          "lineage finding, the other findings, the processes and the command line.\n"
-          "  --html FILE       write FILE (default: report.html)\n"
-          "  --title TEXT      a line under the heading (e.g. what was run)\n"
-          "  --finding N       draw the page around finding N (1 is the first, the default)\n"
-          "  --dim, --expect   passed to the analysis, as in shapetrace analyze\n"
-          "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
-          f);
-}
+/* report's options (tools/cmd/options.h). */
+/* clang-format off */
+#define REPORT_OPTIONS(X) \
+X(OPT_HTML, "html", 0, "FILE", "write FILE (default: report.html)") \
+X(OPT_TITLE, "title", 0, "TEXT", "a line under the heading (e.g. what was run)") \
+X(OPT_FINDING, "finding", 0, "N", "draw the page around finding N (1 is the first, the default)") \
+SHP_ANALYSIS_OPTIONS(X)
+/* clang-format on */
+SHP_OPTS_ROWS(report_rows, REPORT_OPTIONS);
+static const struct shp_opts report_opts = {
+    .cmd = "report",
+    .synopsis =
+        "usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
+        "                         [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
+        "\n"
+        "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
+        "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
+        "collectives around it, a per-rank timeline, the producer -> consumer chain of a\n"
+        "lineage finding, the other findings, the processes and the command line.\n",
+    .epilogue = "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
+    .v = report_rows,
+    .n = SHP_OPTS_N(report_rows),
+};
 
 #define GRID_HALF 6   /* collectives shown on each side of the focus */
 #define NEAR_RANKS 4  /* ranks shown on each side of a culprit when there are many */
@@ -1083,15 +1090,7 @@ static void free_all(struct rp *r)
 
 int shp_cmd_report(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"html", required_argument, 0, 'o'},
-        {"title", required_argument, 0, 't'},
-        {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'},
-        {"finding", required_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct shp_optparse p;
     struct rp r;
     memset(&r, 0, sizeof(r));
     struct shp_session session;
@@ -1104,32 +1103,28 @@ int shp_cmd_report(int argc, char **argv)
     int naargs = 0, c, status = SHP_EXIT_USAGE;
     if (!aargs)
         return SHP_EXIT_USAGE;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'o') {
-            out = optarg;
-        } else if (c == 't') {
-            title = optarg;
-        } else if (c == 'n') {
+    shp_opts_begin(&p, &report_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_HTML) {
+            out = p.arg;
+        } else if (c == OPT_TITLE) {
+            title = p.arg;
+        } else if (c == OPT_FINDING) {
             char *end;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (*end || !*optarg || v == 0) {
-                shp_err("--finding takes a finding's number (1 is the first), not '%s'", optarg);
+            unsigned long v = strtoul(p.arg, &end, 10);
+            if (*end || !*p.arg || v == 0) {
+                shp_err("--finding takes a finding's number (1 is the first), not '%s'", p.arg);
                 goto done;
             }
             r.focus_index = v - 1;
-        } else if (c == 'd' || c == 'e') {
-            aargs[naargs++] = c == 'd' ? "--dim" : "--expect";
-            aargs[naargs++] = optarg;
-        } else if (c == 'h') {
-            report_usage(stdout);
-            status = SHP_EXIT_OK;
-            goto done;
-        } else {
-            shp_bad_option("report", argc, argv, "h", opts);
-            goto done;
+        } else if (c == OPT_DIM || c == OPT_EXPECT) {
+            aargs[naargs++] = c == OPT_DIM ? "--dim" : "--expect";
+            aargs[naargs++] = p.arg;
         }
+    }
+    if (c == SHP_OPT_STOP) {
+        status = p.status;
+        goto done;
     }
     if (optind >= argc) {
         shp_usage_error("report", "no trace given");

@@ -2,7 +2,6 @@
  * to stderr only; the command's stdin, stdout and exit status pass through untouched. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 #include "common/log.h"
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 
@@ -59,42 +59,53 @@ static size_t count_traces(char **files, size_t n)
     return ntraces;
 }
 
-static void run_usage(FILE *f)
-{
-    fputs("usage: shapetrace run [OPTIONS] -- CMD ARGS...\n"
-          "\n"
-          "Runs CMD with libshapetrace.so preloaded; every process that calls NCCL or the CUDA\n"
-          "runtime writes one trace into the run directory, printed at the end (stderr).\n"
-          "Returns CMD's exit status.\n"
-          "\n"
-          "  --dir DIR            run directory (default ./shapetrace-YYYYMMDD-HHMMSS)\n"
-          "  --stacks MODE        call sites to record (" SHP_ENV_STACKS
-          "; default " SHP_DEFAULT_STACKS "):\n"
-          "                         none    no call sites\n"
-          "                         native  native return addresses, symbolized by dump\n"
-          "                         python  native, plus the Python frames (function, file,\n"
-          "                                 line) of a thread that runs Python (CPython 3.10\n"
-          "                                 to 3.13), in place of the interpreter's own frames;\n"
-          "                                 the same as native where no Python runs\n"
-          "  --max-mb N           trace cap per process in MiB (default 1024)\n"
-          "  --debug LEVEL        WARN, INFO or TRACE (" SHP_ENV_DEBUG ")\n"
-          "  --dormant            start with recording off (shapetrace attach turns it on);\n"
-          "                       communicator and allocation records are still kept\n"
-          "  --values [WHAT]      fingerprint values that must agree across ranks (" SHP_ENV_VALUES
-          "):\n"
-          "                         collectives  the output of every all-reduce, all-gather\n"
-          "                                      and broadcast\n"
-          "                         copies       the bytes of every copy whose call site\n"
-          "                                      matches --values-site\n"
-          "                         all          both (the default)\n"
-          "                       analyze then reports value_mismatch where ranks differ\n"
-          "  --values-every N     only every Nth collective of a communicator and copy of a\n"
-          "                       site (" SHP_ENV_VALUES_EVERY "; default 1)\n"
-          "  --values-site GLOB   the copies to fingerprint: a glob on any frame's function,\n"
-          "                       Python or native (" SHP_ENV_VALUES_SITE "; default '*')\n"
-          "  --preload PATH       the preload to use (default: next to this command)\n",
-          f);
-}
+/* run's options (tools/cmd/options.h). */
+/* clang-format off */
+#define RUN_OPTIONS(X) \
+X(OPT_DIR, "dir", 0, "DIR", "run directory (default ./shapetrace-YYYYMMDD-HHMMSS)") \
+X(OPT_STACKS, "stacks", 0, "MODE", \
+  "call sites to record (" SHP_ENV_STACKS "; default " SHP_DEFAULT_STACKS "):\n" \
+  "  none    no call sites\n" \
+  "  native  native return addresses, symbolized by dump\n" \
+  "  python  native, plus the Python frames (function, file,\n" \
+  "          line) of a thread that runs Python (CPython 3.10\n" \
+  "          to 3.13), in place of the interpreter's own frames;\n" \
+  "          the same as native where no Python runs") \
+X(OPT_MAX_MB, "max-mb", 0, "N", "trace cap per process in MiB (default 1024)") \
+X(OPT_DEBUG, "debug", 0, "LEVEL", "NONE, WARN, INFO or TRACE (" SHP_ENV_DEBUG ")") \
+X(OPT_DORMANT, "dormant", 0, NULL, \
+  "start with recording off (shapetrace attach turns it on);\n" \
+  "communicator and allocation records are still kept") \
+X(OPT_VALUES, "values", 0, "[WHAT]", \
+  "fingerprint values that must agree across ranks (" SHP_ENV_VALUES "):\n" \
+  "  collectives  the output of every all-reduce, all-gather\n" \
+  "               and broadcast\n" \
+  "  copies       the bytes of every copy whose call site\n" \
+  "               matches --values-site\n" \
+  "  all          both (the default)\n" \
+  "analyze then reports value_mismatch where ranks differ") \
+X(OPT_VALUES_EVERY, "values-every", 0, "N", \
+  "only every Nth collective of a communicator and copy of a\n" \
+  "site (" SHP_ENV_VALUES_EVERY "; default 1)") \
+X(OPT_VALUES_SITE, "values-site", 0, "GLOB", \
+  "the copies to fingerprint: a glob on any frame's function,\n" \
+  "Python or native (" SHP_ENV_VALUES_SITE "; default '*')") \
+X(OPT_PRELOAD, "preload", 0, "PATH", "the preload to use (default: next to this command)")
+/* clang-format on */
+SHP_OPTS_ROWS(run_rows, RUN_OPTIONS);
+static const struct shp_opts run_opts = {
+    .cmd = "run",
+    .synopsis =
+        "usage: shapetrace run [OPTIONS] -- CMD ARGS...\n"
+        "\n"
+        "Runs CMD with libshapetrace.so preloaded; every process that calls NCCL or the CUDA\n"
+        "runtime writes one trace into the run directory, printed at the end (stderr).\n"
+        "Returns CMD's exit status.\n"
+        "\n",
+    .v = run_rows,
+    .n = SHP_OPTS_N(run_rows),
+    .in_order = true,
+};
 
 static int find_preload(char *out, size_t len)
 {
@@ -166,6 +177,186 @@ static bool in_range(const char *s, long lo, long hi)
     return *s && !*end && v >= lo && v <= hi;
 }
 
+/* What the command line asks for: each value as given (the preload reads them from its
+ * environment), checked. */
+struct run_args {
+    const char *dir, *stacks, *max_mb, *debug, *preload;
+    const char *values, *values_every, *values_site;
+    bool dormant;
+    char **cmd; /* CMD ARGS..., argv's own */
+};
+
+/* The value of --values: "--values all" as well as "--values=all": the next word is taken when
+ * it is one of the three (a command named "all" needs "--" before it anyway). */
+static int take_values(struct run_args *a, const char *w, int argc, char **argv)
+{
+    static const char *const what[] = {"collectives", "copies", "all", NULL};
+    for (int k = 0; !w && optind < argc && what[k]; k++)
+        if (!strcmp(argv[optind], what[k]))
+            w = argv[optind++]; /* the last argument, maybe: look no further */
+    a->values = w ? w : "all";
+    for (int k = 0; what[k]; k++)
+        if (!strcmp(a->values, what[k]))
+            return 0;
+    shp_err("--values takes collectives, copies or all, not '%s'", a->values);
+    return SHP_EXIT_USAGE;
+}
+
+/* One option of the command line into a, checked. Returns 0, or SHP_EXIT_USAGE after one line. */
+static int take(struct run_args *a, int id, const char *v, int argc, char **argv)
+{
+    switch (id) {
+    case OPT_DIR:
+        a->dir = v;
+        return 0;
+    case OPT_STACKS:
+        if (strcmp(v, "none") && strcmp(v, "native") && strcmp(v, "python")) {
+            shp_err("--stacks takes none, native or python, not '%s'", v);
+            return SHP_EXIT_USAGE;
+        }
+        a->stacks = v;
+        return 0;
+    case OPT_MAX_MB:
+        if (!in_range(v, 1, 1 << 20)) {
+            shp_err("--max-mb takes a number of MiB from 1 to 1048576, not '%s'", v);
+            return SHP_EXIT_USAGE;
+        }
+        a->max_mb = v;
+        return 0;
+    case OPT_DEBUG:
+        if (shp_log_parse_level(v, -1) < 0) {
+            shp_err("--debug takes NONE, WARN, INFO or TRACE, not '%s'", v);
+            return SHP_EXIT_USAGE;
+        }
+        a->debug = v;
+        return 0;
+    case OPT_DORMANT:
+        a->dormant = true;
+        return 0;
+    case OPT_VALUES:
+        return take_values(a, v, argc, argv);
+    case OPT_VALUES_EVERY:
+        if (!in_range(v, 1, SHP_MAX_VALUES_EVERY)) {
+            shp_err("--values-every takes a number from 1 to %d, not '%s'", SHP_MAX_VALUES_EVERY,
+                    v);
+            return SHP_EXIT_USAGE;
+        }
+        a->values_every = v;
+        return 0;
+    case OPT_VALUES_SITE:
+        if (!*v || strlen(v) >= SHP_VALUES_SITE_MAX) {
+            shp_err("--values-site takes a glob of 1 to %d bytes", SHP_VALUES_SITE_MAX - 1);
+            return SHP_EXIT_USAGE;
+        }
+        a->values_site = v;
+        return 0;
+    case OPT_PRELOAD:
+        a->preload = v;
+        return 0;
+    }
+    return SHP_EXIT_USAGE;
+}
+
+static int parse(struct run_args *a, int argc, char **argv)
+{
+    struct shp_optparse p;
+    int c, rc;
+    memset(a, 0, sizeof(*a));
+    shp_opts_begin(&p, &run_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0)
+        if ((rc = take(a, c, p.arg, argc, argv)) != 0)
+            return rc;
+    if (c == SHP_OPT_STOP)
+        return p.status;
+    if (optind >= argc)
+        return shp_usage_error("run", "no command given (shapetrace run -- CMD ARGS...)");
+    a->cmd = argv + optind;
+    return SHP_PARSED;
+}
+
+/* The preload's absolute path into real (PATH_MAX). Returns 0, or -1 after one line. */
+static int locate_preload(const struct run_args *a, char *real)
+{
+    char preload[PATH_MAX];
+    if (a->preload)
+        snprintf(preload, sizeof(preload), "%s", a->preload);
+    else if (find_preload(preload, sizeof(preload)) < 0) {
+        shp_err("cannot find libshapetrace.so next to this command or in %s/lib", SHP_PREFIX);
+        return -1;
+    }
+    if (!realpath(preload, real)) {
+        shp_err("%s: %s", preload, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The run directory, made if need be, as an absolute path into absdir (PATH_MAX). Returns 0, or
+ * -1 after one line. */
+static int make_run_dir(const struct run_args *a, char *absdir)
+{
+    char dirbuf[PATH_MAX];
+    if (a->dir) {
+        /* Missing parents are made, as the preload makes them; a FILE, or a directory that
+         * others could fill, is refused before the command runs, never run untraced. */
+        const char *why = NULL;
+        int rc = shp_run_dir(a->dir, &why);
+        if (rc < 0 && why) {
+            shp_err("%s is %s: a run directory must be the user's own and writable by no one "
+                    "else (a new one is made 0700)",
+                    a->dir, why);
+            return -1;
+        }
+        if (rc < 0) {
+            shp_err("cannot create %s: %s", a->dir, strerror(-rc));
+            return -1;
+        }
+        snprintf(dirbuf, sizeof(dirbuf), "%s", a->dir);
+    } else {
+        int rc = default_dir(dirbuf, sizeof(dirbuf));
+        if (rc < 0) {
+            shp_err("cannot create a run directory here: %s", strerror(-rc));
+            return -1;
+        }
+    }
+    if (!realpath(dirbuf, absdir)) {
+        shp_err("%s: %s", dirbuf, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void set_if_given(const char *name, const char *value)
+{
+    if (value)
+        setenv(name, value, 1);
+}
+
+/* The environment the command inherits: the preload and what the options say. Returns 0, or -1
+ * after one line. */
+static int set_environment(const struct run_args *a, const char *preload, const char *absdir)
+{
+    char *ldp = make_ld_preload(preload);
+    if (!ldp) {
+        shp_err("out of memory");
+        return -1;
+    }
+    setenv("LD_PRELOAD", ldp, 1);
+    free(ldp);
+    setenv(SHP_ENV_DIR, absdir, 1);
+    set_if_given(SHP_ENV_STACKS, a->stacks);
+    set_if_given(SHP_ENV_MAX_MB, a->max_mb);
+    set_if_given(SHP_ENV_DEBUG, a->debug);
+    if (a->dormant)
+        setenv(SHP_ENV_DORMANT, "1", 1);
+    else
+        unsetenv(SHP_ENV_DORMANT);
+    set_if_given(SHP_ENV_VALUES, a->values);
+    set_if_given(SHP_ENV_VALUES_EVERY, a->values_every);
+    set_if_given(SHP_ENV_VALUES_SITE, a->values_site);
+    return 0;
+}
+
 static volatile pid_t child_pid;
 
 static void forward(int sig)
@@ -174,171 +365,9 @@ static void forward(int sig)
         kill(child_pid, sig);
 }
 
-int shp_cmd_run(int argc, char **argv)
+/* Runs cmd to its end, its wait status into *status. Returns 0, or -1 after one line (no fork). */
+static int run_command(char **cmd, int *status)
 {
-    static const struct option opts[] = {
-        {"dir", required_argument, 0, 'd'},
-        {"stacks", required_argument, 0, 's'},
-        {"max-mb", required_argument, 0, 'm'},
-        {"debug", required_argument, 0, 'g'},
-        {"preload", required_argument, 0, 'p'},
-        {"help", no_argument, 0, 'h'},
-        {"dormant", no_argument, 0, 'D'},
-        {"values", optional_argument, 0, 'v'},
-        {"values-every", required_argument, 0, 'e'},
-        {"values-site", required_argument, 0, 'S'},
-        {0, 0, 0, 0},
-    };
-    static const char *const values_what[] = {"collectives", "copies", "all", NULL};
-    bool dormant = false;
-    const char *dir = NULL, *stacks = NULL, *maxmb = NULL, *debug = NULL, *preload_opt = NULL;
-    const char *values = NULL, *values_every = NULL, *values_site = NULL;
-    int c;
-    optind = 1;
-    opterr = 0;
-    /* '+': stop at the first non-option, so CMD's own options are never ours. */
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            dir = optarg;
-            break;
-        case 's':
-            stacks = optarg;
-            if (strcmp(stacks, "none") && strcmp(stacks, "native") && strcmp(stacks, "python")) {
-                shp_err("--stacks takes none, native or python, not '%s'", stacks);
-                return SHP_EXIT_USAGE;
-            }
-            break;
-        case 'm':
-            if (!in_range(optarg, 1, 1 << 20)) {
-                shp_err("--max-mb takes a number of MiB from 1 to 1048576, not '%s'", optarg);
-                return SHP_EXIT_USAGE;
-            }
-            maxmb = optarg;
-            break;
-        case 'g':
-            if (shp_log_parse_level(optarg, -1) < 0) {
-                shp_err("--debug takes NONE, WARN, INFO or TRACE, not '%s'", optarg);
-                return SHP_EXIT_USAGE;
-            }
-            debug = optarg;
-            break;
-        case 'p':
-            preload_opt = optarg;
-            break;
-        case 'D':
-            dormant = true;
-            break;
-        case 'v': {
-            /* "--values all" as well as "--values=all": the next word is taken when it is one
-             * of the three (a command named "all" needs "--" before it anyway). */
-            const char *w = optarg;
-            if (!w && optind < argc)
-                for (int k = 0; values_what[k]; k++)
-                    if (!strcmp(argv[optind], values_what[k]))
-                        w = argv[optind++];
-            values = w ? w : "all";
-            bool known = false;
-            for (int k = 0; values_what[k]; k++)
-                known |= !strcmp(values, values_what[k]);
-            if (!known) {
-                shp_err("--values takes collectives, copies or all, not '%s'", values);
-                return SHP_EXIT_USAGE;
-            }
-            break;
-        }
-        case 'e':
-            if (!in_range(optarg, 1, SHP_MAX_VALUES_EVERY)) {
-                shp_err("--values-every takes a number from 1 to %d, not '%s'",
-                        SHP_MAX_VALUES_EVERY, optarg);
-                return SHP_EXIT_USAGE;
-            }
-            values_every = optarg;
-            break;
-        case 'S':
-            if (!*optarg || strlen(optarg) >= SHP_VALUES_SITE_MAX) {
-                shp_err("--values-site takes a glob of 1 to %d bytes", SHP_VALUES_SITE_MAX - 1);
-                return SHP_EXIT_USAGE;
-            }
-            values_site = optarg;
-            break;
-        case 'h':
-            run_usage(stdout);
-            return SHP_EXIT_OK;
-        default:
-            return shp_bad_option("run", argc, argv, "+h", opts);
-        }
-    }
-    if (optind >= argc)
-        return shp_usage_error("run", "no command given (shapetrace run -- CMD ARGS...)");
-    char **cmd = argv + optind;
-
-    char preload[PATH_MAX], real_preload[PATH_MAX];
-    if (preload_opt)
-        snprintf(preload, sizeof(preload), "%s", preload_opt);
-    else if (find_preload(preload, sizeof(preload)) < 0) {
-        shp_err("cannot find libshapetrace.so next to this command or in %s/lib", SHP_PREFIX);
-        return SHP_EXIT_RUN_FAILED;
-    }
-    if (!realpath(preload, real_preload)) {
-        shp_err("%s: %s", preload, strerror(errno));
-        return SHP_EXIT_RUN_FAILED;
-    }
-
-    char dirbuf[PATH_MAX], absdir[PATH_MAX];
-    if (dir) {
-        /* Missing parents are made, as the preload makes them; a FILE, or a directory that
-         * others could fill, is refused before the command runs, never run untraced. */
-        const char *why = NULL;
-        int rc = shp_run_dir(dir, &why);
-        if (rc < 0 && why) {
-            shp_err("%s is %s: a run directory must be the user's own and writable by no one "
-                    "else (a new one is made 0700)",
-                    dir, why);
-            return SHP_EXIT_RUN_FAILED;
-        }
-        if (rc < 0) {
-            shp_err("cannot create %s: %s", dir, strerror(-rc));
-            return SHP_EXIT_RUN_FAILED;
-        }
-        snprintf(dirbuf, sizeof(dirbuf), "%s", dir);
-    } else {
-        int rc = default_dir(dirbuf, sizeof(dirbuf));
-        if (rc < 0) {
-            shp_err("cannot create a run directory here: %s", strerror(-rc));
-            return SHP_EXIT_RUN_FAILED;
-        }
-    }
-    if (!realpath(dirbuf, absdir)) {
-        shp_err("%s: %s", dirbuf, strerror(errno));
-        return SHP_EXIT_RUN_FAILED;
-    }
-
-    char *ldp = make_ld_preload(real_preload);
-    if (!ldp) {
-        shp_err("out of memory");
-        return SHP_EXIT_RUN_FAILED;
-    }
-    setenv("LD_PRELOAD", ldp, 1);
-    free(ldp);
-    setenv(SHP_ENV_DIR, absdir, 1);
-    if (stacks)
-        setenv(SHP_ENV_STACKS, stacks, 1);
-    if (maxmb)
-        setenv(SHP_ENV_MAX_MB, maxmb, 1);
-    if (debug)
-        setenv(SHP_ENV_DEBUG, debug, 1);
-    if (dormant)
-        setenv(SHP_ENV_DORMANT, "1", 1);
-    else
-        unsetenv(SHP_ENV_DORMANT);
-    if (values)
-        setenv(SHP_ENV_VALUES, values, 1);
-    if (values_every)
-        setenv(SHP_ENV_VALUES_EVERY, values_every, 1);
-    if (values_site)
-        setenv(SHP_ENV_VALUES_SITE, values_site, 1);
-
     /* The terminal sends SIGINT and SIGQUIT to the whole group, the command included; we wait
      * for it to finish so the run directory is printed. Others are passed on. */
     struct sigaction ign = {.sa_handler = SIG_IGN}, fwd = {.sa_handler = forward};
@@ -354,7 +383,7 @@ int shp_cmd_run(int argc, char **argv)
     pid_t pid = fork();
     if (pid < 0) {
         shp_err("fork: %s", strerror(errno));
-        return SHP_EXIT_RUN_FAILED;
+        return -1;
     }
     if (pid == 0) {
         sigaction(SIGINT, &old_int, NULL);
@@ -369,10 +398,15 @@ int shp_cmd_run(int argc, char **argv)
         _exit(e == ENOENT ? 127 : 126);
     }
     child_pid = pid;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    *status = 0;
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR)
         ;
+    return 0;
+}
 
+/* The run directory's traces, counted and named on stderr, and their frame names stored. */
+static void report_run(const char *absdir)
+{
     char **files = NULL;
     size_t nfiles = 0;
     shp_trace_collect(absdir, &files, &nfiles);
@@ -383,19 +417,36 @@ int shp_cmd_run(int argc, char **argv)
     for (size_t i = 0; i < nfiles; i++)
         free(files[i]);
     free(files);
+}
 
-    if (WIFSIGNALED(status)) {
-        /* Die the same way, without a core of our own, so the caller sees the same status. */
-        int sig = WTERMSIG(status);
-        struct rlimit nocore = {0, 0};
-        setrlimit(RLIMIT_CORE, &nocore);
-        signal(sig, SIG_DFL);
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, sig);
-        sigprocmask(SIG_UNBLOCK, &set, NULL);
-        raise(sig);
-        return 128 + sig;
-    }
-    return WEXITSTATUS(status);
+/* The exit status of a command that ended with wait status: a command killed by a signal is
+ * died of the same way, without a core of our own, so that the caller sees the same status. */
+static int exit_as(int status)
+{
+    if (!WIFSIGNALED(status))
+        return WEXITSTATUS(status);
+    int sig = WTERMSIG(status);
+    struct rlimit nocore = {0, 0};
+    setrlimit(RLIMIT_CORE, &nocore);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    return 128 + sig;
+}
+
+int shp_cmd_run(int argc, char **argv)
+{
+    struct run_args a;
+    char preload[PATH_MAX], absdir[PATH_MAX];
+    int status, rc = parse(&a, argc, argv);
+    if (rc != SHP_PARSED)
+        return rc;
+    if (locate_preload(&a, preload) < 0 || make_run_dir(&a, absdir) < 0 ||
+        set_environment(&a, preload, absdir) < 0 || run_command(a.cmd, &status) < 0)
+        return SHP_EXIT_RUN_FAILED;
+    report_run(absdir);
+    return exit_as(status);
 }

@@ -6,7 +6,6 @@
 #include "tools/lib/snapshot.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +15,32 @@
 
 #include "include/shapetrace/env.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/site.h"
 
-static void snapshot_usage(FILE *f)
-{
-    fputs(
+/* snapshot's options (tools/cmd/options.h). */
+/* clang-format off */
+#define SNAPSHOT_OPTIONS(X) \
+X(OPT_ALL, "all", 0, NULL, "every process of yours on this host that maps libnccl or libcudart") \
+X(OPT_JSON, "json", 0, NULL, "print one JSON object (keys in docs/CONTRACTS.md)") \
+X(OPT_OUT, NULL, 'o', "FILE", "also write the JSON to FILE (one per host; see --merge)") \
+X(OPT_MERGE, "merge", 0, NULL, \
+  "show the snapshots in FILE... (the -o files of several hosts) as one job") \
+X(OPT_FULL, "full", 0, NULL, \
+  "every thread's whole stack (else the focus thread's, and one line\n" \
+  "for each other thread)") \
+X(OPT_STATS, "stats", 0, NULL, \
+  "on stderr: how long each process was stopped, and where the time\n" \
+  "went") \
+X(OPT_SITE_SKIP, "site-skip", 0, "GLOB", \
+  "treat frames matching GLOB as framework code when picking the\n" \
+  "user's site (repeatable; also SHAPETRACE_SITE_SKIP, comma-separated)")
+/* clang-format on */
+SHP_OPTS_ROWS(snapshot_rows, SNAPSHOT_OPTIONS);
+static const struct shp_opts snapshot_opts = {
+    .cmd = "snapshot",
+    .synopsis =
         "usage: shapetrace snapshot [--json] [-o FILE] [--full] [--stats] [--site-skip GLOB]...\n"
         "                           PID... | --all\n"
         "       shapetrace snapshot --merge [--json] [-o FILE] [--full] FILE...\n"
@@ -31,22 +50,14 @@ static void snapshot_usage(FILE *f)
         "is: the ranks grouped by the call they are in (ncclAllReduce, cudaStreamSynchronize,\n"
         "or, outside NCCL and CUDA, the function they wait in) and the line of the user's code\n"
         "they are at, the ranks the others wait for first; then each process and its threads.\n"
-        "A process that runs the preload adds its trace's last collective per communicator.\n"
-        "  --all             every process of yours on this host that maps libnccl or libcudart\n"
-        "  --json            print one JSON object (keys in docs/CONTRACTS.md)\n"
-        "  -o FILE           also write the JSON to FILE (one per host; see --merge)\n"
-        "  --merge FILE...   show the snapshots of several hosts (their -o files) as one job\n"
-        "  --full            every thread's whole stack (else the focus thread's, and one line\n"
-        "                    for each other thread)\n"
-        "  --stats           on stderr: how long each process was stopped, and where the time\n"
-        "                    went\n"
-        "  --site-skip GLOB  treat frames matching GLOB as framework code when picking the\n"
-        "                    user's site (repeatable; also SHAPETRACE_SITE_SKIP, comma-separated)\n"
+        "A process that runs the preload adds its trace's last collective per communicator.\n",
+    .epilogue =
         "Exit status: 0; 2 on bad usage, a process that may not be traced (the reason and the\n"
         "fix on stderr), an unreadable FILE, or nothing to show. A process that exits meanwhile\n"
         "is named and skipped.\n",
-        f);
-}
+    .v = snapshot_rows,
+    .n = SHP_OPTS_N(snapshot_rows),
+};
 
 static double ms(uint64_t ns)
 {
@@ -121,150 +132,172 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int shp_cmd_snapshot(int argc, char **argv)
+/* What the command line asks for. */
+struct snap_args {
+    bool json, all, merge, full, stats;
+    const char *out_path;
+    struct shp_site_rule rule;
+    pid_t *pids; /* the PIDs given, each once */
+    size_t npids, cappids;
+    char **files; /* with --merge: the FILEs (nfiles) */
+    int nfiles;
+};
+
+static void snap_args_free(struct snap_args *a)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},  {"all", no_argument, 0, 'a'},
-        {"merge", no_argument, 0, 'm'}, {"full", no_argument, 0, 'f'},
-        {"stats", no_argument, 0, 's'}, {"site-skip", required_argument, 0, 'k'},
-        {"help", no_argument, 0, 'h'},  {0, 0, 0, 0},
-    };
-    bool json = false, all = false, merge = false, full = false, stats = false;
-    const char *out_path = NULL;
-    struct shp_site_rule rule = {0};
-    struct shp_snap_job job = {0};
-    struct shp_snap_ctx *ctx = NULL;
-    pid_t *pids = NULL;
-    size_t npids = 0, cappids = 0;
-    FILE *out = NULL;
-    int status = SHP_EXIT_USAGE, c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        if (c == 'j') {
-            json = true;
-        } else if (c == 'a') {
-            all = true;
-        } else if (c == 'm') {
-            merge = true;
-        } else if (c == 'f') {
-            full = true;
-        } else if (c == 's') {
-            stats = true;
-        } else if (c == 'o') {
-            out_path = optarg;
-        } else if (c == 'k') {
-            if (shp_site_rule_add(&rule, optarg) < 0) {
-                status = shp_usage_error("snapshot", "--site-skip takes a non-empty glob");
-                goto out;
-            }
-        } else if (c == 'h') {
-            snapshot_usage(stdout);
-            status = SHP_EXIT_OK;
-            goto out;
-        } else {
-            status = shp_bad_option("snapshot", argc, argv, "ho:", opts);
-            goto out;
-        }
+    shp_site_rule_free(&a->rule);
+    free(a->pids);
+}
+
+/* The operands: PIDs (each once), or the FILEs of --merge. */
+static int take_operands(struct snap_args *a, char **ops, int n)
+{
+    if (a->merge && a->all)
+        return shp_usage_error("snapshot", "--merge reads files; --all takes processes");
+    if (!a->merge && a->all == (n > 0))
+        return shp_usage_error("snapshot", a->all ? "give PIDs or --all, not both"
+                                                  : "give the PIDs to picture, or --all");
+    if (a->merge && n == 0)
+        return shp_usage_error("snapshot", "--merge needs the snapshot FILEs to merge");
+    if (a->merge) {
+        a->files = ops;
+        a->nfiles = n;
+        return SHP_PARSED;
     }
-    const char *env_skip = getenv(SHP_ENV_SITE_SKIP);
-    if (env_skip && shp_site_rule_add_list(&rule, env_skip) < 0) {
-        shp_err("%s: an empty glob in '%s'", SHP_ENV_SITE_SKIP, env_skip);
-        goto out;
-    }
-    if (merge && all) {
-        status = shp_usage_error("snapshot", "--merge reads files; --all takes processes");
-        goto out;
-    }
-    if (!merge && all == (optind < argc)) {
-        status = shp_usage_error("snapshot", all ? "give PIDs or --all, not both"
-                                                 : "give the PIDs to picture, or --all");
-        goto out;
-    }
-    if (merge && optind == argc) {
-        status = shp_usage_error("snapshot", "--merge needs the snapshot FILEs to merge");
-        goto out;
-    }
-    for (int i = optind; !merge && i < argc; i++) {
+    for (int i = 0; i < n; i++) {
         pid_t pid;
-        if (!parse_pid(argv[i], &pid)) {
-            status = shp_usage_error("snapshot", "'%s' is not a process id", argv[i]);
-            goto out;
-        }
-        if (pid == getpid()) {
-            status = shp_usage_error("snapshot", "%d is this command itself", (int)pid);
-            goto out;
-        }
+        if (!parse_pid(ops[i], &pid))
+            return shp_usage_error("snapshot", "'%s' is not a process id", ops[i]);
+        if (pid == getpid())
+            return shp_usage_error("snapshot", "%d is this command itself", (int)pid);
         bool twice = false;
-        for (size_t k = 0; k < npids; k++)
-            twice |= pids[k] == pid;
+        for (size_t k = 0; k < a->npids; k++)
+            twice |= a->pids[k] == pid;
         if (twice)
             continue;
-        if (!shp_grow((void **)&pids, &cappids, npids, sizeof(*pids)))
-            goto out;
-        pids[npids++] = pid;
+        if (!shp_grow((void **)&a->pids, &a->cappids, a->npids, sizeof(*a->pids)))
+            return SHP_EXIT_USAGE;
+        a->pids[a->npids++] = pid;
     }
-    /* Before any process is stopped: a file that cannot be written stops nothing. */
-    if (out_path && !(out = fopen(out_path, "we"))) {
-        shp_err("%s: %s", out_path, strerror(errno));
-        goto out;
+    return SHP_PARSED;
+}
+
+static int parse(struct snap_args *a, int argc, char **argv)
+{
+    struct shp_optparse p;
+    int c;
+    memset(a, 0, sizeof(*a));
+    shp_opts_begin(&p, &snapshot_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_JSON) {
+            a->json = true;
+        } else if (c == OPT_ALL) {
+            a->all = true;
+        } else if (c == OPT_MERGE) {
+            a->merge = true;
+        } else if (c == OPT_FULL) {
+            a->full = true;
+        } else if (c == OPT_STATS) {
+            a->stats = true;
+        } else if (c == OPT_OUT) {
+            a->out_path = p.arg;
+        } else if (c == OPT_SITE_SKIP && shp_site_rule_add(&a->rule, p.arg) < 0) {
+            return shp_usage_error("snapshot", "--site-skip takes a non-empty glob");
+        }
     }
-    double t0 = mono_s();
-    if (merge) {
-        for (int i = optind; i < argc; i++) {
+    if (c == SHP_OPT_STOP)
+        return p.status;
+    const char *env_skip = getenv(SHP_ENV_SITE_SKIP);
+    if (env_skip && shp_site_rule_add_list(&a->rule, env_skip) < 0) {
+        shp_err("%s: an empty glob in '%s'", SHP_ENV_SITE_SKIP, env_skip);
+        return SHP_EXIT_USAGE;
+    }
+    return take_operands(a, argv + optind, argc - optind);
+}
+
+/* The job, into *job: the merged FILEs, or the processes captured now (ctx made into *ctx).
+ * Returns 0, or -1 after one line. */
+static int gather(struct snap_args *a, struct shp_snap_job *job, struct shp_snap_ctx **ctx)
+{
+    if (a->merge) {
+        for (int i = 0; i < a->nfiles; i++) {
             char err[512];
-            int rc = shp_snap_load_json(&job, argv[i], err, sizeof(err));
-            if (rc < 0) {
+            if (shp_snap_load_json(job, a->files[i], err, sizeof(err)) < 0) {
                 shp_err("%s", err);
-                goto out;
+                return -1;
             }
         }
-    } else {
-        if (all) {
-            if (shp_snap_find_gpu_processes(&pids, &npids) < 0)
-                goto out;
-            if (!npids) {
-                shp_err("snapshot: no process of yours on this host maps libnccl or libcudart");
-                goto out;
-            }
-        }
-        ctx = shp_snap_ctx_new(&rule);
-        if (!ctx || shp_snap_capture(ctx, pids, npids, hold_ms(), &job) < 0) {
-            shp_err("snapshot: out of memory");
-            goto out;
+        return 0;
+    }
+    if (a->all) {
+        if (shp_snap_find_gpu_processes(&a->pids, &a->npids) < 0)
+            return -1;
+        if (!a->npids) {
+            shp_err("snapshot: no process of yours on this host maps libnccl or libcudart");
+            return -1;
         }
     }
+    *ctx = shp_snap_ctx_new(&a->rule);
+    if (!*ctx || shp_snap_capture(*ctx, a->pids, a->npids, hold_ms(), job) < 0) {
+        shp_err("snapshot: out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Prints the job (and writes out, closing it). Returns the exit status. */
+static int show(const struct snap_args *a, struct shp_snap_job *job, FILE *out, double t0)
+{
     size_t read = 0, refused = 0;
-    for (size_t i = 0; i < job.n; i++) {
-        const struct shp_snap_proc *p = &job.procs[i];
-        if (p->error && !merge)
+    for (size_t i = 0; i < job->n; i++) {
+        const struct shp_snap_proc *p = &job->procs[i];
+        if (p->error && !a->merge)
             shp_err("snapshot: %s", p->error);
         read += !p->error;
         refused += p->error && !p->gone;
     }
-    if (json)
-        shp_snap_print_json(stdout, &job);
-    else if (read || merge)
-        shp_snap_print_text(stdout, &job, full, isatty(1) && !getenv("NO_COLOR"));
+    if (a->json)
+        shp_snap_print_json(stdout, job);
+    else if (read || a->merge)
+        shp_snap_print_text(stdout, job, a->full, isatty(1) && !getenv("NO_COLOR"));
     fflush(stdout);
     if (out) {
-        shp_snap_print_json(out, &job);
+        shp_snap_print_json(out, job);
         if (fclose(out) != 0) {
-            out = NULL;
-            shp_err("%s: %s", out_path, strerror(errno));
-            goto out;
+            shp_err("%s: %s", a->out_path, strerror(errno));
+            return SHP_EXIT_USAGE;
         }
-        out = NULL;
     }
-    if (stats && !merge)
-        print_stats(&job, mono_s() - t0);
-    status = read && !refused ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+    if (a->stats && !a->merge)
+        print_stats(job, mono_s() - t0);
+    return read && !refused ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+}
+
+int shp_cmd_snapshot(int argc, char **argv)
+{
+    struct snap_args a;
+    struct shp_snap_job job = {0};
+    struct shp_snap_ctx *ctx = NULL;
+    FILE *out = NULL;
+    int status = parse(&a, argc, argv);
+    if (status != SHP_PARSED)
+        goto out;
+    status = SHP_EXIT_USAGE;
+    /* Before any process is stopped: a file that cannot be written stops nothing. */
+    if (a.out_path && !(out = fopen(a.out_path, "we"))) {
+        shp_err("%s: %s", a.out_path, strerror(errno));
+        goto out;
+    }
+    double t0 = mono_s();
+    if (gather(&a, &job, &ctx) < 0)
+        goto out;
+    status = show(&a, &job, out, t0);
+    out = NULL; /* closed by show */
 out:
     if (out)
         fclose(out);
     shp_snap_ctx_free(ctx);
     shp_snap_job_free(&job);
-    shp_site_rule_free(&rule);
-    free(pids);
+    snap_args_free(&a);
     return status;
 }

@@ -2,7 +2,6 @@
  * written (shared mappings of the page cache, so a record is visible as soon as it is stored)
  * and never touches the processes; --watch redraws and reads only what was added since. */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -14,6 +13,7 @@
 
 #include "common/ops.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
@@ -40,18 +40,26 @@ struct proc {
     size_t ncomms;
 };
 
-static void status_usage(FILE *f)
-{
-    fputs("usage: shapetrace status [--json] [--watch [SECONDS]] RUN_DIR\n"
-          "\n"
-          "Per process: rank, whether it is alive, seconds since its last call, its last call,\n"
-          "and per communicator the last collective it entered (seq, op). A rank whose seq on a\n"
-          "communicator is lower than another member's is BEHIND.\n"
-          "  --json           one JSON object (keys in docs/CONTRACTS.md)\n"
-          "  --watch [S]      refresh every S seconds (default 1) until interrupted or\n"
-          "                   every process exited; piped, one block per refresh\n",
-          f);
-}
+/* status's options (tools/cmd/options.h). */
+/* clang-format off */
+#define STATUS_OPTIONS(X) \
+X(OPT_JSON, "json", 0, NULL, "one JSON object (keys in docs/CONTRACTS.md)") \
+X(OPT_WATCH, "watch", 0, "[S]", \
+  "refresh every S seconds (default 1) until interrupted or\n" \
+  "every process exited; piped, one block per refresh")
+/* clang-format on */
+SHP_OPTS_ROWS(status_rows, STATUS_OPTIONS);
+static const struct shp_opts status_opts = {
+    .cmd = "status",
+    .synopsis =
+        "usage: shapetrace status [--json] [--watch [S]] RUN_DIR\n"
+        "\n"
+        "Per process: rank, whether it is alive, seconds since its last call, its last call,\n"
+        "and per communicator the last collective it entered (seq, op). A rank whose seq on a\n"
+        "communicator is lower than another member's is BEHIND.\n",
+    .v = status_rows,
+    .n = SHP_OPTS_N(status_rows),
+};
 
 static uint64_t clock_ns(clockid_t c)
 {
@@ -313,12 +321,7 @@ static char **watch_seconds_joined(int *argc, char **argv, char *joined, size_t 
 
 int shp_cmd_status(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},
-        {"watch", optional_argument, 0, 'w'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
+    struct shp_optparse p;
     bool json = false;
     double watch = 0;
     int c;
@@ -327,26 +330,21 @@ int shp_cmd_status(int argc, char **argv)
     if (!args)
         return SHP_EXIT_USAGE;
     argv = args;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'j') {
+    shp_opts_begin(&p, &status_opts);
+    while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
+        if (c == OPT_JSON) {
             json = true;
-        } else if (c == 'w') {
+        } else if (c == OPT_WATCH) {
             watch = 1.0;
-            if (optarg && !seconds(optarg, &watch)) {
+            if (p.arg && !seconds(p.arg, &watch)) {
                 free(args);
                 return shp_usage_error("status", "--watch takes a positive number of seconds");
             }
-        } else if (c == 'h') {
-            status_usage(stdout);
-            free(args);
-            return SHP_EXIT_OK;
-        } else {
-            c = shp_bad_option("status", argc, argv, "h", opts);
-            free(args);
-            return c;
         }
+    }
+    if (c == SHP_OPT_STOP) {
+        free(args);
+        return p.status;
     }
     if (optind != argc - 1) {
         free(args);

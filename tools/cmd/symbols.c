@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 
 #include "common/fs.h"
 #include "tools/cmd/cmd.h"
+#include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/session.h"
@@ -263,35 +263,30 @@ int shp_symbols_write(const char *dir, struct shp_symbols_stats *stats)
     return rc;
 }
 
-static void symbols_usage(FILE *f)
-{
-    fputs("usage: shapetrace symbols RUN_DIR\n"
-          "\n"
-          "Resolves every distinct native frame of the traces in RUN_DIR into function names\n"
-          "(and file:line where the debug info has them) with the modules on this machine, and\n"
-          "stores them in RUN_DIR/HOST" SHP_SYMFILE_SUFFIX
-          ", keyed by build id. dump, analyze, export\n"
-          "and report read it when a module is missing or is another build where they run.\n"
-          "Run it on the traced host; `run` does it when the job ends.\n"
-          "Only the traces of this host are read.\n"
-          "Exit status: 0, or 2 when RUN_DIR holds no trace of this host or the file cannot be\n"
-          "written.\n",
-          f);
-}
+/* symbols takes no option but -h (tools/cmd/options.h). */
+static const struct shp_opts symbols_opts = {
+    .cmd = "symbols",
+    .synopsis =
+        "usage: shapetrace symbols RUN_DIR\n"
+        "\n"
+        "Resolves every distinct native frame of the traces in RUN_DIR into function names\n"
+        "(and file:line where the debug info has them) with the modules on this machine, and\n"
+        "stores them in RUN_DIR/HOST" SHP_SYMFILE_SUFFIX
+        ", keyed by build id. dump, analyze, export\n"
+        "and report read it when a module is missing or is another build where they run.\n"
+        "Run it on the traced host; `run` does it when the job ends.\n"
+        "Only the traces of this host are read.\n",
+    .epilogue =
+        "Exit status: 0, or 2 when RUN_DIR holds no trace of this host or the file cannot be\n"
+        "written.\n",
+};
 
 int shp_cmd_symbols(int argc, char **argv)
 {
-    static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-    int c;
-    optind = 1;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'h') {
-            symbols_usage(stdout);
-            return SHP_EXIT_OK;
-        }
-        return shp_bad_option("symbols", argc, argv, "h", opts);
-    }
+    struct shp_optparse p;
+    shp_opts_begin(&p, &symbols_opts);
+    if (shp_opts_next(&p, argc, argv) == SHP_OPT_STOP)
+        return p.status;
     if (optind != argc - 1)
         return shp_usage_error("symbols", "give one RUN_DIR");
     const char *dir = argv[optind];
