@@ -251,37 +251,10 @@ figure "export of 10,000 two-event traces, max RSS" "$1" "MiB" 512 le
 info "export of 10,000 two-event traces, wall" "$2" "s"
 rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
 
-# The analyzer at scale, on synthetic traces (tests/gen/gen_traces.c): 8 ranks x 1,000,000 events
-# and 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
-for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
-    "512 10000 count:300:500 2 -" "1 2750000 none - -"; do
-    set -- $shape
-    rm -rf "$tmp/scale"
-    if [ "$3" = none ]; then
-        "$B/tests/gen_traces" "$tmp/scale" "$1" "$2" >/dev/null
-    else
-        "$B/tests/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
-    fi
-    "$TOOL" analyze --stats "$tmp/scale" 2>"$tmp/stats" >"$tmp/report" || true
-    stats=$(tail -n 1 "$tmp/stats")
-    wall=$(echo "$stats" | sed -n 's/.*analyze took \([0-9.]*\) s.*/\1/p')
-    rss=$(echo "$stats" | sed -n 's/.*max RSS \([0-9]*\) MiB.*/\1/p')
-    what="analyze $1x$2, $3"
-    if [ "$4" = - ]; then
-        info "$what, wall" "$wall" "s"
-    else
-        figure "$what, wall" "$wall" "s" "$4" le
-        # Under a miss: each thread's CPU time, as --stats gives it, against the cores there are.
-        [ "$(verdict "$wall" "$4" le)" = missed ] && why "$(awk -v n="$(nproc)" '
-            /main thread, all:/ {for (i = 1; i <= NF; i++) if ($i == "CPU") m = $(i + 1) + 0}
-            /worker [0-9]+ .*CPU/ {for (i = 1; i <= NF; i++) if ($i == "CPU") {
-                w = w (w == "" ? "" : " + ") ($(i + 1) + 0); t += $(i + 1)}}
-            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers, waitfor), workers %s = %.2f s" \
-                " (lineage, expectations); %.2f s of CPU on %d cores", m, w, t, m + t, n}' "$tmp/stats")"
-    fi
-    [ "$5" = - ] || figure "$what, max RSS" "$rss" "MiB" "$5" le
-    echo "    $(tail -n 1 "$tmp/report")"
-done
+# The analyzer at scale, on synthetic traces (bench/analyze.sh: its targets, each thread's CPU
+# and callgrind's instructions an event).
+echo
+bench/analyze.sh "$B"
 
 # Python call sites: cudaMemcpyAsync through ctypes from 20 Python frames (bench/pystack.py).
 PY=${PYTHON:-python3}

@@ -243,7 +243,7 @@ $(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/value
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
 
-check-gpu: all $(B)/tests/shp_fingerprint
+check-gpu: all $(B)/tests/shp_fingerprint $(B)/tests/gen_traces
 	$(Q)tests/gpu/run.sh $(B)
 
 .PHONY: check fuzz test-build tsan-build check-gpu

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import run_all, tool_env as env  # the script's own folder, tests/, is on sys.path
+from harness import run_all, tool_env as env, values_env  # the script's folder, tests/, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -578,6 +578,19 @@ def test_merge_and_workers_read_call_sites_at_once():
     assert len(outs) == 1, "the report changed between runs"
 
 
+def decode_graphs(n):
+    """The traces of vLLM's decode graphs with both bugs planted on rank 1, on n ranks (made
+    once)."""
+    d = os.path.join(TMP, f"decode-graphs-{n}")
+    if not os.path.isdir(d):
+        e = env()
+        e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+        subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
+                        f"{T}/stacks", "decode_graphs", "planted"], capture_output=True,
+                       timeout=120, env=e)
+    return d
+
+
 def test_findings_from_the_merge_and_a_worker_at_once():
     """vLLM decode graphs, both bugs on one rank: the merge thread names the replay of a count
     mismatch while a lineage worker names a stale read's replays, each symbolizing that rank's
@@ -585,13 +598,7 @@ def test_findings_from_the_merge_and_a_worker_at_once():
     SIGSEGV in a quarter to most runs of 4 and 8 ranks. The ThreadSanitizer run of this suite
     reports any access the two threads still share without a lock."""
     for n in ("4", "8"):
-        d = os.path.join(TMP, f"decode-graphs-{n}")
-        e = env()
-        e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
-        subprocess.run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", n, "--",
-                        f"{T}/stacks", "decode_graphs", "planted"], capture_output=True,
-                       timeout=120, env=e)
-        r, _ = analyze(d, dims=["hidden=256"])
+        r, _ = analyze(decode_graphs(n), dims=["hidden=256"])
         kinds = [x["kind"] for x in r["findings"]]
         assert kinds == ["count_mismatch", "stale_read"], (n, [x["summary"] for x in r["findings"]])
         for f in r["findings"]:
@@ -603,9 +610,7 @@ def test_findings_from_the_merge_and_a_worker_at_once():
 def test_one_analysis_fifty_times_is_one_output():
     """The same traces, analysed 50 times, text and --json: 50 identical reports each (the
     threads never change what is found, nor in which order, nor the texts)."""
-    d = os.path.join(TMP, "decode-graphs-8")
-    if not os.path.isdir(d):
-        test_findings_from_the_merge_and_a_worker_at_once()
+    d = decode_graphs("8")
     for args in (["--json"], []):
         outs = set()
         for _ in range(50):
@@ -613,6 +618,87 @@ def test_one_analysis_fifty_times_is_one_output():
             assert p.returncode == 1, (p.returncode, p.stderr)
             outs.add(p.stdout)
         assert len(outs) == 1, (args, len(outs))
+
+
+def test_any_number_of_threads_is_one_output():
+    """The run's plan follows its threads (--threads, else the cores it may run on): streamed
+    up to 64 processes (readers run lineage as they read), walked above (workers read each
+    trace again). Whatever the plan and the thread count, the report is the same, byte for
+    byte; the ThreadSanitizer run of this suite checks both plans with more threads than
+    cores. Walked: the decode graphs' 8 ranks beside 60 generated ones (a count and a dtype
+    planted), so that the merge, the readers and the workers all report findings."""
+    d = decode_graphs("8")
+    g = gen("threads-gen", 60, 3000, "count:33:50", "dtype:7:80")
+    for paths, plan in (([d], "streamed"), ([d, g], "walked")):
+        outs = {}
+        for threads in ("1", "2", "3", "8"):
+            for args in (["--json"], []):
+                p = run([TOOL, "analyze", "--stats", "--threads", threads, *args,
+                         "--dim", "hidden=256", *paths])
+                assert p.returncode == 1, (threads, p.returncode, p.stderr)
+                assert f"shapetrace: {threads} threads: the merge, " in p.stderr, p.stderr
+                assert f"({plan}: " in p.stderr, (threads, p.stderr)
+                outs.setdefault(tuple(args), set()).add(p.stdout)
+        assert all(len(v) == 1 for v in outs.values()), (plan, [len(v) for v in outs.values()])
+        r = json.loads(next(iter(outs[("--json",)])))
+        kinds = sorted(x["kind"] for x in r["findings"])
+        want = ["count_mismatch", "stale_read"] + (["count_mismatch", "dtype_mismatch"]
+                                                   if plan == "walked" else [])
+        assert kinds == sorted(want), (plan, kinds)
+
+
+def traced_once(name, cmd, opts=(), e=None):
+    """The traces of CMD on the doubles under `shapetrace run OPTS` (made once)."""
+    d = os.path.join(TMP, name)
+    if not os.path.isdir(d):
+        e = dict(e or env())
+        e["SHAPETRACE_DOUBLE_TIMEOUT"] = "2"
+        subprocess.run([TOOL, "run", "--dir", d, *opts, "--", *cmd], capture_output=True,
+                       timeout=120, env=e)
+    return d
+
+
+def test_every_thread_reports_at_once():
+    """One analysis in which every kind of thread finds something, as several threads at once:
+    the merge (align's count mismatch, waitfor's deadlock, values' value mismatch), the readers
+    (buffers' overruns, checked as each trace is read; lineage's stale read in a streamed run)
+    and, past 64 processes, the workers (lineage again, on the traces they read again). With 1,
+    2, 3 and 8 threads, and 8 threads five times over, text and --json: one report each, byte
+    for byte. The ThreadSanitizer run of this suite reports any access they share unlocked."""
+    launch = [f"{T}/shp_launch", "-n", "4", "--"]
+    paths = [decode_graphs("8"),
+             traced_once("every-overrun", launch + [f"{T}/stacks", "root_only", "planted"]),
+             traced_once("every-deadlock", launch + [f"{T}/stacks", "eagle_dp", "planted"]),
+             traced_once("every-value", launch + [f"{T}/values", "race"], ["--values"],
+                         values_env(T)),
+             traced_once("every-scenario", [f"{T}/scenario", "overrun"])]
+    walked = paths + [gen("every-gen", 60, 2000, "count:33:50")]
+    want = ["buffer_overrun", "buffer_overrun", "count_mismatch", "deadlock", "stale_read",
+            "value_mismatch"]
+    for ps, plan, kinds in ((paths, "streamed", want),
+                            (walked, "walked", sorted(want + ["count_mismatch"]))):
+        for args in (["--json"], []):
+            outs = set()
+            for threads in ("1", "2", "3") + ("8",) * 5:
+                p = run([TOOL, "analyze", "--stats", "--threads", threads, *args,
+                         "--dim", "hidden=256", *ps])
+                assert p.returncode == 1, (plan, threads, p.returncode, p.stderr)
+                assert f"({plan}: " in p.stderr, (plan, threads, p.stderr)
+                outs.add(p.stdout)
+            assert len(outs) == 1, (plan, args, len(outs))
+            if args:
+                r = json.loads(outs.pop())
+                assert sorted(x["kind"] for x in r["findings"]) == kinds, (
+                    plan, [x["summary"] for x in r["findings"]])
+
+
+def test_threads_refused():
+    """--threads takes 1 to 1024: anything else is one line and exit status 2."""
+    d = decode_graphs("8")
+    for bad in ("0", "-1", "two", "1025", ""):
+        p = run([TOOL, "analyze", "--threads", bad, d], check=False)
+        assert p.returncode == 2 and p.stdout == "", (bad, p.returncode, p.stdout)
+        assert p.stderr.count("\n") == 1 and "--threads" in p.stderr, (bad, p.stderr)
 
 
 def test_global_ranks_in_p2p_findings():

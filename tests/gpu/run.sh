@@ -4,8 +4,7 @@
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
 #   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts harm llama cupy snapshot values
-#                  bench decode (default all)
-#                  decode (default all)
+#                  bench decode cores (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -14,7 +13,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode cores}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -439,15 +438,34 @@ if has decode; then
     cp "$res" "$OUT/decode.jsonl"
 fi
 
+if has cores; then
+    # The analyzer on the host's cores against the same run pinned to 2 (bench/cores.sh: 64
+    # ranks x 1,000,000 generated events, about 4.2 GB under TMPDIR while it runs), alone.
+    here_root=$(cd "$here/../.." && pwd)
+    if [ -n "${SHP_TOOL_LD:-}" ]; then
+        LD_LIBRARY_PATH=$SHP_TOOL_LD sh "$here_root/bench/cores.sh" "$B" >"$W/cores_table.txt" 2>&1
+    else
+        sh "$here_root/bench/cores.sh" "$B" >"$W/cores_table.txt" 2>&1
+    fi
+    case $? in
+    0) note "PASS cores: $(grep -E '^[0-9]+ ' "$W/cores_table.txt" | tail -n 1 |
+        awk '{print "analyze on " $1 " cores " $2 " s, speedup " $8}')" ;;
+    2) note "NOT RUN cores: $(tail -n 1 "$W/cores_table.txt")" ;;
+    *) note "FAIL cores: the reports differ or the run failed (cores_table.txt)" ;;
+    esac
+fi
+
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs
 tar -C "$W" --exclude="traces/bench_*" --exclude="traces/decode_*" -czf "$OUT/traces.tar.gz" traces
 cp "$SUMMARY" "$OUT/summary.txt"
 [ -f "$W/bench_table.txt" ] && cp "$W/bench_table.txt" "$OUT/bench_table.txt"
 [ -f "$W/promise_table.txt" ] && cp "$W/promise_table.txt" "$OUT/promise_table.txt"
 [ -f "$W/decode_table.txt" ] && cp "$W/decode_table.txt" "$OUT/decode_table.txt"
+[ -f "$W/cores_table.txt" ] && cp "$W/cores_table.txt" "$OUT/cores_table.txt"
 echo "== check-gpu summary ($(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - start)) s)"
 [ -f "$W/bench_table.txt" ] && cat "$W/bench_table.txt"
 [ -f "$W/promise_table.txt" ] && cat "$W/promise_table.txt"
 [ -f "$W/decode_table.txt" ] && cat "$W/decode_table.txt"
+[ -f "$W/cores_table.txt" ] && cat "$W/cores_table.txt"
 cat "$SUMMARY"
 ! grep -q '^FAIL' "$SUMMARY"

@@ -544,6 +544,20 @@ static void test_allocs(void)
     test_cond("a free of an inner address removes nothing", a.n == 1);
     shp_allocs_clear(&a);
     test_cond("clear forgets every block", a.n == 0);
+    /* Past the few blocks kept inline: out of order, then every one found again. */
+    bool all = true;
+    for (uint64_t k = 0; k < 100; k++) {
+        struct shp_event b = {.type = SHP_REC_ALLOC,
+                              .cls = SHP_CLS_ALLOC,
+                              .ptr = 0x100000 + (k * 37 % 100) * 0x1000,
+                              .size = 0x800};
+        shp_allocs_event(&a, &b);
+    }
+    for (uint64_t k = 0; k < 100; k++) {
+        const struct shp_alloc *x = shp_allocs_find(&a, 0x100000 + k * 0x1000 + 0x7ff);
+        all = all && x && x->ptr == 0x100000 + k * 0x1000 && !shp_allocs_find(&a, x->ptr + 0x800);
+    }
+    test_cond("a hundred blocks, past those kept inline: each found", a.n == 100 && all);
     shp_allocs_free(&a);
 }
 

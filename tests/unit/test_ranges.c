@@ -109,7 +109,7 @@ static void collect(void *arg, const struct shp_range *r)
     s->v[s->n++] = *r;
 }
 
-static bool visit_matches(const struct shp_ranges *r, const struct model *m, uint64_t s, uint64_t e)
+static bool visit_matches(struct shp_ranges *r, const struct model *m, uint64_t s, uint64_t e)
 {
     static struct seen got;
     got.n = 0;
@@ -189,6 +189,7 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
     srand(seed);
     int bad_shape = 0, bad_counts = 0, bad_visit = 0, zero_up = 0;
     size_t most = 0;
+    uint64_t last_visit = 0; /* where the last visit began */
     for (int i = 0; i < ops; i++) {
         uint64_t s = (uint64_t)rand() % space, len = 1 + (uint64_t)rand() % maxlen;
         int what = rand() % 16;
@@ -204,6 +205,11 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
             struct shp_range x = m.v[(size_t)rand() % m.n];
             shp_ranges_assign(&r, x.start, x.end, v, ref, &c);
             model_assign(&m, x.start, x.end, v);
+        } else if (what == 3) {
+            /* written from where the last visit began, as an in-place collective writes what it
+             * read: the map's remembered place is used, and must still be right */
+            shp_ranges_assign(&r, last_visit, last_visit + len, v, ref, &c);
+            model_assign(&m, last_visit, last_visit + len, v);
         } else if (what == 2 && i % 500 == 0) {
             shp_ranges_clear(&r, ref, &c);
             m.n = 0;
@@ -220,7 +226,10 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
             bad_counts += !counts_match(&c, &m);
         }
         uint64_t vs = (uint64_t)rand() % space, vl = 1 + (uint64_t)rand() % (maxlen * 4);
+        if (i % 3 == 0)
+            vs = s; /* a read from where this write began: the place the write found */
         bad_visit += !visit_matches(&r, &m, vs, vs + vl);
+        last_visit = vs;
     }
     char what[128];
     snprintf(what, sizeof(what), "%d random operations (seed %u, up to %zu ranges live)", ops, seed,

@@ -901,7 +901,11 @@ static void on_mismatch(struct an_ctx *ctx, struct an_comm *c, const struct posi
  * not known at. */
 static void advance(struct an_ctx *ctx, struct align *A, struct an_comm *c)
 {
-    struct position pos = {.present = malloc((size_t)c->nranks * sizeof(int) * 2)};
+    /* On the stack for a communicator of up to 64 ranks: a malloc and a free for every
+     * collective were a tenth of the merge thread's instructions. */
+    int small[2 * 64];
+    struct position pos = {
+        .present = c->nranks <= 64 ? small : malloc((size_t)c->nranks * sizeof(int) * 2)};
     if (!pos.present)
         return;
     pos.absent = pos.present + c->nranks;
@@ -937,7 +941,8 @@ static void advance(struct an_ctx *ctx, struct align *A, struct an_comm *c)
             break;
         }
     }
-    free(pos.present);
+    if (pos.present != small)
+        free(pos.present);
 }
 
 /* ---- who is whose: members, contradictions, calls that cannot be tied ---- */
@@ -1333,6 +1338,7 @@ static void align_free(void *st)
 
 const struct an_pass an_pass_align = {
     .name = "align",
+    .types = AN_TYPE(COMM) | AN_TYPE(COLL) | AN_TYPE(P2P) | AN_TYPE(GRAPH),
     .init = align_init,
     .event = align_event,
     .proc_end = align_proc_end,

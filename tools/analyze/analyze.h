@@ -17,6 +17,8 @@ struct an_options {
     const char *expect;     /* --expect FILE, or NULL */
     struct an_expect *spec; /* the file as read (an_options_expect); NULL before */
     bool stats;             /* --stats: each thread's time on stderr */
+    unsigned threads;       /* --threads N: how many threads the run may use; 0: the cores
+                               this process may run on (sched_getaffinity) */
 };
 
 /* Reads o->expect, when it is set and not read yet, into o->spec (its dims join o->dims).

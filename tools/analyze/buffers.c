@@ -109,14 +109,14 @@ static void buffers_event(void *st, struct an_ctx *ctx, struct an_step *s)
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        shp_event_spans(e, &rd, &wr);
+        an_step_spans(s, &rd, &wr);
         check(ctx, allocs, s, &rd, "reads");
         /* An in-place collective reads and writes one range: one finding. */
         if (wr.start != rd.start || wr.len != rd.len)
             check(ctx, allocs, s, &wr, "writes");
         break;
     case SHP_REC_COPY:
-        shp_event_spans(e, &rd, &wr);
+        an_step_spans(s, &rd, &wr);
         check(ctx, allocs, s, &rd, "reads");
         check(ctx, allocs, s, &wr, "writes");
         break;

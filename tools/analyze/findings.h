@@ -74,11 +74,12 @@ extern const char *const an_kind_names[AN_KIND_COUNT];
 extern const bool an_kind_is_error[AN_KIND_COUNT];
 extern const char *const an_kind_whats[AN_KIND_COUNT];
 
-/* Where an event lives, so the report can decode it in full later. */
+/* Where an event lives, so the report can decode it in full later. (24 bytes, in this order:
+ * the lineage pass copies chains of them for every write.) */
 struct an_ref {
-    uint32_t proc;
-    uint64_t index; /* the event's index in its file, as dump numbers them */
     const struct shp_rec *rec;
+    uint64_t index; /* the event's index in its file, as dump numbers them */
+    uint32_t proc;
     unsigned type;
 };
 

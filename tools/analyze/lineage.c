@@ -20,26 +20,34 @@
 
 /* ---- the regions: what one call wrote, while some of its bytes are in memory ---- */
 
+/* What the lineage pass looks at for every read and write of a region, apart from where the
+ * region came from (struct an_origin, by the same number), which only a write that copies it
+ * and a finding read: the regions a process keeps live outgrow the cache, and this part is a
+ * quarter of the whole. */
 struct an_region {
-    struct an_ref ref; /* the producing call */
     uint64_t start, len;
     uint64_t pitch, width; /* rows of a 2-D write; 0 for 1-D */
-    /* Where the bytes came from, nearest first, copied from the parent when this region was
-     * written: a chain of in-place collectives would otherwise keep every ancestor alive. */
-    struct an_ref anc[AN_MAX_LINEAGE - 1];
-    uint8_t nanc;
-    int esize; /* element size from the origin's datatype, 0 if unknown */
+    uint64_t replay;       /* a producer that a graph replay executed: the replay's number
+                              among the process's launches (its launch: origin) */
+    int esize;             /* element size from the origin's datatype, 0 if unknown */
     int dtype;
     uint32_t site; /* stack id of the producer (its process's) */
-    /* A producer that a graph replay executed: the launch (rec NULL otherwise), and the
-     * replay's number among the process's launches. */
-    struct an_ref launch;
-    uint64_t replay;
     /* A region lives while some of its bytes are still in memory; then its reads are judged
      * and its slot reused, so memory follows what is live, not how many writes there were. */
     uint32_t nodes;
     uint32_t groups; /* first group + 1 */
     uint32_t next_free;
+    bool replayed; /* a graph replay executed the producer */
+};
+
+struct an_origin {
+    struct an_ref ref; /* the producing call */
+    /* A producer that a graph replay executed: the launch (rec NULL otherwise). */
+    struct an_ref launch;
+    /* Where the bytes came from, nearest first, copied from the parent when this region was
+     * written: a chain of in-place collectives would otherwise keep every ancestor alive. */
+    uint8_t nanc;
+    struct an_ref anc[AN_MAX_LINEAGE - 1];
 };
 
 struct group {
@@ -58,6 +66,7 @@ struct an_lineage {
      * process whole, then ends it, so one map serves them all in turn. */
     struct shp_ranges map;
     struct an_region *regions;
+    struct an_origin *origins; /* by region, as regions */
     size_t nregions, cap;
     uint32_t free_region; /* + 1 */
     struct group *groups;
@@ -119,7 +128,12 @@ static struct group *group_of(struct an_lineage *L, uint32_t region, uint32_t si
         g = (uint32_t)++L->ngroups;
     }
     struct group *gr = &L->groups[g - 1];
-    memset(gr, 0, sizeof(*gr));
+    /* Field by field: a memset of the group is a rep stosq here, slow to start. add_piece
+     * sets the rest at the first piece, which follows at once. */
+    gr->n = 0;
+    gr->stride = 0;
+    gr->first_launch = (struct an_ref){0};
+    gr->first_replay = 0;
     gr->site = site;
     gr->piece = piece;
     gr->next = r->groups;
@@ -169,7 +183,7 @@ struct read_ctx {
  * rest is what an earlier step's replay left there. */
 static bool stale_of(const struct an_region *newer, const struct an_region *old)
 {
-    return newer->launch.rec && old->launch.rec && old->replay < newer->replay &&
+    return newer->replayed && old->replayed && old->replay < newer->replay &&
            old->start == newer->start && old->len > newer->len;
 }
 
@@ -200,7 +214,9 @@ static void chain(struct an_lineage *L, struct an_finding *f, uint32_t region);
 static void report_stale(struct an_lineage *L, const struct an_step *st, const struct read_ctx *rc)
 {
     struct an_ctx *ctx = L->ctx;
-    const struct an_region *nw = &L->regions[rc->first - 1], *old = &L->regions[rc->stale - 1];
+    const struct an_region *nw = &L->regions[rc->first - 1];
+    const struct an_origin *nwo = &L->origins[rc->first - 1], *oldo = &L->origins[rc->stale - 1];
+    uint64_t old_replay = L->regions[rc->stale - 1].replay;
     struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ);
     if (!f)
         return;
@@ -209,16 +225,16 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
         an_finding_rank(f, st->proc->sp->rank);
     an_finding_event(f, st->ref, st->e->t_ns);
     f->labels[f->nevents] = "the replayed call that wrote the first bytes";
-    f->events[f->nevents++] = nw->ref;
+    f->events[f->nevents++] = nwo->ref;
     f->labels[f->nevents] = "the graph launch that executed it";
-    f->events[f->nevents++] = nw->launch;
+    f->events[f->nevents++] = nwo->launch;
     f->labels[f->nevents] = "the earlier launch that wrote the bytes past them";
-    f->events[f->nevents++] = old->launch;
+    f->events[f->nevents++] = oldo->launch;
     chain(L, f, rc->first);
     char csite[256], note[600], onote[600];
     an_site(ctx, st->ref, csite, sizeof(csite));
-    an_replay_note(ctx, &nw->launch, nw->replay, &nw->ref, note, sizeof(note));
-    an_replay_note(ctx, &old->launch, old->replay, &old->ref, onote, sizeof(onote));
+    an_replay_note(ctx, &nwo->launch, nw->replay, &nwo->ref, note, sizeof(note));
+    an_replay_note(ctx, &oldo->launch, old_replay, &oldo->ref, onote, sizeof(onote));
     uint64_t fresh = nw->start + nw->len - rc->s, total = rc->e - rc->s;
     size_t l = (size_t)snprintf(f->summary, sizeof(f->summary),
                                 "%s reads %" PRIu64 " bytes at 0x%" PRIx64
@@ -243,10 +259,10 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
     if (rc.stale && !st->launch && !L->stale_reported)
         report_stale(L, st, &rc);
     if (rc.best && !st->nproducers) {
-        const struct an_region *r = &L->regions[rc.best - 1];
-        st->producers[st->nproducers++] = r->ref;
-        for (int i = 0; i < r->nanc && st->nproducers < AN_MAX_LINEAGE; i++)
-            st->producers[st->nproducers++] = r->anc[i];
+        const struct an_origin *o = &L->origins[rc.best - 1];
+        st->producers[0] = o->ref;
+        memcpy(st->producers + 1, o->anc, o->nanc * sizeof(o->anc[0]));
+        st->nproducers = 1 + o->nanc;
     }
     return rc.best;
 }
@@ -270,26 +286,37 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
             if (!n)
                 return 0;
             L->regions = n;
+            struct an_origin *no = realloc(L->origins, ncap * sizeof(*no));
+            if (!no)
+                return 0;
+            L->origins = no;
             L->cap = ncap;
         }
         id = (uint32_t)++L->nregions;
     }
     struct an_region *r = &L->regions[id - 1];
-    *r = (struct an_region){.ref = *ref,
-                            .start = s,
-                            .len = len,
-                            .pitch = pitch,
-                            .width = width,
-                            .dtype = dtype,
-                            .site = site,
-                            .launch = st->launch ? *st->launch : (struct an_ref){0},
-                            .replay = st->replay};
+    struct an_origin *o = &L->origins[id - 1];
+    /* Field by field: the ancestors past nanc are never read, and clearing the whole region
+     * for every write showed in the profile. */
+    o->ref = *ref;
+    r->start = s;
+    r->len = len;
+    r->pitch = pitch;
+    r->width = width;
+    r->dtype = dtype;
+    r->esize = 0;
+    r->site = site;
+    o->launch = st->launch ? *st->launch : (struct an_ref){0};
+    r->replayed = st->launch != NULL;
+    r->replay = st->replay;
+    r->nodes = r->groups = r->next_free = 0;
+    o->nanc = 0;
     if (parent) {
-        const struct an_region *pr = &L->regions[parent - 1];
-        r->anc[0] = pr->ref;
-        r->nanc = 1;
-        for (int i = 0; i < pr->nanc && r->nanc < AN_MAX_LINEAGE - 1; i++)
-            r->anc[r->nanc++] = pr->anc[i];
+        const struct an_origin *po = &L->origins[parent - 1];
+        size_t n = po->nanc < AN_MAX_LINEAGE - 2 ? po->nanc : AN_MAX_LINEAGE - 2;
+        o->anc[0] = po->ref;
+        memcpy(o->anc + 1, po->anc, n * sizeof(o->anc[0]));
+        o->nanc = (uint8_t)(1 + n);
     }
     /* A copy keeps the datatype of what it copies. */
     if (dtype >= 0)
@@ -320,7 +347,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     if (e->result != 0)
         return;
     struct shp_span rd, wr;
-    shp_event_spans(e, &rd, &wr);
+    an_step_spans(s, &rd, &wr);
     uint32_t parent = 0;
     switch (e->type) {
     case SHP_REC_COPY:
@@ -407,10 +434,10 @@ static void chain(struct an_lineage *L, struct an_finding *f, uint32_t region)
 {
     if (!region)
         return;
-    const struct an_region *r = &L->regions[region - 1];
-    f->lineage[f->nlineage++] = r->ref;
-    for (int i = 0; i < r->nanc && f->nlineage < AN_MAX_LINEAGE; i++)
-        f->lineage[f->nlineage++] = r->anc[i];
+    const struct an_origin *o = &L->origins[region - 1];
+    f->lineage[f->nlineage++] = o->ref;
+    for (int i = 0; i < o->nanc && f->nlineage < AN_MAX_LINEAGE; i++)
+        f->lineage[f->nlineage++] = o->anc[i];
 }
 
 /* A region's reads from one site, judged against the rows the region was written in. */
@@ -420,6 +447,7 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
     if (g->n < 2 || !g->same_piece || !g->regular)
         return;
     const struct an_region *r = &L->regions[region - 1];
+    const struct an_origin *o = &L->origins[region - 1];
     char pshape[160];
     uint64_t pitch = 0, es = 1, row = rows_of(ctx, r, &pitch, &es, pshape, sizeof(pshape));
     if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
@@ -438,11 +466,11 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
     chain(L, f, region);
     struct shp_event pe;
     const char *producer = "?";
-    if (shp_event_decode(&ctx->procs[r->ref.proc].sp->t, r->ref.rec, r->ref.type, &pe))
+    if (shp_event_decode(&ctx->procs[o->ref.proc].sp->t, o->ref.rec, o->ref.type, &pe))
         producer = shp_op_name(pe.op);
     char csite[256], psite[256];
     an_site(ctx, &g->first, csite, sizeof(csite));
-    an_site(ctx, &r->ref, psite, sizeof(psite));
+    an_site(ctx, &o->ref, psite, sizeof(psite));
     snprintf(f->summary, sizeof(f->summary),
              "%s reads [%" PRIu64 ", %" PRIu64 "] of a %s %s region that %s wrote at %s: %" PRIu64
              " pieces of %" PRIu64 " bytes at a stride of %" PRIu64 " bytes, each part of "
@@ -464,13 +492,13 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
             f->events[f->nevents++] = g->first_launch;
         }
     }
-    if (r->launch.rec && l < sizeof(f->summary)) {
-        an_replay_note(ctx, &r->launch, r->replay, &r->ref, note, sizeof(note));
+    if (o->launch.rec && l < sizeof(f->summary)) {
+        an_replay_note(ctx, &o->launch, r->replay, &o->ref, note, sizeof(note));
         snprintf(f->summary + l, sizeof(f->summary) - l, "; written in %s", note);
     }
-    if (r->launch.rec && f->nevents < AN_MAX_EVENTS) {
+    if (o->launch.rec && f->nevents < AN_MAX_EVENTS) {
         f->labels[f->nevents] = "the graph launch that executed the producer";
-        f->events[f->nevents++] = r->launch;
+        f->events[f->nevents++] = o->launch;
     }
 }
 
@@ -529,6 +557,7 @@ static void lineage_free(void *st)
     shp_ranges_free(&L->map);
     shp_allocs_free(&L->al);
     free(L->regions);
+    free(L->origins);
     free(L->groups);
     free(L);
 }

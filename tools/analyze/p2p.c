@@ -322,6 +322,7 @@ static void p2p_free(void *st)
 
 const struct an_pass an_pass_p2p = {
     .name = "p2p",
+    .types = AN_TYPE(COMM) | AN_TYPE(P2P) | AN_TYPE(GRAPH),
     .init = p2p_init,
     .event = p2p_event,
     .finish = p2p_finish,

@@ -87,19 +87,6 @@ uint64_t an_place_refused(struct an_place *p, const struct an_entry *en)
     return at;
 }
 
-/* head + i, wrapped: both are below cap, so a subtraction does what a division did (the
- * alignment asks for every member's head at every place). */
-static size_t ring(const struct an_queue *q, size_t i)
-{
-    size_t k = q->head + i;
-    return k >= q->cap ? k - q->cap : k;
-}
-
-struct an_entry *an_queue_at(struct an_queue *q, size_t i)
-{
-    return &q->v[ring(q, i)];
-}
-
 int an_queue_push(struct an_queue *q, const struct an_entry *e)
 {
     if (q->n == q->cap) {
@@ -114,15 +101,9 @@ int an_queue_push(struct an_queue *q, const struct an_entry *e)
         q->head = 0;
         q->cap = ncap;
     }
-    q->v[ring(q, q->n)] = *e;
+    q->v[(q->head + q->n) & (q->cap - 1)] = *e;
     q->n++;
     return 0;
-}
-
-void an_queue_pop(struct an_queue *q)
-{
-    q->head = ring(q, 1);
-    q->n--;
 }
 
 uint64_t an_mix(uint64_t h)
@@ -221,7 +202,7 @@ static void exec_add(struct an_graphs *g, uint32_t proc, uint64_t exec, size_t g
     g->execs[g->nexecs++] = (struct an_exec){.proc = proc, .exec = exec, .graph = graph};
 }
 
-bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep)
+bool an_graphs_event_of(struct an_graphs *g, const struct an_step *s, unsigned keep)
 {
     const struct shp_event *e = s->e;
     uint32_t proc = s->ref->proc;
@@ -265,7 +246,7 @@ bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep
     return false;
 }
 
-struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay)
+struct an_graph *an_graphs_launch_of(struct an_graphs *g, const struct an_step *s, uint64_t *replay)
 {
     const struct shp_event *e = s->e;
     uint32_t proc = s->ref->proc;

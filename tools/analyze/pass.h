@@ -17,20 +17,13 @@
 #include "tools/lib/session.h"
 
 /* A process as the analyzer walks it: the session's description (its trace, its global rank),
- * and the merged stream's place in it. */
+ * and the merged stream's place in it (the merging thread's: a pass of one process reads sp
+ * only). */
 struct an_proc {
-    struct shp_proc *sp;   /* the session's (tools/lib/session.h): sp->t, sp->rank */
-    struct shp_cursor cur; /* the merged stream's walk (load.c) */
-    uint64_t index;        /* events handed out so far */
-    uint64_t released;     /* bytes of the mapping given back (load.c) */
-    bool ended;
-    /* the next event, read ahead for the merge into one of two buffers, so that the event
-     * handed out is not copied */
-    struct shp_event ahead[2];
-    struct shp_event *next;
-    struct an_ref next_ref;
-    bool has_next;
-    /* the last call seen, for the hang report */
+    struct shp_proc *sp; /* the session's (tools/lib/session.h): sp->t, sp->rank */
+    uint64_t index;      /* events the merged stream handed out so far */
+    bool ended;          /* the merged stream handed out its last event */
+    /* the last call the merged stream handed out, for the hang report */
     struct an_ref last;
 };
 
@@ -67,7 +60,7 @@ struct an_ctx {
     uint64_t events, collectives;
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
-    uint64_t bytes_total, bytes_done;
+    uint64_t bytes_total;
     struct an_values_counts values; /* written by the values pass as it finishes */
 };
 
@@ -87,11 +80,32 @@ struct an_step {
      * issued. */
     const struct an_ref *launch;
     uint64_t replay;
+    /* The bytes the call reads and writes (shp_event_spans), once for all the passes of the
+     * step: an_step_spans. */
+    bool has_spans;
+    struct shp_span rd, wr;
 };
+
+/* What the call of s reads and writes, by its op's size rule (shp_event_spans). */
+static inline void an_step_spans(struct an_step *s, struct shp_span *rd, struct shp_span *wr)
+{
+    if (!s->has_spans) {
+        shp_event_spans(s->e, &s->rd, &s->wr);
+        s->has_spans = true;
+    }
+    *rd = s->rd;
+    *wr = s->wr;
+}
+
+/* A bit of an_pass.types. */
+#define AN_TYPE(name) (1u << SHP_REC_##name)
 
 /* A pass. Every hook but event may be NULL. */
 struct an_pass {
     const char *name;
+    /* Merged stream: the record types (AN_TYPE(COLL) | ...) of the events it is handed, 0 for
+     * all of them; the merge decodes only what some pass asks for. */
+    unsigned types;
     /* Its state for one walk: the merged stream, or one worker's processes. NULL: the pass has
      * nothing to do (or no memory) and is skipped. */
     void *(*init)(struct an_ctx *ctx);
@@ -195,26 +209,52 @@ struct an_graphs {
  * SHP_REC_P2P, or AN_KEEP_CALLS) issued during a capture (not one NCCL refused: an_refused).
  * Returns true when s is such a captured call: it executes nothing by itself, the caller skips
  * it. Out of memory loses the call silently. */
-bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep);
+bool an_graphs_event_of(struct an_graphs *g, const struct an_step *s, unsigned keep);
+/* an_graphs_event_of, with the calls that are neither captured nor graph records passed by
+ * inline. */
+static inline bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep)
+{
+    /* Most calls are neither captured nor graph records: every pass that follows graphs asks
+     * for every event. */
+    if (!(s->e->flags & SHP_EV_CAPTURED) && s->e->type != SHP_REC_GRAPH)
+        return false;
+    return an_graphs_event_of(g, s, keep);
+}
 /* For a cudaGraphLaunch step: the capture it replays, and in *replay the launch's number
  * among the process's graph launches, from 1; NULL for any other step or an executable whose
  * graph the trace does not show. */
-struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s, uint64_t *replay);
+struct an_graph *an_graphs_launch_of(struct an_graphs *g, const struct an_step *s,
+                                     uint64_t *replay);
+/* an_graphs_launch_of, with the events that are not graph records passed by inline. */
+static inline struct an_graph *an_graphs_launch(struct an_graphs *g, const struct an_step *s,
+                                                uint64_t *replay)
+{
+    return s->e->type == SHP_REC_GRAPH ? an_graphs_launch_of(g, s, replay) : NULL;
+}
 /* The entry of a call that a replay executed. */
 struct an_entry an_replay_entry(const struct an_captured *c, const struct an_step *launch,
                                 uint64_t replay);
 void an_graphs_free(struct an_graphs *g);
 
-/* A FIFO of entries (a ring buffer). */
+/* A FIFO of entries (a ring buffer). Its capacity is a power of two, so that a place is a mask,
+ * not a division: the alignment pass looks at every member's head for every collective. */
 struct an_queue {
     struct an_entry *v;
     size_t head, n, cap;
 };
-struct an_entry *an_queue_at(struct an_queue *q, size_t i);
+/* The i-th entry from the head (i < n). */
+static inline struct an_entry *an_queue_at(struct an_queue *q, size_t i)
+{
+    return &q->v[(q->head + i) & (q->cap - 1)];
+}
 /* 0, or -1 when out of memory (q unchanged). */
 int an_queue_push(struct an_queue *q, const struct an_entry *e);
 /* Drop the head; q must not be empty. */
-void an_queue_pop(struct an_queue *q);
+static inline void an_queue_pop(struct an_queue *q)
+{
+    q->head = (q->head + 1) & (q->cap - 1);
+    q->n--;
+}
 
 /* A table of pointers with an open-addressing index from 64-bit keys to positions. */
 struct an_table {

@@ -676,6 +676,7 @@ static void waitfor_free(void *st)
 
 const struct an_pass an_pass_waitfor = {
     .name = "waitfor",
+    .types = AN_TYPE(COMM) | AN_TYPE(COLL) | AN_TYPE(GROUP) | AN_TYPE(GRAPH),
     .init = waitfor_init,
     .event = waitfor_event,
     .proc_end = waitfor_proc_end,

@@ -24,14 +24,17 @@ X(OPT_JSON, "json", 0, NULL, "the JSON report (docs/CONTRACTS.md)") \
 SHP_ANALYSIS_OPTIONS(X) \
 X(OPT_STATS, "stats", 0, NULL, \
   "where the time went, on stderr after the report: wall and CPU\n" \
-  "time of each thread, peak memory, events read")
+  "time of each thread, peak memory, events read") \
+X(OPT_THREADS, "threads", 0, "N", \
+  "threads the analysis may use, 1 to 1024 (default: the cores it\n" \
+  "may run on); the result is the same whatever N")
 /* clang-format on */
 SHP_OPTS_ROWS(analyze_rows, ANALYZE_OPTIONS);
 static const struct shp_opts analyze_opts = {
     .cmd = "analyze",
     .synopsis =
         "usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] [--stats]\n"
-        "                          PATH...\n"
+        "                          [--threads N] PATH...\n"
         "\n"
         "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
         "with receives, checks buffers against their allocations, compares the fingerprints\n"
@@ -121,6 +124,14 @@ int shp_cmd_analyze(int argc, char **argv)
             o.stats = true;
         } else if (c == OPT_EXPECT) {
             o.expect = p.arg;
+        } else if (c == OPT_THREADS) {
+            char *end;
+            unsigned long n = strtoul(p.arg, &end, 10);
+            if (!*p.arg || *end || *p.arg == '-' || n < 1 || n > 1024) {
+                shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", p.arg);
+                return SHP_EXIT_USAGE;
+            }
+            o.threads = (unsigned)n;
         }
     }
     if (c == SHP_OPT_STOP)

@@ -6,18 +6,20 @@
 
 #include "common/ops.h"
 
-/* Index of the last block starting at or below ptr, or -1. */
+/* Index of the last block starting at or below ptr, or -1. Branch-free, as the range map's
+ * search (ranges.c): the buffers pass looks up every copy's and collective's two buffers. */
 static long last_at_or_below(const struct shp_allocs *a, uint64_t ptr)
 {
-    size_t lo = 0, hi = a->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (a->v[mid].ptr <= ptr)
-            lo = mid + 1;
-        else
-            hi = mid;
+    size_t n = a->n;
+    if (!n)
+        return -1;
+    const struct shp_alloc *base = a->v;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = base[half].ptr <= ptr ? base + half : base;
+        n -= half;
     }
-    return (long)lo - 1;
+    return (long)(base - a->v) - (base->ptr > ptr);
 }
 
 static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
@@ -27,11 +29,18 @@ static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
         a->v[i].size = size; /* the same address handed out again */
         return;
     }
+    if (!a->cap) {
+        a->v = a->inl;
+        a->cap = sizeof(a->inl) / sizeof(a->inl[0]);
+    }
     if (a->n == a->cap) {
-        size_t ncap = a->cap ? a->cap * 2 : 64;
-        struct shp_alloc *n = realloc(a->v, ncap * sizeof(*n));
+        size_t ncap = a->cap * 2 < 64 ? 64 : a->cap * 2;
+        struct shp_alloc *n = malloc(ncap * sizeof(*n));
         if (!n)
             return;
+        memcpy(n, a->v, a->n * sizeof(*n));
+        if (a->v != a->inl)
+            free(a->v);
         a->v = n;
         a->cap = ncap;
     }
@@ -81,6 +90,7 @@ void shp_allocs_clear(struct shp_allocs *a)
 
 void shp_allocs_free(struct shp_allocs *a)
 {
-    free(a->v);
+    if (a->v != a->inl)
+        free(a->v);
     memset(a, 0, sizeof(*a));
 }

@@ -13,8 +13,11 @@ struct shp_alloc {
 };
 
 struct shp_allocs {
-    struct shp_alloc *v; /* sorted by ptr, not overlapping */
+    struct shp_alloc *v; /* sorted by ptr, not overlapping; inl while it fits */
     size_t n, cap;
+    /* A process holds a few blocks (torch's caching allocator, a few large segments): kept
+     * beside the count, they take no cache miss of their own. Never copy the struct. */
+    struct shp_alloc inl[4];
 };
 
 /* Apply an event: a successful allocation adds its block (the same address handed out again

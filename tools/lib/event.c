@@ -1,6 +1,7 @@
 /* shapetrace tools: decoding records into events, with each op's size rule applied. */
 #include "tools/lib/event.h"
 
+#include <emmintrin.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -40,9 +41,18 @@ static const struct shp_event blank = {.dur_ns = SHP_NONE,
                                        .kind = -1,
                                        .device = -1};
 
-static void clear(struct shp_event *e)
+/* 16 bytes at a time, and not as a memcpy: GCC copies the blank with rep movsq, which takes
+ * tens of cycles to start, a quarter of decoding a compact record (perf). */
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void clear(struct shp_event *e)
 {
-    memcpy(e, &blank, offsetof(struct shp_event, mark_text));
+    enum { N = offsetof(struct shp_event, mark_text) };
+    const char *src = (const char *)&blank;
+    char *dst = (char *)e;
+#pragma GCC unroll 32
+    for (size_t i = 0; i + 16 <= N; i += 16)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+    if (N % 16)
+        memcpy(dst + N - N % 16, src + N - N % 16, N % 16);
     e->mark_text[0] = 0;
 }
 

@@ -64,30 +64,60 @@ static bool add_chunk(struct shp_ranges *m, size_t ci, struct shp_rchunk *c)
     return true;
 }
 
-/* The place of the first range starting at or after s. */
-static struct pos find(const struct shp_ranges *m, uint64_t s)
+/* How many of the n sorted values a[0], a[stride], ... are below s (below or equal with
+ * `equal`). Branch-free: the comparisons of a binary search over addresses that the pattern
+ * of writes makes unpredictable cost a mispredicted branch each, and were most of the time of
+ * the lineage pass's lookups. */
+static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uint64_t s, bool equal)
 {
-    size_t lo = 0, hi = m->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (m->first[mid] <= s)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (!n)
+        return 0;
+    const uint64_t *base = a;
+    while (n > 1) {
+        size_t half = n / 2;
+        const uint64_t *mid = base + half * stride;
+        base = (equal ? *mid <= s : *mid < s) ? mid : base;
+        n -= half;
     }
-    struct pos p = {lo ? lo - 1 : 0, 0};
+    return (size_t)(base - a) / stride + (equal ? *base <= s : *base < s);
+}
+
+#define NSTARTS                                                                                    \
+    (sizeof(((struct shp_ranges *)0)->starts) / sizeof(((struct shp_ranges *)0)->starts[0]))
+
+static inline size_t start_slot(uint64_t s)
+{
+    return (size_t)((s * 0x9e3779b97f4a7c15ull) >> 58) & (NSTARTS - 1);
+}
+
+/* The place of the first range starting at or after s. */
+static struct pos find(struct shp_ranges *m, uint64_t s)
+{
+    if (m->hint.s == s && m->hint.version == m->version && m->version)
+        return (struct pos){m->hint.ci, m->hint.j};
+    /* A range that begins at s is the first at or after it: where one was found, if it is
+     * still there. */
+    size_t k = start_slot(s);
+    struct pos p = {m->starts[k].ci, m->starts[k].j};
+    if (m->starts[k].s == s && p.ci < m->n && p.j < m->c[p.ci]->n && m->c[p.ci]->v[p.j].start == s)
+        goto found;
+    size_t lo = count_below(m->first, 1, m->n, s, true);
+    p = (struct pos){lo ? lo - 1 : 0, 0};
     if (!m->n)
         return p;
     const struct shp_rchunk *c = m->c[p.ci];
-    lo = 0, hi = c->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (c->v[mid].start < s)
-            lo = mid + 1;
-        else
-            hi = mid;
+    _Static_assert(sizeof(c->v[0]) % sizeof(uint64_t) == 0, "ranges are whole words");
+    p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
+    if (p.j < c->n && c->v[p.j].start == s) {
+        m->starts[k].s = s;
+        m->starts[k].ci = (uint32_t)p.ci;
+        m->starts[k].j = (uint32_t)p.j;
     }
-    p.j = lo;
+found:
+    m->hint.s = s;
+    m->hint.version = m->version;
+    m->hint.ci = p.ci;
+    m->hint.j = p.j;
     return p;
 }
 
@@ -151,12 +181,13 @@ static bool insert(struct shp_ranges *m, struct pos p, const struct shp_range *r
     return true;
 }
 
-int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
-                      shp_ranges_ref_fn ref, void *arg)
+static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                  shp_ranges_ref_fn ref, void *arg)
 {
     if (s >= e)
         return 0;
     struct pos p = find(m, s);
+    m->version++; /* what follows changes m */
     struct shp_range *r = at(m, p);
     /* The common case: a buffer written again whole (a caching allocator's block, an in-place
      * collective) replaces one range exactly. */
@@ -227,7 +258,16 @@ int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t val
     return 0;
 }
 
-void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
+int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
+                      shp_ranges_ref_fn ref, void *arg)
+{
+    int rc = assign(m, s, e, value, ref, arg);
+    /* The places found inside are the changed map's no more. */
+    m->version++;
+    return rc;
+}
+
+void shp_ranges_visit(struct shp_ranges *m, uint64_t s, uint64_t e,
                       void (*fn)(void *arg, const struct shp_range *r), void *arg)
 {
     if (s >= e || !m->n)
@@ -248,6 +288,7 @@ void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
 
 void shp_ranges_clear(struct shp_ranges *m, shp_ranges_ref_fn ref, void *arg)
 {
+    m->version++;
     for (size_t ci = 0; ci < m->n; ci++) {
         struct shp_rchunk *c = m->c[ci];
         for (size_t j = 0; ref && j < c->n; j++)

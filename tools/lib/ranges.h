@@ -19,6 +19,21 @@ struct shp_ranges {
     uint64_t *first;       /* c[i]'s first start, searched before any chunk is touched */
     size_t n, cap;
     struct shp_rchunk *spare; /* emptied chunks, kept for reuse */
+    /* The place the last search found, while nothing changed since (version): the lineage pass
+     * visits what a call reads, then assigns what it writes, from the same start for an
+     * in-place collective. */
+    uint64_t version;
+    struct {
+        uint64_t s, version;
+        size_t ci, j;
+    } hint;
+    /* Where ranges that searches found begin, by a hash of the start: a buffer is read and
+     * written again from its start (a caching allocator's block, a step's activations), and a
+     * place that still holds a range of that start is the place a search would find. */
+    struct {
+        uint64_t s;
+        uint32_t ci, j;
+    } starts[64];
 };
 
 /* Told each time a range holding value appears (delta +1) or goes (-1). Within one call, the
@@ -32,8 +47,9 @@ typedef void (*shp_ranges_ref_fn)(void *arg, uint32_t value, int delta);
  * told exactly what happened). s >= e changes nothing. */
 int shp_ranges_assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
                       shp_ranges_ref_fn ref, void *arg);
-/* fn for each range overlapping [s, e), in address order; fn must not change m. */
-void shp_ranges_visit(const struct shp_ranges *m, uint64_t s, uint64_t e,
+/* fn for each range overlapping [s, e), in address order; fn must not change m (the visit
+ * itself only notes where it looked). */
+void shp_ranges_visit(struct shp_ranges *m, uint64_t s, uint64_t e,
                       void (*fn)(void *arg, const struct shp_range *r), void *arg);
 /* Remove every range, in address order, telling ref (NULL: nobody); keeps the memory. */
 void shp_ranges_clear(struct shp_ranges *m, shp_ranges_ref_fn ref, void *arg);

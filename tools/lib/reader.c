@@ -104,6 +104,29 @@ void shp_trace_close(struct shp_trace *t)
 /* Bytes a resync may hash for each byte it scans (see shp_trace_next). */
 #define RESYNC_HASH_PER_BYTE 16
 
+/* shp_rec_check of a record, with the frequent compact records' type and size as constants,
+ * so that the sum over their words is unrolled with the skipped word left out at compile time:
+ * every record of every walk is checked. */
+__attribute__((optimize("unroll-loops"))) static inline uint32_t check_of(const struct shp_rec *r,
+                                                                          unsigned ty, size_t sz)
+{
+#define CHECK_AS(type, st)                                                                         \
+    case type:                                                                                     \
+        if (sz == sizeof(st))                                                                      \
+            return shp_rec_check(r, type, sizeof(st));                                             \
+        break;
+    switch (ty) {
+        CHECK_AS(SHP_REC_COPY_C, struct shp_rec_copy_c)
+        CHECK_AS(SHP_REC_COLL_C, struct shp_rec_coll_c)
+        CHECK_AS(SHP_REC_P2P_C, struct shp_rec_coll_c)
+        CHECK_AS(SHP_REC_LAUNCH_C, struct shp_rec_launch_c)
+    default:
+        break;
+    }
+#undef CHECK_AS
+    return shp_rec_check(r, ty, sz);
+}
+
 /* A published record of a known type whose size fits and whose check matches. */
 static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
 {
@@ -118,7 +141,7 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
     if (ty == SHP_REC_RESERVED || ty >= SHP_REC_TYPE_COUNT || sz < shp_rec_min_size(ty) ||
         off + sz > t->end)
         return false;
-    if (r->check != shp_rec_check(r, ty, sz))
+    if (r->check != check_of(r, ty, sz))
         return false;
     *type = ty;
     *size = sz;
@@ -389,12 +412,12 @@ int shp_trace_rank(const struct shp_trace *t)
     return t->hdr->env_rank >= 0 ? t->hdr->env_rank : t->hdr->first_comm_rank;
 }
 
-#define CLOCK_FRAC 40
-
 void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h)
 {
+    t->realtime_ns = h->realtime_ns;
+    t->monotonic_ns = h->monotonic_ns;
     t->base_t = t->base_ns = 0;
-    t->mult = 1ull << CLOCK_FRAC;
+    t->mult = 1ull << SHP_CLOCK_FRAC;
     t->clock_guessed = false;
     if (h->clock != SHP_CLOCK_TSC)
         return;
@@ -421,26 +444,9 @@ void shp_trace_clock_setup(struct shp_trace *t, const struct shp_file_header *h)
     t->base_t = f->tsc;
     t->base_ns = f->ns;
     unsigned __int128 m =
-        ((unsigned __int128)(best->ns - f->ns) << CLOCK_FRAC) / (best->tsc - f->tsc);
+        ((unsigned __int128)(best->ns - f->ns) << SHP_CLOCK_FRAC) / (best->tsc - f->tsc);
     /* A rate no clock has (over 2^24 ns a tick) is damage: keep 1 ns a tick. */
-    t->mult = m >> 64 || !m ? 1ull << CLOCK_FRAC : (uint64_t)m;
-}
-
-uint64_t shp_trace_mono_ns(const struct shp_trace *t, uint64_t clock_t)
-{
-    /* Signed: a call's entry is read before the trace (and its first pair) exists. */
-    __int128 d = (__int128)(int64_t)(clock_t - t->base_t) * t->mult;
-    return t->base_ns + (uint64_t)(int64_t)(d >> CLOCK_FRAC);
-}
-
-uint64_t shp_trace_dur_ns(const struct shp_trace *t, uint64_t clock_dur)
-{
-    return (uint64_t)(((unsigned __int128)clock_dur * t->mult) >> CLOCK_FRAC);
-}
-
-uint64_t shp_trace_wall_ns(const struct shp_trace *t, uint64_t mono_ns)
-{
-    return t->hdr->realtime_ns + (mono_ns - t->hdr->monotonic_ns);
+    t->mult = m >> 64 || !m ? 1ull << SHP_CLOCK_FRAC : (uint64_t)m;
 }
 
 static int push(char ***files, size_t *n, const char *path)
