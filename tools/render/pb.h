@@ -1,7 +1,7 @@
-/* shapetrace tools: the protobuf wire format, as much of it as a Perfetto trace needs (varints,
+/* shapetrace render: the protobuf wire format, as much of it as a Perfetto trace needs (varints,
  * fixed64, length-delimited fields), written into growable byte buffers. No dependency. */
-#ifndef SHAPETRACE_PERFETTO_H
-#define SHAPETRACE_PERFETTO_H
+#ifndef SHAPETRACE_PB_H
+#define SHAPETRACE_PB_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,5 @@
-/* shapetrace tools: protobuf wire-format writing for `export --format perfetto` (see perfetto.h).
- */
-#include "tools/lib/perfetto.h"
+/* shapetrace render: protobuf wire-format writing for `export --format perfetto` (see pb.h). */
+#include "tools/render/pb.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,770 @@
+/* shapetrace render: the walk of the timeline (timeline.h). The scan learns each process's
+ * threads and time span and where each of its collectives ran; the drawing turns every call into
+ * a slice with its arguments and flows and hands it to the backend, then the findings. Nothing
+ * here knows what a backend writes. */
+#define _GNU_SOURCE
+#include "tools/render/timeline.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ops.h"
+#include "tools/analyze/analyze.h"
+#include "tools/lib/out.h"
+#include "tools/lib/session.h"
+#include "tools/lib/stacks.h"
+
+#define CHAIN_MAX 16 /* producers and consumer of one finding's arrows */
+
+struct coll_at {
+    uint64_t seq, t0, t1; /* seq first: the key of lower_bound */
+};
+
+struct proc_comm { /* one process's collectives on one communicator, by seq */
+    uint64_t comm;
+    int comm_rank;
+    struct coll_at *c;
+    size_t n, cap;
+};
+
+struct lflow {          /* one end of an arrow the analysis gave: at the call of this index */
+    uint64_t index, id; /* index first: the key of lower_bound */
+    bool out;
+    const char *cat;
+};
+
+/* What the walk keeps of a process beside its public description (same position). */
+struct proc {
+    struct shp_tl_proc *pub;
+    size_t tcap;
+    struct proc_comm *pc;
+    size_t npc, pccap;
+    struct lflow *lf;
+    size_t nlf, lfcap;
+    char **sites; /* call sites by stack id, filled as they are met */
+    size_t nsites;
+};
+
+struct member {
+    struct proc *p;
+    struct proc_comm *pc;
+};
+
+struct comm {
+    uint64_t id;
+    struct member *m; /* by comm_rank */
+    size_t n;
+};
+
+/* The text of a communicator id, kept for the walk's lifetime (an argument's address is
+ * stable, timeline.h). */
+struct comm_text {
+    uint64_t id;
+    char text[20];
+};
+
+struct shp_tl {
+    struct shp_session *session;
+    const struct shp_tl_options *o;
+    struct shp_tl_proc *pub; /* in rank order */
+    struct proc *procs;      /* beside pub */
+    size_t nprocs;
+    struct proc **of_session; /* by session index: its process here, NULL if left out */
+    struct comm *comms;
+    size_t ncomms, comms_cap, hint; /* hint: the communicator looked up last */
+    struct comm_text **texts;
+    size_t ntexts, texts_cap, text_hint;
+    uint64_t t0, tend;
+    bool oom;
+    /* the drawing's */
+    uint64_t from, to;
+    struct shp_tl_flow *flows;
+    size_t flows_cap;
+};
+
+static bool grow(void **arr, size_t *cap, size_t n, size_t size, bool *oom)
+{
+    if (shp_grow(arr, cap, n, size))
+        return true;
+    *oom = true;
+    return false;
+}
+
+static uint64_t end_of(const struct shp_tl *tl, const struct shp_event *e)
+{
+    return e->dur_ns == SHP_NONE ? tl->tend : e->t_ns + e->dur_ns;
+}
+
+static bool in_window(const struct shp_tl *tl, uint64_t t0, uint64_t t1)
+{
+    return t1 >= tl->from && t0 <= tl->to;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    const struct coll_at *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The first of n elements of `size` bytes, sorted by a uint64_t key at their start, whose key is
+ * not below `key` (n if none). */
+static size_t lower_bound(const void *base, size_t n, size_t size, uint64_t key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uint64_t k;
+        memcpy(&k, (const char *)base + mid * size, sizeof(k));
+        if (k < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- the scan ---- */
+
+static struct proc_comm *proc_comm(struct shp_tl *tl, struct proc *p, uint64_t comm, int comm_rank)
+{
+    for (size_t i = p->npc; i-- > 0;)
+        if (p->pc[i].comm == comm)
+            return &p->pc[i];
+    if (!grow((void **)&p->pc, &p->pccap, p->npc, sizeof(*p->pc), &tl->oom))
+        return NULL;
+    struct proc_comm *c = &p->pc[p->npc++];
+    memset(c, 0, sizeof(*c));
+    c->comm = comm;
+    c->comm_rank = comm_rank;
+    return c;
+}
+
+/* Threads, time span, and with flows every collective's (communicator, seq) with its times.
+ * The end times of in-flight calls are only known once every trace is read: fixed up after. */
+static void scan(struct shp_tl *tl, struct proc *p)
+{
+    const struct shp_tl_options *o = tl->o;
+    struct shp_cursor cur = {0};
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    struct proc_comm *last = NULL;
+    struct shp_tl_proc *pub = p->pub;
+    const struct shp_trace *t = &pub->sp->t;
+    uint64_t events = 0;
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(t, r, type, &e))
+            continue;
+        e.index = events++;
+        shp_proc_saw(pub->sp, &e);
+        if (o->scan)
+            o->scan(o->arg, pub, &e);
+        size_t k = 0;
+        while (k < pub->ntids && pub->tids[k] != e.tid)
+            k++;
+        if (k == pub->ntids &&
+            grow((void **)&pub->tids, &p->tcap, pub->ntids, sizeof(*pub->tids), &tl->oom))
+            pub->tids[pub->ntids++] = e.tid;
+        if (o->flows && type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE) {
+            if (!last || last->comm != e.comm)
+                last = proc_comm(tl, p, e.comm, e.comm_rank);
+            if (!last || !grow((void **)&last->c, &last->cap, last->n, sizeof(*last->c), &tl->oom))
+                continue;
+            uint64_t end = e.dur_ns == SHP_NONE ? 0 : e.t_ns + e.dur_ns;
+            last->c[last->n++] = (struct coll_at){e.seq, e.t_ns, end};
+        }
+    }
+    shp_proc_walked(pub->sp, &cur, events);
+    for (size_t i = 0; i < p->npc; i++) {
+        struct proc_comm *c = &p->pc[i];
+        bool sorted = true;
+        for (size_t k = 1; k < c->n && sorted; k++)
+            sorted = c->c[k - 1].seq <= c->c[k].seq;
+        if (!sorted)
+            qsort(c->c, c->n, sizeof(*c->c), by_seq);
+    }
+}
+
+static const struct coll_at *find_seq(const struct proc_comm *c, uint64_t seq)
+{
+    size_t lo = lower_bound(c->c, c->n, sizeof(*c->c), seq);
+    return lo < c->n && c->c[lo].seq == seq ? &c->c[lo] : NULL;
+}
+
+static int by_comm_rank(const void *a, const void *b)
+{
+    const struct member *x = a, *y = b;
+    return x->pc->comm_rank - y->pc->comm_rank;
+}
+
+static void build_comms(struct shp_tl *tl)
+{
+    for (size_t i = 0; i < tl->nprocs; i++) {
+        struct proc *p = &tl->procs[i];
+        for (size_t k = 0; k < p->npc; k++) {
+            struct proc_comm *pc = &p->pc[k];
+            for (size_t n = 0; n < pc->n; n++)
+                if (!pc->c[n].t1)
+                    pc->c[n].t1 = tl->tend;
+            size_t j = 0;
+            while (j < tl->ncomms && tl->comms[j].id != pc->comm)
+                j++;
+            if (j == tl->ncomms) {
+                if (!grow((void **)&tl->comms, &tl->comms_cap, tl->ncomms, sizeof(*tl->comms),
+                          &tl->oom))
+                    return;
+                tl->comms[tl->ncomms++] = (struct comm){pc->comm, NULL, 0};
+            }
+            struct comm *c = &tl->comms[j];
+            struct member *m = realloc(c->m, (c->n + 1) * sizeof(*c->m));
+            if (!m) {
+                tl->oom = true;
+                return;
+            }
+            c->m = m;
+            c->m[c->n++] = (struct member){p, pc};
+        }
+    }
+    for (size_t j = 0; j < tl->ncomms; j++)
+        qsort(tl->comms[j].m, tl->comms[j].n, sizeof(*tl->comms[j].m), by_comm_rank);
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    const struct shp_tl_proc *x = a, *y = b;
+    /* Known ranks in order, then the processes without one. */
+    unsigned rx = (unsigned)x->sp->rank, ry = (unsigned)y->sp->rank;
+    if (rx != ry)
+        return rx < ry ? -1 : 1;
+    return strcmp(x->sp->t.path, y->sp->t.path);
+}
+
+int shp_tl_open(struct shp_session *s, const struct shp_tl_options *o, struct shp_tl **out)
+{
+    *out = NULL;
+    struct shp_tl *tl = calloc(1, sizeof(*tl));
+    size_t cap = s->nprocs ? s->nprocs : 1;
+    if (!tl)
+        return -ENOMEM;
+    tl->session = s;
+    tl->o = o;
+    tl->pub = calloc(cap, sizeof(*tl->pub));
+    tl->procs = calloc(cap, sizeof(*tl->procs));
+    tl->of_session = calloc(cap, sizeof(*tl->of_session));
+    if (!tl->pub || !tl->procs || !tl->of_session) {
+        shp_tl_close(tl);
+        return -ENOMEM;
+    }
+    for (size_t k = 0; k < s->nprocs; k++) {
+        bool wanted = !o->ranks;
+        for (size_t q = 0; q < o->nranks && !wanted; q++)
+            wanted = o->ranks[q] == s->procs[k].rank;
+        if (wanted)
+            tl->pub[tl->nprocs++] = (struct shp_tl_proc){.sp = &s->procs[k], .si = k};
+    }
+    if (!tl->nprocs) {
+        shp_tl_close(tl);
+        return -ENOENT;
+    }
+    qsort(tl->pub, tl->nprocs, sizeof(*tl->pub), by_rank);
+    for (size_t i = 0; i < tl->nprocs; i++) {
+        tl->procs[i].pub = &tl->pub[i];
+        tl->of_session[tl->pub[i].si] = &tl->procs[i];
+        tl->pub[i].pid = (uint32_t)i + 1;
+    }
+    *out = tl;
+    return 0;
+}
+
+int shp_tl_scan(struct shp_tl *tl)
+{
+    tl->t0 = UINT64_MAX;
+    for (size_t i = 0; i < tl->nprocs; i++) {
+        struct shp_tl_proc *pub = &tl->pub[i];
+        scan(tl, &tl->procs[i]);
+        if (pub->sp->events && pub->sp->first_ns < tl->t0)
+            tl->t0 = pub->sp->first_ns;
+        if (pub->sp->last_ns > tl->tend)
+            tl->tend = pub->sp->last_ns;
+    }
+    if (tl->t0 == UINT64_MAX)
+        tl->t0 = 0;
+    build_comms(tl);
+    return tl->oom ? -ENOMEM : 0;
+}
+
+const struct shp_tl_proc *shp_tl_procs(const struct shp_tl *tl, size_t *n)
+{
+    *n = tl->nprocs;
+    return tl->pub;
+}
+
+uint64_t shp_tl_t0(const struct shp_tl *tl)
+{
+    return tl->t0;
+}
+
+uint64_t shp_tl_tend(const struct shp_tl *tl)
+{
+    return tl->tend;
+}
+
+/* ---- flows ---- */
+
+static const struct comm *comm_of(struct shp_tl *tl, uint64_t id)
+{
+    if (tl->hint < tl->ncomms && tl->comms[tl->hint].id == id)
+        return &tl->comms[tl->hint];
+    for (size_t j = 0; j < tl->ncomms; j++)
+        if (tl->comms[j].id == id)
+            return &tl->comms[tl->hint = j];
+    return NULL;
+}
+
+/* A flow id both ends compute on their own: the arrow from member a to member b of a collective.
+ * The top bit stays clear. */
+static uint64_t coll_flow_id(uint64_t comm, uint64_t seq, int a, int b)
+{
+    uint64_t h = comm ^ 0x9e3779b97f4a7c15ull;
+    uint64_t parts[3] = {seq, (uint64_t)(uint32_t)a, (uint64_t)(uint32_t)b};
+    for (int i = 0; i < 3; i++) {
+        h ^= parts[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 33;
+    }
+    return h >> 1;
+}
+
+static void add_flow(struct shp_tl *tl, struct shp_tl_slice *s, uint64_t id, bool out,
+                     const char *cat)
+{
+    if (!grow((void **)&tl->flows, &tl->flows_cap, s->nf, sizeof(*tl->flows), &tl->oom))
+        return;
+    tl->flows[s->nf++] = (struct shp_tl_flow){id, out, cat};
+    s->f = tl->flows;
+}
+
+/* The flows of a collective call: from the previous member that made the same collective, and
+ * to the next one, in communicator rank order (only members whose call is drawn). */
+static void coll_flows(struct shp_tl *tl, const struct shp_event *e, struct shp_tl_slice *s)
+{
+    const struct comm *c = comm_of(tl, e->comm);
+    if (!c)
+        return;
+    size_t me = e->comm_rank >= 0 && (size_t)e->comm_rank < c->n ? (size_t)e->comm_rank : 0;
+    if (c->m[me].pc->comm_rank != e->comm_rank)
+        for (me = 0; me < c->n && c->m[me].pc->comm_rank != e->comm_rank;)
+            me++;
+    if (me == c->n)
+        return;
+    for (size_t k = me; k-- > 0;) {
+        const struct coll_at *a = find_seq(c->m[k].pc, e->seq);
+        if (a && in_window(tl, a->t0, a->t1)) {
+            add_flow(tl, s, coll_flow_id(e->comm, e->seq, c->m[k].pc->comm_rank, e->comm_rank),
+                     false, "collective");
+            break;
+        }
+    }
+    for (size_t k = me + 1; k < c->n; k++) {
+        const struct coll_at *a = find_seq(c->m[k].pc, e->seq);
+        if (a && in_window(tl, a->t0, a->t1)) {
+            add_flow(tl, s, coll_flow_id(e->comm, e->seq, e->comm_rank, c->m[k].pc->comm_rank),
+                     true, "collective");
+            break;
+        }
+    }
+}
+
+static void given_flows(struct shp_tl *tl, const struct proc *p, uint64_t index,
+                        struct shp_tl_slice *s)
+{
+    size_t lo = lower_bound(p->lf, p->nlf, sizeof(*p->lf), index);
+    for (; lo < p->nlf && p->lf[lo].index == index; lo++)
+        add_flow(tl, s, p->lf[lo].id, p->lf[lo].out, p->lf[lo].cat);
+}
+
+/* The process of a call the analysis names, NULL when it is left out (or the call is none). */
+static struct proc *proc_of(struct shp_tl *tl, const struct an_call *c)
+{
+    return c->ok ? tl->of_session[c->proc] : NULL;
+}
+
+static void add_lf(struct shp_tl *tl, struct proc *p, uint64_t index, uint64_t id, bool out,
+                   const char *cat)
+{
+    for (size_t i = 0; i < p->nlf; i++)
+        if (p->lf[i].index == index && p->lf[i].id == id)
+            return;
+    if (grow((void **)&p->lf, &p->lfcap, p->nlf, sizeof(*p->lf), &tl->oom))
+        p->lf[p->nlf++] = (struct lflow){index, id, out, cat};
+}
+
+static int by_index(const void *a, const void *b)
+{
+    const struct lflow *x = a, *y = b;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Lineage arrows: each finding's producers, farthest first, then the consumer (its first
+ * event). The same pair met in two findings gets one arrow. */
+static void plan_lineage(struct shp_tl *tl, const struct an_result *res)
+{
+    uint64_t next_id = 1ull << 63;
+    for (size_t i = 0; i < res->nfindings; i++) {
+        const struct an_result_finding *f = &res->findings[i];
+        size_t n = (size_t)f->f.nlineage;
+        if (!n || !f->f.nevents)
+            continue;
+        const struct an_call *chain[CHAIN_MAX];
+        size_t m = 0;
+        for (size_t k = n; k-- > 0 && m < CHAIN_MAX - 1;)
+            chain[m++] = &f->lineage[k];
+        chain[m++] = &f->events[0];
+        for (size_t k = 0; k + 1 < m; k++) {
+            struct proc *a = proc_of(tl, chain[k]), *b = proc_of(tl, chain[k + 1]);
+            if (!a || !b)
+                continue;
+            uint64_t ia = chain[k]->e.index, ib = chain[k + 1]->e.index;
+            bool seen = false;
+            for (size_t q = 0; q < a->nlf && !seen; q++)
+                if (a->lf[q].index == ia && a->lf[q].out)
+                    for (size_t w = 0; w < b->nlf && !seen; w++)
+                        seen = b->lf[w].index == ib && b->lf[w].id == a->lf[q].id;
+            if (seen)
+                continue;
+            add_lf(tl, a, ia, next_id, true, "lineage");
+            add_lf(tl, b, ib, next_id, false, "lineage");
+            next_id++;
+        }
+    }
+    for (size_t p = 0; p < tl->nprocs; p++)
+        if (tl->procs[p].nlf > 1)
+            qsort(tl->procs[p].lf, tl->procs[p].nlf, sizeof(*tl->procs[p].lf), by_index);
+}
+
+/* ---- arguments ---- */
+
+static void arg_u(struct shp_tl_slice *s, const char *key, uint64_t v)
+{
+    if (v != SHP_NONE && s->na < SHP_TL_MAX_ARGS)
+        s->a[s->na++] = (struct shp_tl_arg){key, SHP_TL_U, v, NULL};
+}
+
+static void arg_i(struct shp_tl_slice *s, const char *key, int v)
+{
+    if (v >= 0 && s->na < SHP_TL_MAX_ARGS)
+        s->a[s->na++] = (struct shp_tl_arg){key, SHP_TL_I, (uint64_t)v, NULL};
+}
+
+static void arg_s(struct shp_tl_slice *s, const char *key, const char *v)
+{
+    if (v && *v && s->na < SHP_TL_MAX_ARGS)
+        s->a[s->na++] = (struct shp_tl_arg){key, SHP_TL_S, 0, v};
+}
+
+static void arg_b(struct shp_tl_slice *s, const char *key)
+{
+    if (s->na < SHP_TL_MAX_ARGS)
+        s->a[s->na++] = (struct shp_tl_arg){key, SHP_TL_B, 1, NULL};
+}
+
+/* The communicator id as 16 hex digits, made once per communicator. */
+static const char *comm_text(struct shp_tl *tl, uint64_t id)
+{
+    if (tl->text_hint < tl->ntexts && tl->texts[tl->text_hint]->id == id)
+        return tl->texts[tl->text_hint]->text;
+    for (size_t i = 0; i < tl->ntexts; i++)
+        if (tl->texts[i]->id == id)
+            return tl->texts[tl->text_hint = i]->text;
+    struct comm_text *c = malloc(sizeof(*c));
+    if (!c ||
+        !grow((void **)&tl->texts, &tl->texts_cap, tl->ntexts, sizeof(*tl->texts), &tl->oom)) {
+        tl->oom = true;
+        free(c);
+        return NULL;
+    }
+    c->id = id;
+    snprintf(c->text, sizeof(c->text), "%016" PRIx64, id);
+    tl->texts[tl->text_hint = tl->ntexts++] = c;
+    return c->text;
+}
+
+static const char *site_of(struct shp_tl *tl, struct proc *p, uint32_t stack)
+{
+    struct shp_stacks *st = stack ? shp_session_stacks(tl->session, p->pub->si) : NULL;
+    if (!st)
+        return NULL;
+    if (stack >= p->nsites) {
+        size_t n = p->nsites ? p->nsites : 64;
+        while (n <= stack)
+            n *= 2;
+        char **s = realloc(p->sites, n * sizeof(*s));
+        if (!s) {
+            tl->oom = true;
+            return NULL;
+        }
+        memset(s + p->nsites, 0, (n - p->nsites) * sizeof(*s));
+        p->sites = s;
+        p->nsites = n;
+    }
+    if (!p->sites[stack]) {
+        char buf[512];
+        shp_stacks_site(st, stack, buf, sizeof(buf));
+        p->sites[stack] = strdup(buf);
+        tl->oom |= !p->sites[stack];
+    }
+    return p->sites[stack];
+}
+
+static const char *cat_of(const struct shp_event *e)
+{
+    switch (e->cls) {
+    case SHP_CLS_COLL:
+        return "collective";
+    case SHP_CLS_P2P:
+        return "p2p";
+    case SHP_CLS_COPY:
+        return "copy";
+    case SHP_CLS_ALLOC:
+    case SHP_CLS_FREE:
+        return "memory";
+    case SHP_CLS_GROUP:
+        return "group";
+    case 0:
+        return "mark";
+    default:
+        return e->type == SHP_REC_GRAPH ? "graph" : "communicator";
+    }
+}
+
+static void fill_args(struct shp_tl *tl, struct proc *p, const struct shp_event *e,
+                      struct shp_tl_slice *s)
+{
+    s->na = 0;
+    arg_s(s, "op", e->mark ? "mark" : shp_op_name(e->op));
+    if (e->comm) {
+        arg_s(s, "comm", comm_text(tl, e->comm));
+        arg_i(s, "comm_rank", e->comm_rank);
+        arg_i(s, "nranks", e->nranks);
+    }
+    arg_u(s, "seq", e->seq);
+    arg_u(s, "count", e->count);
+    if (e->dtype >= 0)
+        arg_s(s, "dtype", shp_dtype_name((unsigned)e->dtype));
+    if (e->redop >= 0)
+        arg_s(s, "redop", shp_redop_name((unsigned)e->redop));
+    arg_u(s, "bytes", e->bytes);
+    if (e->kind >= 0 && e->kind <= 4)
+        arg_s(s, "kind", shp_kind_names[e->kind]);
+    arg_i(s, "peer", e->peer);
+    arg_i(s, "root", e->root);
+    if (e->type == SHP_REC_COPY && e->height != SHP_NONE && e->height != 1) {
+        arg_u(s, "width", e->width);
+        arg_u(s, "height", e->height);
+    }
+    arg_u(s, "size", e->size);
+    s->site = site_of(tl, p, e->stack);
+    arg_s(s, "site", s->site);
+    arg_s(s, "mark", e->mark);
+    if (e->flags & SHP_EV_CAPTURED)
+        arg_b(s, "captured");
+    if (e->dur_ns == SHP_NONE && !e->mark)
+        arg_b(s, "in_flight");
+    if (e->result && s->na < SHP_TL_MAX_ARGS)
+        s->a[s->na++] = (struct shp_tl_arg){"result", SHP_TL_I, (uint64_t)(int64_t)e->result, NULL};
+    arg_u(s, "index", e->index);
+}
+
+/* ---- the drawing ---- */
+
+static uint32_t tord_of(const struct shp_tl_proc *p, uint32_t tid)
+{
+    for (uint32_t k = 0; k < p->ntids; k++)
+        if (p->tids[k] == tid)
+            return k;
+    return 0;
+}
+
+static void proc_name(const struct shp_tl_proc *p, char *out, size_t len)
+{
+    const struct shp_file_header *h = p->sp->t.hdr;
+    const char *incomplete = shp_proc_complete(p->sp) ? "" : " INCOMPLETE";
+    if (p->sp->rank >= 0)
+        snprintf(out, len, "rank %d (%s:%" PRIu64 ")%s", p->sp->rank, h->host, h->pid, incomplete);
+    else
+        snprintf(out, len, "rank ? (%s:%" PRIu64 ")%s", h->host, h->pid, incomplete);
+}
+
+static void draw_tracks(const struct shp_tl_draw *d, void *b, const struct shp_tl_proc *p)
+{
+    char name[160];
+    proc_name(p, name, sizeof(name));
+    d->ops->process(b, p, name);
+    for (uint32_t k = 0; k < p->ntids; k++)
+        d->ops->thread(b, p, k, p->tids[k] == p->sp->t.hdr->pid ? "main thread" : "thread");
+}
+
+/* One slice per call in the window. */
+static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct proc *p)
+{
+    const struct shp_tl_proc *pub = p->pub;
+    draw_tracks(d, b, pub);
+    struct shp_cursor cur = {0};
+    uint64_t index = 0;
+    unsigned type;
+    size_t size;
+    const struct shp_rec *r;
+    struct shp_tl_slice s;
+    const struct shp_trace *t = &pub->sp->t;
+    while ((r = shp_trace_next(t, &cur, &type, &size))) {
+        struct shp_event e;
+        if (!shp_event_decode(t, r, type, &e))
+            continue;
+        e.index = index++;
+        uint64_t end = e.mark ? e.t_ns : end_of(tl, &e);
+        if (!in_window(tl, e.t_ns, end))
+            continue;
+        s.proc = pub;
+        s.e = &e;
+        s.tid = e.tid;
+        s.tord = tord_of(pub, e.tid);
+        s.ts = e.t_ns;
+        s.dur = end - e.t_ns;
+        s.name = e.mark ? "mark" : shp_op_name(e.op);
+        s.cat = cat_of(&e);
+        s.f = NULL;
+        s.nf = 0;
+        fill_args(tl, p, &e, &s);
+        if (type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE)
+            coll_flows(tl, &e, &s);
+        if (p->nlf)
+            given_flows(tl, p, e.index, &s);
+        d->slices++;
+        d->flows += (uint64_t)s.nf;
+        if (e.mark) {
+            struct shp_tl_instant in = {.proc = pub,
+                                        .tid = s.tid,
+                                        .tord = s.tord,
+                                        .ts = s.ts,
+                                        .name = e.mark,
+                                        .cat = "mark",
+                                        .a = s.a,
+                                        .na = s.na};
+            d->ops->instant(b, &in);
+        } else {
+            d->ops->slice(b, &s);
+        }
+    }
+}
+
+static struct proc *proc_by_rank(struct shp_tl *tl, long long rank)
+{
+    for (size_t i = 0; i < tl->nprocs; i++)
+        if (tl->pub[i].sp->rank == rank)
+            return &tl->procs[i];
+    return NULL;
+}
+
+/* Each finding as an instant event on every rank it names, at that rank's call, else where
+ * that rank's trace ends (a rank that stopped). */
+static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
+{
+    const struct an_result *res = d->result;
+    for (size_t i = 0; i < res->nfindings; i++) {
+        const struct an_result_finding *f = &res->findings[i];
+        const char *kind = an_kind_names[f->f.kind];
+        char comm[24] = "";
+        if (f->f.comm)
+            snprintf(comm, sizeof(comm), "%016" PRIx64, f->f.comm);
+        for (int k = 0; k < f->f.nranks; k++) {
+            struct proc *p = proc_by_rank(tl, f->f.ranks[k]);
+            if (!p || (d->only && !d->only[p->pub - tl->pub]))
+                continue;
+            const struct shp_tl_proc *pub = p->pub;
+            uint64_t ts = pub->sp->last_ns;
+            for (int j = 0; j < f->f.nevents; j++) {
+                const struct an_call *ev = &f->events[j];
+                /* A process without a rank names none. */
+                if (ev->ok && pub->sp->rank >= 0 &&
+                    tl->session->procs[ev->proc].rank == pub->sp->rank) {
+                    ts = ev->e.t_ns;
+                    break;
+                }
+            }
+            if (!in_window(tl, ts, ts))
+                continue;
+            struct shp_tl_slice s = {.na = 0};
+            arg_s(&s, "summary", f->f.summary);
+            arg_s(&s, "severity", f->f.error ? "error" : "warning");
+            arg_s(&s, "comm", comm);
+            arg_u(&s, "seq", f->f.seq);
+            arg_u(&s, "finding", i);
+            struct shp_tl_instant in = {.proc = pub,
+                                        .tid = pub->ntids ? pub->tids[0] : 0,
+                                        .process = true,
+                                        .ts = ts,
+                                        .name = kind,
+                                        .cat = "finding",
+                                        .a = s.a,
+                                        .na = s.na};
+            d->instants++;
+            d->ops->instant(b, &in);
+        }
+    }
+}
+
+int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
+{
+    tl->from = d->from;
+    tl->to = d->to;
+    for (size_t i = 0; i < tl->nprocs; i++)
+        tl->procs[i].nlf = 0;
+    if (d->result)
+        plan_lineage(tl, d->result);
+    void *b = d->ops->open(out, tl->t0, d->arg);
+    if (!b)
+        return -ENOMEM;
+    for (size_t i = 0; i < tl->nprocs; i++) {
+        if (d->only && !d->only[i])
+            continue;
+        draw_proc(tl, d, b, &tl->procs[i]);
+        /* Its call sites are drawn: thousands of traces are held one at a time. */
+        if (d->release)
+            shp_session_release(tl->session, tl->pub[i].si);
+    }
+    if (d->result)
+        draw_findings(tl, d, b);
+    int rc = d->ops->close(b);
+    return rc < 0 ? rc : tl->oom ? -ENOMEM : 0;
+}
+
+void shp_tl_close(struct shp_tl *tl)
+{
+    if (!tl)
+        return;
+    for (size_t i = 0; tl->procs && i < tl->nprocs; i++) {
+        struct proc *p = &tl->procs[i];
+        for (size_t k = 0; k < p->npc; k++)
+            free(p->pc[k].c);
+        for (size_t k = 0; k < p->nsites; k++)
+            free(p->sites[k]);
+        free(p->sites);
+        free(p->pc);
+        free(p->lf);
+        free(tl->pub[i].tids);
+    }
+    free(tl->pub);
+    free(tl->procs);
+    free(tl->of_session);
+    for (size_t j = 0; j < tl->ncomms; j++)
+        free(tl->comms[j].m);
+    free(tl->comms);
+    for (size_t i = 0; i < tl->ntexts; i++)
+        free(tl->texts[i]);
+    free(tl->texts);
+    free(tl->flows);
+    free(tl);
+}
