@@ -23,8 +23,11 @@ TMP = tempfile.mkdtemp(prefix="shapetrace-pictures-")
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(cmd, ok=(0, 1), **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=tool_env(), **kw)
+def run(cmd, ok=(0, 1), extra_env=None, **kw):
+    env = tool_env()
+    env.pop("SHAPETRACE_SITE_SKIP", None)
+    env.update(extra_env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
     if ok is not None and p.returncode not in ok:
         raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr}")
     return p
@@ -231,7 +234,7 @@ def test_export_chrome_structure_and_flows():
         for k in ("seq", "count", "dtype", "bytes", "kind"):
             assert s["args"].get(k) == e[k], (k, s, e)
         if e["stack"]:
-            assert s["args"]["site"] == e["stack"][0], (s, e["stack"])
+            assert s["args"]["site"] == e["site"] == e["stack"][0], (s, e["stack"])
     pairs = check_chrome_flows(ev)
     check_collective_pairs(pairs["collective"], processes, events)
     # lineage: the first finding's producers, farthest first, then its consumer
@@ -545,6 +548,183 @@ def test_report_of_512_ranks_opens():
     ms = int(re.search(r'data-load-ms="(\d+)"', body).group(1))
     print(f"     512-rank report: {size} bytes, loaded in {ms} ms")
     assert size < 2_000_000 and ms < 10_000, (size, ms)
+
+
+# ---- call sites: the first frame of the user's code, in every output ----
+
+def ctypes_traced():
+    """tests/load/ctypes_nccl.py with Python call sites: NCCL and cudart through ctypes."""
+    if "ctypes" not in _runs:
+        d = os.path.join(TMP, "ctypes")
+        run([TOOL, "run", "--dir", d, "--stacks", "python", "--", sys.executable,
+             os.path.join(SRC, "tests", "load", "ctypes_nccl.py"), f"{T}/libnccl.so.2",
+             f"{T}/libcudart.so.13"], ok=(0,))
+        _runs["ctypes"] = d
+    return _runs["ctypes"]
+
+
+def rows_spec():
+    """An expectation that copy_rows's 256-byte copies break: a finding at a Python site."""
+    spec = os.path.join(TMP, "rows.expect.json")
+    open(spec, "w").write('{"expect": [{"name": "rows of 128 bytes", "match": {"op": '
+                          '"cudaMemcpy", "site": "copy_rows"}, "shape": [128], "dtype": "int8"}]}')
+    return spec
+
+
+def test_site_through_ctypes_in_every_output():
+    d = ctypes_traced()
+    events = dump(d)
+    copies = [e for e in events if e["op"] == "cudaMemcpy"]
+    assert len(copies) == 20, len(copies)
+    for e in events:
+        k = e["stack"].index(e["site"])
+        # the frames inside the site are ctypes' runtime, never the script's
+        assert e["site"].startswith("py: ") and "ctypes_nccl.py:" in e["site"], e
+        assert all("ctypes_nccl.py" not in f for f in e["stack"][:k]), e["stack"]
+        assert k > 0 and "libffi" in e["stack"][0], e["stack"]
+    folded = copies[0]["stack"].index(copies[0]["site"])
+    assert copies[0]["site"].startswith("py: copy_rows (")
+    # the table's site column
+    table = run([TOOL, "dump", d]).stdout
+    rows = [x for x in table.splitlines() if " cudaMemcpy " in x]
+    assert len(rows) == 20 and all(x.endswith(copies[0]["site"]) for x in rows), rows[:2]
+    # the text report: the site first, then how many frames it folded, then its callers
+    spec = rows_spec()
+    text = run([TOOL, "analyze", "--expect", spec, d]).stdout
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("at "))
+    assert lines[at].strip() == f"at {copies[0]['site']}, past {folded} framework frames", \
+        lines[at]
+    assert lines[at + 1].strip().startswith("<- py: forward ("), lines[at + 1]
+    assert "libffi" not in text, text
+    # --json: the site beside the whole stack, in the finding's calls too
+    r = json.loads(run([TOOL, "analyze", "--json", "--expect", spec, d]).stdout)
+    ev = r["findings"][0]["events"][0]
+    assert ev["site"] == copies[0]["site"] and len(ev["stack"]) == len(copies[0]["stack"]), ev
+    assert "at " + copies[0]["site"] in r["findings"][0]["summary"], r["findings"][0]["summary"]
+    # the timeline: each slice's site argument, Chrome and Perfetto
+    ev, _ = chrome(d, "--expect", spec)
+    sites = {s["args"]["index"]: s["args"]["site"] for s in ev if s["ph"] == "X"}
+    assert sites == {e["index"]: e["site"] for e in events}, sites
+    out = os.path.join(TMP, "ctypes.perfetto-trace")
+    run([TOOL, "export", "--format", "perfetto", "-o", out, d], ok=(0,))
+    _, slices = perfetto_decode(out)
+    assert {s["args"]["index"]: s["args"]["site"] for s in slices if s["type"] == 1} == \
+        {e["index"]: e["site"] for e in events}
+    # the page: the site first, the framework frames folded apart with their number
+    page = open(report(d, "ctypes", "--expect", spec)).read()
+    first = re.search(r'id="first-finding">(.*?)</div><h2>', page, re.S).group(1)
+    items = re.findall(r"<li[^>]*>(.*?)</li>", first)
+    assert items[0] == "at " + html_escape(copies[0]["site"]), items[:2]
+    assert f"<summary>past {folded} framework frames</summary>" in first, first
+
+
+def html_escape(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def test_site_of_c_programs_on_the_doubles():
+    # a C program on the NCCL double is its own innermost frame: its site is its own function
+    d = hidden()
+    events = dump(d)
+    own = re.compile(r"^\w+ \(\.?/?examples/(hidden_states\.c|common\.h):\d+\)$")
+    assert all(own.match(e["site"]) and e["site"] == e["stack"][0] for e in events), \
+        [e["site"] for e in events if not own.match(e["site"] or "")][:3]
+    assert {e["site"].split(" ")[0] for e in events} >= {"main", "generate", "receive_states"}
+    # on a static runtime linked into the program, the stack starts in the runtime's cudaMemcpy
+    # and the site is the program's own line
+    sd = os.path.join(TMP, "static")
+    run([TOOL, "run", "--dir", sd, "--", f"{T}/static_rt", "copies"], ok=(0,),
+        extra_env={"LD_LIBRARY_PATH": T})
+    ev = dump(sd)
+    assert ev and all(re.match(r"cuda[A-Z]\w* \(tests/doubles/static_cudart\.c:", e["stack"][0])
+                      for e in ev), [e["stack"][0] for e in ev]
+    assert all(e["site"] == e["stack"][1] and "static_rt.c:" in e["site"] for e in ev), \
+        [(e["site"], e["stack"][:2]) for e in ev]
+
+
+def test_site_skip_moves_the_site():
+    d = traced("desync", "desync")
+    base = analysis(d)
+    f0 = base["findings"][0]
+    assert f0["events"][0]["site"].startswith("gather_activations ("), f0["events"][0]
+    for how in ({"args": ["--site-skip", "fn:gather_activations"]},
+                {"args": [], "env": {"SHAPETRACE_SITE_SKIP": "libfoo.so*,fn:gather_activations"}}):
+        args, env = how["args"], how.get("env")
+        r = json.loads(run([TOOL, "analyze", "--json", *args, d], extra_env=env).stdout)
+        ev = r["findings"][0]["events"][0]
+        assert ev["site"].startswith("main (examples/desync.c:") and ev["stack"][1] == ev["site"]
+        assert "gather_activations" not in r["findings"][0]["summary"].split(" at ")[-1]
+        text = run([TOOL, "analyze", *args, d], extra_env=env).stdout
+        assert f"at {ev['site']}, past 1 framework frame\n" in text, text
+        assert [e["site"] for e in dump_args(d, args, env) if e["op"] == "ncclAllGather"] == \
+            [ev["site"]] * 24
+        evx, _ = chrome_env(d, args, env)
+        assert {s["args"]["site"] for s in evx if s["ph"] == "X" and
+                s["name"] == "ncclAllGather"} == {ev["site"]}
+        page = open(report_env(d, "skip", args, env)).read()
+        assert "at " + html_escape(ev["site"]) in page and "past 1 framework frame<" in page
+    # the command line comes after the environment, so it decides: "!" keeps the frame again
+    r = json.loads(run([TOOL, "analyze", "--json", "--site-skip", "!fn:gather_activations", d],
+                       extra_env={"SHAPETRACE_SITE_SKIP": "fn:gather_activations"}).stdout)
+    assert r["findings"][0]["events"][0]["site"] == f0["events"][0]["site"]
+    # what is no glob is refused, one line, exit 2
+    for cmd in ("dump", "analyze", "export", "report"):
+        p = run([TOOL, cmd, "--site-skip", "!", d], ok=(2,))
+        assert p.stderr.startswith(f"shapetrace {cmd}: --site-skip takes a glob") and \
+            len(p.stderr.splitlines()) == 1, p.stderr
+        p = run([TOOL, cmd, d], ok=(2,), extra_env={"SHAPETRACE_SITE_SKIP": "a,fn:"})
+        assert "SHAPETRACE_SITE_SKIP" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+
+
+def dump_args(d, args, env):
+    out = run([TOOL, "dump", "--json", *args, d], extra_env=env).stdout
+    return [json.loads(x) for x in out.splitlines()]
+
+
+def chrome_env(d, args, env):
+    out = os.path.join(TMP, f"x{len(os.listdir(TMP))}.json")
+    run([TOOL, "export", "-o", out, *args, d], ok=(0,), extra_env=env)
+    return json.load(open(out))["traceEvents"], out
+
+
+def report_env(d, name, args, env):
+    out = os.path.join(TMP, name + ".html")
+    run([TOOL, "report", "--html", out, *args, d], ok=(0,), extra_env=env)
+    return out
+
+
+def test_readme_states_the_site_list():
+    """The README's list of framework globs is the one the tools use, in the same order."""
+    text = open(os.path.join(SRC, "tools", "lib", "site.c")).read()
+    init = text[text.index("shp_site_builtin[] = {"):]
+    init = init[:init.index("NULL};")]
+    builtin = c_strings(init[init.index("{") + 1:])
+    readme = open(os.path.join(SRC, "README.md")).read()
+    at = readme.index("`shp_site_builtin` in `tools/lib/site.c`")
+    block = readme[readme.index("```text\n", at) + 8:]
+    block = block[:block.index("```")]
+    listed = [g for g in re.split(r"\s{2,}|\n", block) if g]
+    assert listed == builtin, (listed, builtin)
+    assert len(builtin) > 40
+
+
+def c_strings(text):
+    """The string literals of C text, comments skipped (a '/*' inside a string is no comment)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("/*", i):
+            i = text.index("*/", i + 2) + 2
+        elif text[i] == '"':
+            j, buf = i + 1, ""
+            while text[j] != '"':
+                buf += text[j + 1] if text[j] == "\\" else text[j]
+                j += 2 if text[j] == "\\" else 1
+            out.append(buf)
+            i = j + 1
+        else:
+            i += 1
+    return out
 
 
 # ---- the front door ----

@@ -16,10 +16,12 @@
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 
 static void analyze_usage(FILE *f)
 {
-    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
+    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE]\n"
+          "                          [--site-skip GLOB]... [--stats] PATH...\n"
           "\n"
           "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
           "with receives, checks buffers against their allocations, and reports the first\n"
@@ -29,7 +31,8 @@ static void analyze_usage(FILE *f)
           "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
           "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
           "                     known, so that a consumer cutting them is reported\n"
-          "  --expect FILE      shapes you believe in (JSON: see the README)\n"
+          "  --expect FILE      shapes you believe in (JSON: see the README)\n" SHP_SITE_SKIP_HELP
+          "  --stats            where the time went, on stderr after the report\n"
           "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
           f);
 }
@@ -97,14 +100,24 @@ static double clock_s(clockid_t clock)
 int shp_cmd_analyze(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"json", no_argument, 0, 'j'},         {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'}, {"stats", no_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'},
+        {"dim", required_argument, 0, 'd'},
+        {"expect", required_argument, 0, 'e'},
+        {"stats", no_argument, 0, 's'},
+        {"site-skip", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     struct an_options o;
     memset(&o, 0, sizeof(o));
+    struct shp_site_rule rule = {0};
+    struct shp_session s;
+    memset(&s, 0, sizeof(s));
+    struct an_result *res = NULL;
     bool json = false;
-    int c;
+    int c, status = SHP_EXIT_USAGE;
+    if (shp_cmd_site_env(&rule) < 0)
+        goto out;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -112,32 +125,35 @@ int shp_cmd_analyze(int argc, char **argv)
             json = true;
         } else if (c == 'd') {
             if (shp_cmd_dim(&o.dims, optarg) < 0)
-                return SHP_EXIT_USAGE;
+                goto out;
         } else if (c == 's') {
             o.stats = true;
+        } else if (c == 'S') {
+            if (shp_cmd_site_skip(&rule, "analyze", optarg) < 0)
+                goto out;
         } else if (c == 'e') {
             o.expect = optarg;
         } else if (c == 'h') {
             analyze_usage(stdout);
-            return SHP_EXIT_OK;
+            status = SHP_EXIT_OK;
+            goto out;
         } else {
-            return shp_bad_option("analyze", argc, argv, "h", opts);
+            shp_bad_option("analyze", argc, argv, "h", opts);
+            goto out;
         }
     }
-    if (optind >= argc)
-        return shp_usage_error("analyze", "no trace given");
-    bool color = !json && isatty(1) && !getenv("NO_COLOR");
-    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-    struct shp_session s;
-    struct an_result *res = NULL;
-    int status = SHP_EXIT_USAGE;
-    /* The expectation file first: a malformed one is the error to see, whatever the traces. */
-    if (an_options_expect(&o) < 0) {
-        memset(&s, 0, sizeof(s));
+    if (optind >= argc) {
+        shp_usage_error("analyze", "no trace given");
         goto out;
     }
+    bool color = !json && isatty(1) && !getenv("NO_COLOR");
+    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    /* The expectation file first: a malformed one is the error to see, whatever the traces. */
+    if (an_options_expect(&o) < 0)
+        goto out;
     if (shp_session_open(&s, argv + optind, argc - optind, SHP_SESSION_UNIQUE, "the analysis") < 0)
         goto out;
+    s.site = &rule;
     status = shp_cmd_analysis(&o, &s, &res);
     if (!res)
         goto out;
@@ -158,5 +174,6 @@ out:
     an_result_free(res);
     shp_session_close(&s);
     an_options_free(&o);
+    shp_site_rule_free(&rule);
     return status;
 }

@@ -47,6 +47,18 @@ int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs);
  * *res is NULL). */
 int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_result **res);
 
+struct shp_site_rule;
+/* The call-site options of every command that shows sites (tools/cmd/site.c). Their help line: */
+#define SHP_SITE_SKIP_HELP                                                                         \
+    "  --site-skip GLOB   frames that GLOB matches are framework code: a call site is the first\n" \
+    "                     frame past them (repeatable; also SHAPETRACE_SITE_SKIP=G1,G2; !GLOB\n"   \
+    "                     keeps a frame; the rule and its built-in list: README, Call sites)\n"
+/* Adds the globs of SHAPETRACE_SITE_SKIP to r (call it first: the command line's come after, and
+ * so decide). Returns 0, or -1 after one line (an item that is not a glob, out of memory). */
+int shp_cmd_site_env(struct shp_site_rule *r);
+/* Adds --site-skip GLOB to r for command cmd. Returns 0, or -1 after one line (a usage error). */
+int shp_cmd_site_skip(struct shp_site_rule *r, const char *cmd, const char *glob);
+
 /* What shp_symbols_write did: traces of this host read, frame lines written, modules that had
  * frames, the file's size, the wall time taken, and the files skipped. */
 struct shp_symbols_stats {

@@ -14,15 +14,17 @@
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 
 static void dump_usage(FILE *f)
 {
-    fputs("usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
+    fputs("usage: shapetrace dump [--json] [--no-stacks] [--site-skip GLOB]... PATH...\n"
           "\n"
-          "Prints every event of the traces in PATH (trace files or run directories).\n"
-          "  --json       JSON Lines, one event per line (keys in the README)\n"
-          "  --no-stacks  leave call sites out (faster on large traces)\n"
+          "Prints every event of the traces in PATH (trace files or run directories), each with\n"
+          "its call site: the first frame of the application's or the model's own code.\n"
+          "  --json             JSON Lines, one event per line (keys in docs/CONTRACTS.md)\n"
+          "  --no-stacks        leave call sites out (faster on large traces)\n" SHP_SITE_SKIP_HELP
           "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
           "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
           "printed).\n",
@@ -171,32 +173,44 @@ int shp_cmd_dump(int argc, char **argv)
     static const struct option opts[] = {
         {"json", no_argument, 0, 'j'},
         {"no-stacks", no_argument, 0, 'n'},
+        {"site-skip", required_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     bool json = false, stacks = true;
-    int c;
+    struct shp_site_rule rule = {0};
+    struct shp_out *o = NULL;
+    int c, status = SHP_EXIT_USAGE;
+    if (shp_cmd_site_env(&rule) < 0)
+        goto out;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'j')
+        if (c == 'j') {
             json = true;
-        else if (c == 'n')
+        } else if (c == 'n') {
             stacks = false;
-        else if (c == 'h') {
+        } else if (c == 's') {
+            if (shp_cmd_site_skip(&rule, "dump", optarg) < 0)
+                goto out;
+        } else if (c == 'h') {
             dump_usage(stdout);
-            return SHP_EXIT_OK;
+            status = SHP_EXIT_OK;
+            goto out;
         } else {
-            return shp_bad_option("dump", argc, argv, "h", opts);
+            shp_bad_option("dump", argc, argv, "h", opts);
+            goto out;
         }
     }
-    if (optind >= argc)
-        return shp_usage_error("dump", "no trace given");
+    if (optind >= argc) {
+        shp_usage_error("dump", "no trace given");
+        goto out;
+    }
     /* One writer for every trace: JSON lines go through it, the table through printf. */
-    struct shp_out *o = malloc(sizeof(*o));
+    o = malloc(sizeof(*o));
     if (!o) {
         shp_err("out of memory");
-        return SHP_EXIT_USAGE;
+        goto out;
     }
     shp_out_init(o, stdout);
     /* A PATH that is not a readable trace is refused, but the others are still printed. The
@@ -205,9 +219,13 @@ int shp_cmd_dump(int argc, char **argv)
     struct shp_session s;
     int rc = shp_session_open(&s, argv + optind, argc - optind,
                               SHP_SESSION_PARTIAL | (stacks ? 0 : SHP_SESSION_RAW), "the dump");
+    s.site = &rule;
     for (size_t i = 0; rc >= 0 && i < s.nprocs; i++)
         dump_one(o, &s, i, json);
-    free(o);
     shp_session_close(&s);
-    return rc == 0 ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+    status = rc == 0 ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+out:
+    free(o);
+    shp_site_rule_free(&rule);
+    return status;
 }

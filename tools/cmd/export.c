@@ -14,12 +14,14 @@
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 #include "tools/render/timeline.h"
 
 static void export_usage(FILE *f)
 {
     fputs("usage: shapetrace export [--format chrome|perfetto] [--ranks LIST] [--from T --to T]\n"
-          "                         [--dim NAME=VALUE]... [--expect FILE] [-o FILE] PATH...\n"
+          "                         [--dim NAME=VALUE]... [--expect FILE] [--no-findings]\n"
+          "                         [--site-skip GLOB]... [-o FILE] PATH...\n"
           "\n"
           "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
           "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
@@ -30,7 +32,8 @@ static void export_usage(FILE *f)
           "  --ranks LIST       only these global ranks (0,2,4-7)\n"
           "  --from T, --to T   only calls that overlap [T, T] seconds after the first call\n"
           "  --dim, --expect    passed to the analysis, as in shapetrace analyze\n"
-          "  --no-findings      do not run the analysis (no finding events, no lineage arrows)\n"
+          "  --no-findings      do not run the analysis (no finding events, no lineage "
+          "arrows)\n" SHP_SITE_SKIP_HELP
           "  -o FILE            write FILE (default: trace.json or trace.perfetto-trace)\n"
           "Exit status: 0, or 2 on bad usage or a PATH that is not a readable trace.\n",
           f);
@@ -88,21 +91,18 @@ static int parse_time(const char *s, uint64_t *ns)
 int shp_cmd_export(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"format", required_argument, 0, 'f'},
-        {"ranks", required_argument, 0, 'r'},
-        {"from", required_argument, 0, 'F'},
-        {"to", required_argument, 0, 'T'},
-        {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'},
-        {"no-findings", no_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"format", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'r'},
+        {"from", required_argument, 0, 'F'},   {"to", required_argument, 0, 'T'},
+        {"dim", required_argument, 0, 'd'},    {"expect", required_argument, 0, 'e'},
+        {"no-findings", no_argument, 0, 'n'},  {"site-skip", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     struct shp_session session;
     memset(&session, 0, sizeof(session));
     struct an_options ao;
     memset(&ao, 0, sizeof(ao));
     struct an_result *result = NULL;
+    struct shp_site_rule rule = {0};
     struct shp_tl *tl = NULL;
     const struct shp_tl_ops *ops = &shp_tl_chrome;
     const char *outpath = NULL;
@@ -117,6 +117,8 @@ int shp_cmd_export(int argc, char **argv)
         shp_err("export: out of memory");
         return SHP_EXIT_USAGE;
     }
+    if (shp_cmd_site_env(&rule) < 0)
+        goto out;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
@@ -146,6 +148,9 @@ int shp_cmd_export(int argc, char **argv)
             aargs[naargs++] = optarg;
         } else if (c == 'n') {
             findings = false;
+        } else if (c == 'S') {
+            if (shp_cmd_site_skip(&rule, "export", optarg) < 0)
+                goto out;
         } else if (c == 'o') {
             outpath = optarg;
         } else if (c == 'h') {
@@ -169,6 +174,7 @@ int shp_cmd_export(int argc, char **argv)
     if (shp_session_open(&session, argv + optind, argc - optind, findings ? SHP_SESSION_UNIQUE : 0,
                          "the export") < 0)
         goto out;
+    session.site = &rule;
     struct shp_tl_options to_open = {
         .ranks = nranks ? ranks : NULL, .nranks = nranks, .flows = true};
     rc = shp_tl_open(&session, &to_open, &tl);
@@ -226,6 +232,7 @@ out:
     an_result_free(result);
     an_options_free(&ao);
     shp_session_close(&session);
+    shp_site_rule_free(&rule);
     free(ranks);
     free(aargs);
     return status;

@@ -11,35 +11,35 @@
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 #include "tools/render/page.h"
 
 static void report_usage(FILE *f)
 {
-    fputs("usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
-          "                         [--dim NAME=VALUE]... [--expect FILE] PATH...\n"
-          "\n"
-          "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
-          "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
-          "collectives around it, a per-rank timeline, the producer -> consumer chain of a\n"
-          "lineage finding, the other findings, the processes and the command line.\n"
-          "  --html FILE       write FILE (default: report.html)\n"
-          "  --title TEXT      a line under the heading (e.g. what was run)\n"
-          "  --finding N       draw the page around finding N (1 is the first, the default)\n"
-          "  --dim, --expect   passed to the analysis, as in shapetrace analyze\n"
-          "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
-          f);
+    fputs(
+        "usage: shapetrace report [--html FILE] [--title TEXT] [--finding N]\n"
+        "                         [--dim NAME=VALUE]... [--expect FILE] [--site-skip GLOB]...\n"
+        "                         PATH...\n"
+        "\n"
+        "Runs the analysis on the traces in PATH and writes one self-contained HTML page:\n"
+        "the first finding in words with its calls and what the peers did, a grid of ranks x\n"
+        "collectives around it, a per-rank timeline, the producer -> consumer chain of a\n"
+        "lineage finding, the other findings, the processes and the command line.\n"
+        "  --html FILE        write FILE (default: report.html)\n"
+        "  --title TEXT       a line under the heading (e.g. what was run)\n"
+        "  --finding N        draw the page around finding N (1 is the first, the default)\n"
+        "  --dim, --expect    passed to the analysis, as in shapetrace analyze\n" SHP_SITE_SKIP_HELP
+        "Exit status: 0 when the page was written, 2 on bad usage or unreadable input.\n",
+        f);
 }
 
 int shp_cmd_report(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"html", required_argument, 0, 'o'},
-        {"title", required_argument, 0, 't'},
-        {"dim", required_argument, 0, 'd'},
-        {"expect", required_argument, 0, 'e'},
-        {"finding", required_argument, 0, 'n'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"html", required_argument, 0, 'o'},    {"title", required_argument, 0, 't'},
+        {"dim", required_argument, 0, 'd'},     {"expect", required_argument, 0, 'e'},
+        {"finding", required_argument, 0, 'n'}, {"site-skip", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     struct shp_session session;
     memset(&session, 0, sizeof(session));
@@ -47,6 +47,7 @@ int shp_cmd_report(int argc, char **argv)
     memset(&ao, 0, sizeof(ao));
     struct an_result *result = NULL;
     struct shp_page *page = NULL;
+    struct shp_site_rule rule = {0};
     struct shp_page_options po = {.argc = argc, .argv = argv};
     const char *out = "report.html";
     FILE *f = NULL;
@@ -56,6 +57,8 @@ int shp_cmd_report(int argc, char **argv)
         shp_err("report: out of memory");
         return SHP_EXIT_USAGE;
     }
+    if (shp_cmd_site_env(&rule) < 0)
+        goto done;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -71,6 +74,9 @@ int shp_cmd_report(int argc, char **argv)
                 goto done;
             }
             po.finding = v - 1;
+        } else if (c == 'S') {
+            if (shp_cmd_site_skip(&rule, "report", optarg) < 0)
+                goto done;
         } else if (c == 'd' || c == 'e') {
             aargs[naargs++] = c == 'd' ? "--dim" : "--expect";
             aargs[naargs++] = optarg;
@@ -91,6 +97,7 @@ int shp_cmd_report(int argc, char **argv)
     if (shp_session_open(&session, argv + optind, argc - optind, SHP_SESSION_UNIQUE, "the report") <
         0)
         goto done;
+    session.site = &rule;
     if (shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
         goto done;
     shp_cmd_analysis(&ao, &session, &result);
@@ -131,6 +138,7 @@ done:
     an_result_free(result);
     an_options_free(&ao);
     shp_session_close(&session);
+    shp_site_rule_free(&rule);
     free(aargs);
     return status;
 }

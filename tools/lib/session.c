@@ -362,8 +362,10 @@ enum shp_fate shp_proc_fate(const struct shp_proc *p)
 static struct shp_stacks *stacks_locked(struct shp_session *s, size_t i)
 {
     struct shp_proc *p = &s->procs[i];
-    if (!p->stacks)
+    if (!p->stacks) {
         p->stacks = shp_stacks_load_shared(&p->t, !(s->flags & SHP_SESSION_RAW), s->cache);
+        shp_stacks_set_rule(p->stacks, s->site);
+    }
     return p->stacks;
 }
 
@@ -390,6 +392,14 @@ void shp_session_site(struct shp_session *s, size_t i, uint32_t id, char *out, s
     pthread_mutex_lock(&s->lock);
     shp_stacks_site(stacks_locked(s, i), id, out, len);
     pthread_mutex_unlock(&s->lock);
+}
+
+size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t site = shp_stacks_site_index(stacks_locked(s, i), id, s->site);
+    pthread_mutex_unlock(&s->lock);
+    return site;
 }
 
 void shp_session_release(struct shp_session *s, size_t i)

@@ -21,8 +21,9 @@ const char *const shp_site_builtin[] = {
     "libcudnn*.so*", "libnvrtc*.so*", "libnvJitLink*.so*", "libcupti*.so*", "nvidia/*",
     /* a CUDA runtime or NCCL linked statically into the program: its entry points by name */
     "fn:cuda[A-Z]*", "fn:__cuda*", "fn:cu[A-Z]*", "fn:nccl[A-Z]*", "fn:pnccl[A-Z]*",
-    /* the C and C++ runtimes */
+    /* the C and C++ runtimes, and the foreign-function runtime of ctypes and cffi */
     "libc.so*", "libstdc++.so*", "libgcc_s.so*", "ld-linux*.so*", "libpthread.so*", "libm.so*",
+    "libffi.so*", "_cffi_backend*",
     /* the interpreter */
     "libpython3*.so*", "python", "python3", "python3.[0-9]*", "<frozen *>",
     /* the frameworks: torch (Python, and C++ also where LibTorch is installed by hand), Triton,

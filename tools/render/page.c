@@ -327,26 +327,32 @@ static const char *const *call_frames(const struct shp_page *r, const struct an_
     return ev->ok ? shp_session_frames(r->session, ev->proc, ev->e.stack, n) : NULL;
 }
 
-/* A call's frames, Python frames first (they are the user's code; the native frames around them
- * are the framework's and the interpreter's), the first few shown and the rest folded. */
+/* A call's frames: its site first (the first frame of the user's or the model's code), then the
+ * frames that called it, the first few shown and the rest folded; the framework frames inside the
+ * site folded apart, with their number. */
 static void frames_list(const struct shp_page *r, FILE *f, const struct an_call *ev)
 {
-    size_t n, shown = 0;
+    size_t n;
     const char *const *stack = call_frames(r, ev, &n);
     if (!n)
         return;
+    size_t site = shp_session_site_index(r->session, ev->proc, ev->e.stack);
     fputs("<ul class=\"frames mono\">", f);
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = 0; i < n; i++) {
-            const char *s = stack[i];
-            if ((strncmp(s, "py: ", 4) == 0) != (pass == 0))
-                continue;
-            if (shown == SHOWN_FRAMES)
-                fputs("</ul><details><summary>more frames</summary><ul class=\"frames mono\">", f);
-            frame_item(f, s, shown++ == 0);
-        }
+    for (size_t i = site, shown = 0; i < n; i++, shown++) {
+        if (shown == SHOWN_FRAMES)
+            fputs("</ul><details><summary>more frames</summary><ul class=\"frames mono\">", f);
+        frame_item(f, stack[i], i == site);
     }
-    fputs(shown > SHOWN_FRAMES ? "</ul></details>" : "</ul>", f);
+    fputs(n - site > SHOWN_FRAMES ? "</ul></details>" : "</ul>", f);
+    if (!site)
+        return;
+    fprintf(f,
+            "<details class=\"framework\"><summary>past %zu framework frame%s</summary>"
+            "<ul class=\"frames mono\">",
+            site, site == 1 ? "" : "s");
+    for (size_t i = 0; i < site; i++)
+        frame_item(f, stack[i], i == 0);
+    fputs("</ul></details>", f);
 }
 
 static void call_line(const struct shp_page *r, FILE *f, const struct an_call *ev)
@@ -802,19 +808,10 @@ static void chain_box(const struct shp_page *r, FILE *f, const struct an_call *e
     char bytes[32] = "", site_line[64], l1[120], l2[64], l3[160], l4[64];
     if (ev->ok && e->bytes != SHP_NONE)
         thousands(bytes, sizeof(bytes), e->bytes);
-    /* The innermost Python frame if there is one, else the innermost frame, as analyze --json
-     * shows it (cut below at 25 bytes of that text). */
+    /* The site, as analyze --json gives it (cut below at 25 bytes of that text). */
     size_t n;
     const char *const *stack = call_frames(r, ev, &n);
-    const char *raw = "";
-    for (size_t i = 0; i < n; i++) {
-        if (!*raw)
-            raw = stack[i];
-        if (!strncmp(stack[i], "py: ", 4)) {
-            raw = stack[i];
-            break;
-        }
-    }
+    const char *raw = n ? stack[shp_session_site_index(r->session, ev->proc, ev->e.stack)] : "";
     char *clean = shp_utf8_dup(raw);
     const char *site = clean ? clean : raw;
     fprintf(f,
