@@ -344,6 +344,126 @@ def test_export_bad_usage():
     assert "/nonexistent" in p.stderr
 
 
+# ---- flows through graph replays, and from each send to its receive ----
+
+def stacks(pattern, variant):
+    """A tests/load/stacks.c pattern on 4 simulated ranks (made once)."""
+    name = f"stacks-{pattern}-{variant}"
+    if name not in _runs:
+        d = os.path.join(TMP, name)
+        run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--", f"{T}/stacks",
+             pattern, variant], ok=None)
+        _runs[name] = d
+    return _runs[name]
+
+
+def flow_pairs(ev):
+    """{category: [(start slice, end slice)]} of a Chrome export, each flow checked whole."""
+    return check_chrome_flows(ev)
+
+
+def rank_of_pid(ev):
+    return {e["pid"]: int(re.match(r"rank (\d+)", e["args"]["name"]).group(1)) for e in ev
+            if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def launches(ev, ranks):
+    """{rank: [launch slices in time order]} of a Chrome export."""
+    out = collections.defaultdict(list)
+    for e in sorted((e for e in ev if e["ph"] == "X" and e["name"] == "cudaGraphLaunch"),
+                    key=lambda e: e["ts"]):
+        out[ranks[e["pid"]]].append(e)
+    return out
+
+
+def perfetto_flows(path):
+    """{flow id: [slices]} of a Perfetto export, with each slice's rank."""
+    tracks, slices = perfetto_decode(path)
+    rank = {u: int(re.match(r"rank (\d+)", t["name"]).group(1)) for u, t in tracks.items()
+            if t["kind"] == "process"}
+    for u, t in tracks.items():
+        if t["kind"] == "thread":
+            rank[u] = rank[t["parent"]]
+    flows = collections.defaultdict(list)
+    for sl in slices:
+        sl["rank"] = rank[sl["track"]]
+        for fid in sl["flows"]:
+            flows[fid].append(sl)
+    assert all(len(v) == 2 for v in flows.values()), [len(v) for v in flows.values()]
+    return flows
+
+
+def test_flows_at_each_graph_replay():
+    # vLLM's decode graphs, one per batch-size bucket, each capturing one all-reduce, replayed
+    # one a step for 6 steps: the arrows join the ranks' launches of each step, and the
+    # captured calls at their capture as before
+    for variant in ("clean", "planted"):
+        d = stacks("graph_buckets", variant)
+        ev, _ = chrome(d, "--no-findings")
+        ranks = rank_of_pid(ev)
+        pairs = flow_pairs(ev)["collective"]
+        at_launch = [(a, b) for a, b in pairs if a["name"] == "cudaGraphLaunch"]
+        at_capture = [(a, b) for a, b in pairs if a["name"] == "ncclAllReduce"]
+        assert len(at_launch) == 6 * 3 and len(at_capture) == 4 * 3, (len(at_launch),
+                                                                       len(at_capture))
+        assert all(b["name"] == "cudaGraphLaunch" for a, b in at_launch)
+        assert all(a["args"]["captured"] and b["args"]["captured"] for a, b in at_capture)
+        steps = launches(ev, ranks)
+        assert sorted(steps) == [0, 1, 2, 3] and all(len(v) == 6 for v in steps.values())
+        for a, b in at_launch:
+            ra, rb = ranks[a["pid"]], ranks[b["pid"]]
+            # the planted rank replays another bucket at step 3: NCCL still meets it there
+            assert rb == ra + 1 and steps[ra].index(a) == steps[rb].index(b), (ra, rb)
+        pf = os.path.join(TMP, f"buckets-{variant}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "--no-findings", "-o", pf, d], ok=(0,))
+        flows = perfetto_flows(pf)
+        assert sum(1 for v in flows.values() if v[0]["name"] == "cudaGraphLaunch") == 18
+        assert len(flows) == 18 + 12, len(flows)
+
+
+def test_flows_from_each_send_to_its_receive():
+    # torch pipeline stages, eager (the last posting first), and vLLM's pipeline in graph mode
+    # (each stage's decode graph receives from the previous stage and sends to the next)
+    for pattern, variant, sends in (("pipeline", "clean", 3), ("pipeline", "planted", 2),
+                                    ("pp_graph", "clean", 18), ("pp_graph", "planted", 18)):
+        d = stacks(pattern, variant)
+        r = analysis(d)
+        ev, _ = chrome(d)
+        ranks = rank_of_pid(ev)
+        p2p = flow_pairs(ev)["p2p"]
+        assert len(p2p) == sends, (pattern, variant, len(p2p))
+        for a, b in p2p:
+            assert ranks[b["pid"]] == ranks[a["pid"]] + 1, (a, b)
+            if pattern == "pipeline":
+                assert (a["name"], b["name"]) == ("ncclSend", "ncclRecv")
+                assert a["args"]["peer"] == ranks[b["pid"]] and b["args"]["peer"] == ranks[a["pid"]]
+            else:  # captured: the replay that executed each side
+                assert a["name"] == b["name"] == "cudaGraphLaunch"
+        if pattern == "pp_graph":
+            steps = launches(ev, ranks)
+            assert all(steps[ranks[a["pid"]]].index(a) == steps[ranks[b["pid"]]].index(b)
+                       for a, b in p2p)
+        # the matching is the analysis's: a mismatched pair still gets its arrow, and the
+        # finding names the same two calls
+        if pattern == "pp_graph" and variant == "planted":
+            f = r["findings"][0]
+            assert f["kind"] == "p2p_size_mismatch", f
+            launch_idx = {(e["args"]["index"]) for a, b in p2p for e in (a, b)
+                          if ranks[e["pid"]] in f["ranks"]}
+            assert {x["index"] for x in f["events"] if x["op"] == "cudaGraphLaunch"} <= \
+                launch_idx, (f["events"], launch_idx)
+        pf = os.path.join(TMP, f"{pattern}-{variant}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "-o", pf, d], ok=(0,))
+        # the writer keeps the top bit of an id for the analysis's arrows (no lineage here)
+        given = [v for fid, v in perfetto_flows(pf).items() if fid >> 63]
+        assert len(given) == sends and all(abs(a["rank"] - b["rank"]) == 1 for a, b in given)
+        # without the analysis there is no matching, so no such arrow; a window or a rank
+        # selection leaves none dangling
+        assert not flow_pairs(chrome(d, "--no-findings")[0]).get("p2p")
+        cut, _ = chrome(d, "--ranks", "1-2")
+        assert len(flow_pairs(cut).get("p2p", [])) == (1 if pattern == "pipeline" else 6)
+
+
 # ---- report: the page in a real browser ----
 
 def chromium_bin():

@@ -25,15 +25,16 @@ static void export_usage(FILE *f)
           "\n"
           "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
           "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
-          "the calls of one collective across ranks and from each producer to its consumer\n"
+          "the calls of one collective across ranks (at each graph replay that executed it too),\n"
+          "from each send to the receive it matched, and from each producer to its consumer\n"
           "where the analysis found lineage, and each finding as an instant event.\n"
           "  --format chrome    Chrome's JSON trace-event format (the default)\n"
           "  --format perfetto  Perfetto's protobuf format: smaller, faster to load\n"
           "  --ranks LIST       only these global ranks (0,2,4-7)\n"
           "  --from T, --to T   only calls that overlap [T, T] seconds after the first call\n"
           "  --dim, --expect    passed to the analysis, as in shapetrace analyze\n"
-          "  --no-findings      do not run the analysis (no finding events, no lineage "
-          "arrows)\n" SHP_SITE_SKIP_HELP
+          "  --no-findings      no analysis: no finding events, no lineage or send/receive\n"
+          "                     arrows\n" SHP_SITE_SKIP_HELP
           "  -o FILE            write FILE (default: trace.json or trace.perfetto-trace)\n"
           "Exit status: 0, or 2 on bad usage or a PATH that is not a readable trace.\n",
           f);
@@ -192,6 +193,7 @@ int shp_cmd_export(int argc, char **argv)
          * drawing. */
         if (shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
             goto out;
+        ao.matches = true; /* the arrows from each send to its receive */
         shp_cmd_analysis(&ao, &session, &result);
         if (!result)
             goto out;

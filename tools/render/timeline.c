@@ -18,21 +18,32 @@
 
 #define CHAIN_MAX 16 /* producers and consumer of one finding's arrows */
 
+/* One collective of a process, drawn where it executed: an eager call where it was issued, a
+ * captured one at each graph launch that replayed it, both keyed by their position among what
+ * the process executed on the communicator (kind 0); and a captured call at its capture, keyed
+ * by its seq (kind 1), where it executed nothing. */
 struct coll_at {
-    uint64_t seq, t0, t1; /* seq first: the key of lower_bound */
+    uint64_t at, kind, t0, t1;
 };
 
-struct proc_comm { /* one process's collectives on one communicator, by seq */
+struct proc_comm { /* one process's collectives on one communicator, by (at, kind) */
     uint64_t comm;
     int comm_rank;
     struct coll_at *c;
     size_t n, cap;
+    /* the position of the next execution, counted as walk_* below do */
+    int64_t offset;
+    uint64_t next;
 };
+
+struct proc;
 
 struct lflow {          /* one end of an arrow the analysis gave: at the call of this index */
     uint64_t index, id; /* index first: the key of lower_bound */
     bool out;
     const char *cat;
+    const struct proc *other; /* the process of the other end, and that call's times */
+    uint64_t other_t0, other_t1;
 };
 
 /* What the walk keeps of a process beside its public description (same position). */
@@ -40,7 +51,7 @@ struct proc {
     struct shp_tl_proc *pub;
     size_t tcap;
     struct proc_comm *pc;
-    size_t npc, pccap;
+    size_t npc, pccap, pc_hint;
     struct lflow *lf;
     size_t nlf, lfcap;
     char **sites; /* call sites by stack id, filled as they are met */
@@ -65,6 +76,28 @@ struct comm_text {
     char text[20];
 };
 
+/* What CUDA graphs execute, followed through the records as the analyzer follows them: capture
+ * id -> the graph cudaStreamEndCapture returned -> the executable cudaGraphInstantiate* made from
+ * it -> each cudaGraphLaunch of that executable, which replays the collectives captured. */
+struct captured {
+    uint64_t comm, seq;
+    int comm_rank;
+};
+struct capture {
+    uint64_t capture, graph;
+    struct captured *c;
+    size_t n, cap;
+};
+struct graphs {
+    struct capture *v;
+    size_t n, cap;
+    struct exec {
+        uint64_t exec;
+        size_t capture;
+    } * x;
+    size_t nx, capx;
+};
+
 struct shp_tl {
     struct shp_session *session;
     const struct shp_tl_options *o;
@@ -80,8 +113,15 @@ struct shp_tl {
     bool oom;
     /* the drawing's */
     uint64_t from, to;
+    const bool *only;
     struct shp_tl_flow *flows;
     size_t flows_cap;
+    struct graphs graphs; /* of the process being walked */
+    struct execution {    /* what the call being drawn executed */
+        uint64_t comm, at, kind;
+        int comm_rank;
+    } * ex;
+    size_t ex_cap;
 };
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t size, bool *oom)
@@ -102,10 +142,36 @@ static bool in_window(const struct shp_tl *tl, uint64_t t0, uint64_t t1)
     return t1 >= tl->from && t0 <= tl->to;
 }
 
-static int by_seq(const void *a, const void *b)
+static int by_at(const void *a, const void *b)
 {
     const struct coll_at *x = a, *y = b;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
+    if (x->at != y->at)
+        return x->at < y->at ? -1 : 1;
+    return x->kind < y->kind ? -1 : x->kind > y->kind;
+}
+
+/* Positions on a communicator: how many collectives the process executed there before, counted
+ * so that ranks armed at different points (attach) agree: an eager call's seq (which counts
+ * every collective issued, recorded or not), less the captured calls issued before it (they
+ * execute only when replayed), plus the replays before it; a replay takes the position after
+ * the last one. On a trace without captures, the position is the seq. */
+static uint64_t walk_call(struct proc_comm *pc, const struct shp_event *e, uint64_t *kind)
+{
+    if (e->flags & SHP_EV_CAPTURED) {
+        pc->offset--;
+        *kind = 1;
+        return e->seq;
+    }
+    *kind = 0;
+    uint64_t at = e->seq + (uint64_t)pc->offset;
+    pc->next = at + 1;
+    return at;
+}
+
+static uint64_t walk_replay(struct proc_comm *pc)
+{
+    pc->offset++;
+    return pc->next++;
 }
 
 /* The first of n elements of `size` bytes, sorted by a uint64_t key at their start, whose key is
@@ -125,7 +191,87 @@ static size_t lower_bound(const void *base, size_t n, size_t size, uint64_t key)
     return lo;
 }
 
+/* ---- graphs ---- */
+
+static void graphs_reset(struct graphs *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        free(g->v[i].c);
+    free(g->v);
+    free(g->x);
+    memset(g, 0, sizeof(*g));
+}
+
+/* Newest first: a handle the driver reuses after a destroy names the latest graph. */
+static struct capture *capture_by(struct graphs *g, uint64_t capture, uint64_t graph)
+{
+    for (size_t i = g->n; i-- > 0;)
+        if (capture ? g->v[i].capture == capture : graph && g->v[i].graph == graph)
+            return &g->v[i];
+    return NULL;
+}
+
+static struct capture *capture_new(struct shp_tl *tl, uint64_t capture)
+{
+    struct graphs *g = &tl->graphs;
+    if (!grow((void **)&g->v, &g->cap, g->n, sizeof(*g->v), &tl->oom))
+        return NULL;
+    g->v[g->n] = (struct capture){.capture = capture};
+    return &g->v[g->n++];
+}
+
+/* Follows e's graph records. Returns the capture a launch replays (NULL for anything else, or
+ * an executable the trace does not show made). */
+static struct capture *graphs_event(struct shp_tl *tl, const struct shp_event *e)
+{
+    struct graphs *g = &tl->graphs;
+    if (e->type == SHP_REC_COLL && (e->flags & SHP_EV_CAPTURED) && e->graph != SHP_NONE &&
+        e->comm && e->seq != SHP_NONE) {
+        struct capture *c = capture_by(g, e->graph, 0);
+        if (!c)
+            c = capture_new(tl, e->graph);
+        if (c && grow((void **)&c->c, &c->cap, c->n, sizeof(*c->c), &tl->oom))
+            c->c[c->n++] = (struct captured){e->comm, e->seq, e->comm_rank};
+        return NULL;
+    }
+    if (e->type != SHP_REC_GRAPH)
+        return NULL;
+    if (e->cls == SHP_CLS_LAUNCH) {
+        if (e->exec == SHP_NONE || (e->result != 0 && e->dur_ns != SHP_NONE))
+            return NULL;
+        for (size_t i = g->nx; i-- > 0;)
+            if (g->x[i].exec == e->exec)
+                return &g->v[g->x[i].capture];
+        return NULL;
+    }
+    if (e->result != 0)
+        return NULL;
+    if (e->cls == SHP_CLS_CAPTURE && e->capture != SHP_NONE && e->graph != SHP_NONE) {
+        struct capture *c = capture_by(g, e->capture, 0);
+        if (!c)
+            c = capture_new(tl, e->capture);
+        if (c)
+            c->graph = e->graph;
+    } else if (e->cls == SHP_CLS_GRAPH && e->graph != SHP_NONE && e->exec != SHP_NONE) {
+        struct capture *c = capture_by(g, 0, e->graph);
+        if (c && grow((void **)&g->x, &g->capx, g->nx, sizeof(*g->x), &tl->oom))
+            g->x[g->nx++] = (struct exec){e->exec, (size_t)(c - g->v)};
+    }
+    return NULL;
+}
+
 /* ---- the scan ---- */
+
+/* p's collectives on comm as the scan found them, or NULL. */
+static struct proc_comm *pc_of(struct proc *p, uint64_t comm)
+{
+    if (p->pc_hint < p->npc && p->pc[p->pc_hint].comm == comm)
+        return &p->pc[p->pc_hint];
+    for (size_t i = 0; i < p->npc; i++)
+        if (p->pc[i].comm == comm)
+            return &p->pc[p->pc_hint = i];
+    return NULL;
+}
 
 static struct proc_comm *proc_comm(struct shp_tl *tl, struct proc *p, uint64_t comm, int comm_rank)
 {
@@ -168,30 +314,52 @@ static void scan(struct shp_tl *tl, struct proc *p)
         if (k == pub->ntids &&
             grow((void **)&pub->tids, &p->tcap, pub->ntids, sizeof(*pub->tids), &tl->oom))
             pub->tids[pub->ntids++] = e.tid;
-        if (o->flows && type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE) {
+        if (!o->flows)
+            continue;
+        uint64_t end = e.dur_ns == SHP_NONE ? 0 : e.t_ns + e.dur_ns;
+        if (type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE) {
             if (!last || last->comm != e.comm)
                 last = proc_comm(tl, p, e.comm, e.comm_rank);
-            if (!last || !grow((void **)&last->c, &last->cap, last->n, sizeof(*last->c), &tl->oom))
-                continue;
-            uint64_t end = e.dur_ns == SHP_NONE ? 0 : e.t_ns + e.dur_ns;
-            last->c[last->n++] = (struct coll_at){e.seq, e.t_ns, end};
+            uint64_t kind, at = last ? walk_call(last, &e, &kind) : 0;
+            if (last && grow((void **)&last->c, &last->cap, last->n, sizeof(*last->c), &tl->oom))
+                last->c[last->n++] = (struct coll_at){at, kind, e.t_ns, end};
+        }
+        /* A replay executes its captured collectives where it is launched. */
+        struct capture *g = graphs_event(tl, &e);
+        for (size_t i = 0; g && i < g->n; i++) {
+            struct captured *c = &g->c[i];
+            /* made when the captured call was met: no new one that could move `last` */
+            struct proc_comm *pc = pc_of(p, c->comm);
+            uint64_t at = pc ? walk_replay(pc) : 0;
+            if (pc && grow((void **)&pc->c, &pc->cap, pc->n, sizeof(*pc->c), &tl->oom))
+                pc->c[pc->n++] = (struct coll_at){at, 0, e.t_ns, end};
         }
     }
+    graphs_reset(&tl->graphs);
     shp_proc_walked(pub->sp, &cur, events);
     for (size_t i = 0; i < p->npc; i++) {
         struct proc_comm *c = &p->pc[i];
         bool sorted = true;
         for (size_t k = 1; k < c->n && sorted; k++)
-            sorted = c->c[k - 1].seq <= c->c[k].seq;
+            sorted = by_at(&c->c[k - 1], &c->c[k]) <= 0;
         if (!sorted)
-            qsort(c->c, c->n, sizeof(*c->c), by_seq);
+            qsort(c->c, c->n, sizeof(*c->c), by_at);
     }
 }
 
-static const struct coll_at *find_seq(const struct proc_comm *c, uint64_t seq)
+/* The collective (at, kind) of c, or NULL. */
+static const struct coll_at *find_at(const struct proc_comm *c, uint64_t at, uint64_t kind)
 {
-    size_t lo = lower_bound(c->c, c->n, sizeof(*c->c), seq);
-    return lo < c->n && c->c[lo].seq == seq ? &c->c[lo] : NULL;
+    struct coll_at key = {.at = at, .kind = kind};
+    size_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (by_at(&c->c[mid], &key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n && c->c[lo].at == at && c->c[lo].kind == kind ? &c->c[lo] : NULL;
 }
 
 static int by_comm_rank(const void *a, const void *b)
@@ -324,13 +492,13 @@ static const struct comm *comm_of(struct shp_tl *tl, uint64_t id)
     return NULL;
 }
 
-/* A flow id both ends compute on their own: the arrow from member a to member b of a collective.
- * The top bit stays clear. */
-static uint64_t coll_flow_id(uint64_t comm, uint64_t seq, int a, int b)
+/* A flow id both ends compute on their own: the arrow from member a to member b of collective
+ * (at, kind) on comm. The top bit stays clear. */
+static uint64_t coll_flow_id(uint64_t comm, uint64_t at, uint64_t kind, int a, int b)
 {
     uint64_t h = comm ^ 0x9e3779b97f4a7c15ull;
-    uint64_t parts[3] = {seq, (uint64_t)(uint32_t)a, (uint64_t)(uint32_t)b};
-    for (int i = 0; i < 3; i++) {
+    uint64_t parts[4] = {at, (uint64_t)(uint32_t)a, (uint64_t)(uint32_t)b, kind};
+    for (int i = 0; i < (kind ? 4 : 3); i++) {
         h ^= parts[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
         h *= 0xff51afd7ed558ccdull;
         h ^= h >> 33;
@@ -347,32 +515,40 @@ static void add_flow(struct shp_tl *tl, struct shp_tl_slice *s, uint64_t id, boo
     s->f = tl->flows;
 }
 
-/* The flows of a collective call: from the previous member that made the same collective, and
- * to the next one, in communicator rank order (only members whose call is drawn). */
-static void coll_flows(struct shp_tl *tl, const struct shp_event *e, struct shp_tl_slice *s)
+/* Whether the walk draws process p. */
+static bool drawn(const struct shp_tl *tl, const struct proc *p)
 {
-    const struct comm *c = comm_of(tl, e->comm);
+    return !tl->only || tl->only[p->pub - tl->pub];
+}
+
+/* The flows of collective (at, kind) on comm, by the member of rank comm_rank: from the previous
+ * member that made the same, and to the next one, in communicator rank order (only members
+ * whose call is drawn). */
+static void coll_flows(struct shp_tl *tl, uint64_t comm, uint64_t at, uint64_t kind, int comm_rank,
+                       struct shp_tl_slice *s)
+{
+    const struct comm *c = comm_of(tl, comm);
     if (!c)
         return;
-    size_t me = e->comm_rank >= 0 && (size_t)e->comm_rank < c->n ? (size_t)e->comm_rank : 0;
-    if (c->m[me].pc->comm_rank != e->comm_rank)
-        for (me = 0; me < c->n && c->m[me].pc->comm_rank != e->comm_rank;)
+    size_t me = comm_rank >= 0 && (size_t)comm_rank < c->n ? (size_t)comm_rank : 0;
+    if (c->m[me].pc->comm_rank != comm_rank)
+        for (me = 0; me < c->n && c->m[me].pc->comm_rank != comm_rank;)
             me++;
     if (me == c->n)
         return;
-    for (size_t k = me; k-- > 0;) {
-        const struct coll_at *a = find_seq(c->m[k].pc, e->seq);
-        if (a && in_window(tl, a->t0, a->t1)) {
-            add_flow(tl, s, coll_flow_id(e->comm, e->seq, c->m[k].pc->comm_rank, e->comm_rank),
-                     false, "collective");
+    for (size_t j = me; j-- > 0;) {
+        const struct coll_at *a = find_at(c->m[j].pc, at, kind);
+        if (a && drawn(tl, c->m[j].p) && in_window(tl, a->t0, a->t1)) {
+            add_flow(tl, s, coll_flow_id(comm, at, kind, c->m[j].pc->comm_rank, comm_rank), false,
+                     "collective");
             break;
         }
     }
-    for (size_t k = me + 1; k < c->n; k++) {
-        const struct coll_at *a = find_seq(c->m[k].pc, e->seq);
-        if (a && in_window(tl, a->t0, a->t1)) {
-            add_flow(tl, s, coll_flow_id(e->comm, e->seq, e->comm_rank, c->m[k].pc->comm_rank),
-                     true, "collective");
+    for (size_t j = me + 1; j < c->n; j++) {
+        const struct coll_at *a = find_at(c->m[j].pc, at, kind);
+        if (a && drawn(tl, c->m[j].p) && in_window(tl, a->t0, a->t1)) {
+            add_flow(tl, s, coll_flow_id(comm, at, kind, comm_rank, c->m[j].pc->comm_rank), true,
+                     "collective");
             break;
         }
     }
@@ -382,8 +558,12 @@ static void given_flows(struct shp_tl *tl, const struct proc *p, uint64_t index,
                         struct shp_tl_slice *s)
 {
     size_t lo = lower_bound(p->lf, p->nlf, sizeof(*p->lf), index);
-    for (; lo < p->nlf && p->lf[lo].index == index; lo++)
-        add_flow(tl, s, p->lf[lo].id, p->lf[lo].out, p->lf[lo].cat);
+    for (; lo < p->nlf && p->lf[lo].index == index; lo++) {
+        const struct lflow *f = &p->lf[lo];
+        /* An arrow whose other end is left out is left out too. */
+        if (drawn(tl, f->other) && in_window(tl, f->other_t0, f->other_t1))
+            add_flow(tl, s, f->id, f->out, f->cat);
+    }
 }
 
 /* The process of a call the analysis names, NULL when it is left out (or the call is none). */
@@ -392,14 +572,21 @@ static struct proc *proc_of(struct shp_tl *tl, const struct an_call *c)
     return c->ok ? tl->of_session[c->proc] : NULL;
 }
 
-static void add_lf(struct shp_tl *tl, struct proc *p, uint64_t index, uint64_t id, bool out,
-                   const char *cat)
+/* One arrow, between call ia of a and call ib of b, whose times are given. */
+static void add_arrow(struct shp_tl *tl, struct proc *a, uint64_t ia, uint64_t ta0, uint64_t ta1,
+                      struct proc *b, uint64_t ib, uint64_t tb0, uint64_t tb1, uint64_t id,
+                      const char *cat)
 {
-    for (size_t i = 0; i < p->nlf; i++)
-        if (p->lf[i].index == index && p->lf[i].id == id)
-            return;
-    if (grow((void **)&p->lf, &p->lfcap, p->nlf, sizeof(*p->lf), &tl->oom))
-        p->lf[p->nlf++] = (struct lflow){index, id, out, cat};
+    if (!grow((void **)&a->lf, &a->lfcap, a->nlf, sizeof(*a->lf), &tl->oom) ||
+        !grow((void **)&b->lf, &b->lfcap, b->nlf, sizeof(*b->lf), &tl->oom))
+        return;
+    a->lf[a->nlf++] = (struct lflow){ia, id, true, cat, b, tb0, tb1};
+    b->lf[b->nlf++] = (struct lflow){ib, id, false, cat, a, ta0, ta1};
+}
+
+static uint64_t end_ns(const struct shp_tl *tl, uint64_t t, uint64_t dur)
+{
+    return dur == SHP_NONE ? tl->tend : t + dur;
 }
 
 static int by_index(const void *a, const void *b)
@@ -408,9 +595,10 @@ static int by_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Lineage arrows: each finding's producers, farthest first, then the consumer (its first
- * event). The same pair met in two findings gets one arrow. */
-static void plan_lineage(struct shp_tl *tl, const struct an_result *res)
+/* The analysis's arrows. Lineage: each finding's producers, farthest first, then the consumer
+ * (its first event); the same pair met in two findings gets one arrow. Sends and receives: each
+ * send to the receive the analysis matched it with. */
+static void plan_given(struct shp_tl *tl, const struct an_result *res)
 {
     uint64_t next_id = 1ull << 63;
     for (size_t i = 0; i < res->nfindings; i++) {
@@ -435,10 +623,17 @@ static void plan_lineage(struct shp_tl *tl, const struct an_result *res)
                         seen = b->lf[w].index == ib && b->lf[w].id == a->lf[q].id;
             if (seen)
                 continue;
-            add_lf(tl, a, ia, next_id, true, "lineage");
-            add_lf(tl, b, ib, next_id, false, "lineage");
-            next_id++;
+            const struct shp_event *ea = &chain[k]->e, *eb = &chain[k + 1]->e;
+            add_arrow(tl, a, ia, ea->t_ns, end_ns(tl, ea->t_ns, ea->dur_ns), b, ib, eb->t_ns,
+                      end_ns(tl, eb->t_ns, eb->dur_ns), next_id++, "lineage");
         }
+    }
+    for (size_t i = 0; i < res->nmatches; i++) {
+        const struct an_match_end *x = &res->matches[i].send, *y = &res->matches[i].recv;
+        struct proc *a = tl->of_session[x->proc], *b = tl->of_session[y->proc];
+        if (a && b)
+            add_arrow(tl, a, x->index, x->t_ns, end_ns(tl, x->t_ns, x->dur_ns), b, y->index,
+                      y->t_ns, end_ns(tl, y->t_ns, y->dur_ns), next_id++, "p2p");
     }
     for (size_t p = 0; p < tl->nprocs; p++)
         if (tl->procs[p].nlf > 1)
@@ -608,6 +803,26 @@ static void draw_tracks(const struct shp_tl_draw *d, void *b, const struct shp_t
 }
 
 /* One slice per call in the window. */
+/* What the call executed on its communicators, counted on every call, drawn or not: its own
+ * collective, and a launch's replays. Returns how many executions went into tl->ex. */
+static size_t executions(struct shp_tl *tl, struct proc *p, const struct shp_event *e)
+{
+    size_t n = 0;
+    struct proc_comm *pc;
+    if (e->type == SHP_REC_COLL && e->comm && e->seq != SHP_NONE && (pc = pc_of(p, e->comm)) &&
+        grow((void **)&tl->ex, &tl->ex_cap, n, sizeof(*tl->ex), &tl->oom)) {
+        uint64_t kind, at = walk_call(pc, e, &kind);
+        tl->ex[n++] = (struct execution){e->comm, at, kind, e->comm_rank};
+    }
+    struct capture *g = graphs_event(tl, e);
+    for (size_t i = 0; g && i < g->n; i++)
+        if ((pc = pc_of(p, g->c[i].comm)) &&
+            grow((void **)&tl->ex, &tl->ex_cap, n, sizeof(*tl->ex), &tl->oom))
+            tl->ex[n++] = (struct execution){g->c[i].comm, walk_replay(pc), 0, g->c[i].comm_rank};
+    return n;
+}
+
+/* One slice per call in the window. */
 static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct proc *p)
 {
     const struct shp_tl_proc *pub = p->pub;
@@ -619,11 +834,14 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
     const struct shp_rec *r;
     struct shp_tl_slice s;
     const struct shp_trace *t = &pub->sp->t;
+    for (size_t i = 0; i < p->npc; i++)
+        p->pc[i].offset = 0, p->pc[i].next = 0;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
         if (!shp_event_decode(t, r, type, &e))
             continue;
         e.index = index++;
+        size_t nex = p->npc ? executions(tl, p, &e) : 0;
         uint64_t end = e.mark ? e.t_ns : end_of(tl, &e);
         if (!in_window(tl, e.t_ns, end))
             continue;
@@ -638,8 +856,9 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
         s.f = NULL;
         s.nf = 0;
         fill_args(tl, p, &e, &s);
-        if (type == SHP_REC_COLL && e.comm && e.seq != SHP_NONE)
-            coll_flows(tl, &e, &s);
+        /* A replay executes its captured collectives: their arrows meet at its launch. */
+        for (size_t i = 0; i < nex; i++)
+            coll_flows(tl, tl->ex[i].comm, tl->ex[i].at, tl->ex[i].kind, tl->ex[i].comm_rank, &s);
         if (p->nlf)
             given_flows(tl, p, e.index, &s);
         d->slices++;
@@ -658,6 +877,7 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
             d->ops->slice(b, &s);
         }
     }
+    graphs_reset(&tl->graphs);
 }
 
 static struct proc *proc_by_rank(struct shp_tl *tl, long long rank)
@@ -720,10 +940,11 @@ int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
 {
     tl->from = d->from;
     tl->to = d->to;
+    tl->only = d->only;
     for (size_t i = 0; i < tl->nprocs; i++)
         tl->procs[i].nlf = 0;
     if (d->result)
-        plan_lineage(tl, d->result);
+        plan_given(tl, d->result);
     void *b = d->ops->open(out, tl->t0, d->arg);
     if (!b)
         return -ENOMEM;
@@ -766,5 +987,7 @@ void shp_tl_close(struct shp_tl *tl)
         free(tl->texts[i]);
     free(tl->texts);
     free(tl->flows);
+    free(tl->ex);
+    graphs_reset(&tl->graphs);
     free(tl);
 }
