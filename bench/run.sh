@@ -175,6 +175,9 @@ figure "export of 10,000 two-event traces, max RSS" "$1" "MiB" 512 le
 info "export of 10,000 two-event traces, wall" "$2" "s"
 rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
 
+# export at scale: 8 ranks x 1,000,000 events, Perfetto and Chrome JSON (bench/export.sh).
+bench/export.sh "$B"
+
 # The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
 # 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
 for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \

@@ -39,6 +39,10 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "analyze (thread)" python3 tests/test_analyze.py "$B"
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
+    # export's threads: the analysis beside the walk's scan, the file's writer.
+    suite "pictures, export (thread)" python3 tests/test_pictures.py "$B" \
+        test_export_is_the_same_every_time test_export_chrome_structure_and_flows \
+        test_flows_from_each_send_to_its_receive
 else
     for t in "$B"/tests/test_*; do
         [ -x "$t" ] || continue

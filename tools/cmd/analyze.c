@@ -90,7 +90,7 @@ int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_resu
     return rc < 0 ? SHP_EXIT_USAGE : (*res)->nfindings ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
 }
 
-static double clock_s(clockid_t clock)
+double shp_cmd_seconds(clockid_t clock)
 {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -147,7 +147,7 @@ int shp_cmd_analyze(int argc, char **argv)
         goto out;
     }
     bool color = !json && isatty(1) && !getenv("NO_COLOR");
-    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    double t0 = shp_cmd_seconds(CLOCK_MONOTONIC), c0 = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
     /* The expectation file first: a malformed one is the error to see, whatever the traces. */
     if (an_options_expect(&o) < 0)
         goto out;
@@ -164,9 +164,9 @@ int shp_cmd_analyze(int argc, char **argv)
     if (o.stats) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        double t = clock_s(CLOCK_MONOTONIC) - t0;
+        double t = shp_cmd_seconds(CLOCK_MONOTONIC) - t0;
         fprintf(stderr, "shapetrace: main thread, all: wall %.3f s, CPU %.3f s\n", t,
-                clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
+                shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
         fprintf(stderr, "shapetrace: analyze took %.3f s, max RSS %ld MiB, %" PRIu64 " events\n", t,
                 ru.ru_maxrss / 1024, res->events);
     }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 /* Exit statuses of the tools (the README lists them). */
 #define SHP_EXIT_OK 0
@@ -42,6 +43,8 @@ int shp_cmd_dim(struct an_dims *dims, const char *arg);
  * FILE, ...: nargs strings) and read into o once the traces are open, in that order. Returns 0,
  * or -1 after one line. */
 int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs);
+/* The time of clock (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID) in seconds, for --stats. */
+double shp_cmd_seconds(clockid_t clock);
 /* Runs the analysis of o over s into *res (analyze.h) for a command. Returns the exit status
  * analyze would give: SHP_EXIT_OK, SHP_EXIT_FINDINGS, or SHP_EXIT_USAGE after one line (then
  * *res is NULL). */

@@ -5,10 +5,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "tools/analyze/analyze.h"
 #include "tools/cmd/cmd.h"
@@ -21,7 +24,7 @@ static void export_usage(FILE *f)
 {
     fputs("usage: shapetrace export [--format chrome|perfetto] [--ranks LIST] [--from T --to T]\n"
           "                         [--dim NAME=VALUE]... [--expect FILE] [--no-findings]\n"
-          "                         [--site-skip GLOB]... [-o FILE] PATH...\n"
+          "                         [--site-skip GLOB]... [--stats] [-o FILE] PATH...\n"
           "\n"
           "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
           "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
@@ -35,9 +38,28 @@ static void export_usage(FILE *f)
           "  --dim, --expect    passed to the analysis, as in shapetrace analyze\n"
           "  --no-findings      no analysis: no finding events, no lineage or send/receive\n"
           "                     arrows\n" SHP_SITE_SKIP_HELP
+          "  --stats            where the time went, on stderr after the file is written\n"
           "  -o FILE            write FILE (default: trace.json or trace.perfetto-trace)\n"
           "Exit status: 0, or 2 on bad usage or a PATH that is not a readable trace.\n",
           f);
+}
+
+/* The analysis, run beside the walk's scan. */
+struct analysis {
+    pthread_t thread;
+    struct an_options *o;
+    struct shp_session *s;
+    struct an_result *res; /* NULL after its one line on stderr */
+    double wall;           /* seconds it took */
+};
+
+static void *analysis_run(void *arg)
+{
+    struct analysis *a = arg;
+    double t0 = shp_cmd_seconds(CLOCK_MONOTONIC);
+    shp_cmd_analysis(a->o, a->s, &a->res);
+    a->wall = shp_cmd_seconds(CLOCK_MONOTONIC) - t0;
+    return NULL;
 }
 
 /* "0,2,4-7" into *out (*n ranks). -EINVAL when malformed, -ENOMEM. */
@@ -92,11 +114,17 @@ static int parse_time(const char *s, uint64_t *ns)
 int shp_cmd_export(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"format", required_argument, 0, 'f'}, {"ranks", required_argument, 0, 'r'},
-        {"from", required_argument, 0, 'F'},   {"to", required_argument, 0, 'T'},
-        {"dim", required_argument, 0, 'd'},    {"expect", required_argument, 0, 'e'},
-        {"no-findings", no_argument, 0, 'n'},  {"site-skip", required_argument, 0, 'S'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"format", required_argument, 0, 'f'},
+        {"ranks", required_argument, 0, 'r'},
+        {"from", required_argument, 0, 'F'},
+        {"to", required_argument, 0, 'T'},
+        {"dim", required_argument, 0, 'd'},
+        {"expect", required_argument, 0, 'e'},
+        {"no-findings", no_argument, 0, 'n'},
+        {"site-skip", required_argument, 0, 'S'},
+        {"stats", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     struct shp_session session;
     memset(&session, 0, sizeof(session));
@@ -149,6 +177,8 @@ int shp_cmd_export(int argc, char **argv)
             aargs[naargs++] = optarg;
         } else if (c == 'n') {
             findings = false;
+        } else if (c == 's') {
+            ao.stats = true;
         } else if (c == 'S') {
             if (shp_cmd_site_skip(&rule, "export", optarg) < 0)
                 goto out;
@@ -176,11 +206,11 @@ int shp_cmd_export(int argc, char **argv)
                          "the export") < 0)
         goto out;
     session.site = &rule;
-    struct shp_tl_options to_open = {
-        .ranks = nranks ? ranks : NULL, .nranks = nranks, .flows = true};
+    struct shp_tl_options to_open = {.ranks = nranks ? ranks : NULL,
+                                     .nranks = nranks,
+                                     .flows = true,
+                                     .window = from != 0 || to != UINT64_MAX};
     rc = shp_tl_open(&session, &to_open, &tl);
-    if (rc == 0)
-        rc = shp_tl_scan(tl);
     if (rc == -ENOENT) {
         shp_err("export: no trace %s", nranks ? "of the ranks given" : "in the paths given");
         goto out;
@@ -188,16 +218,33 @@ int shp_cmd_export(int argc, char **argv)
         shp_err("export: out of memory");
         goto out;
     }
+    /* As analyze --json would run on the same traces, every rank's (--ranks cuts only the
+     * drawing), on a thread of its own while the walk scans them: both only read the traces. */
+    struct analysis job = {.o = &ao, .s = &session};
+    bool threaded = false;
     if (findings) {
-        /* As analyze --json would run on the same traces, every rank's: --ranks cuts only the
-         * drawing. */
         if (shp_cmd_analysis_args(&ao, aargs, naargs) < 0)
             goto out;
         ao.matches = true; /* the arrows from each send to its receive */
-        shp_cmd_analysis(&ao, &session, &result);
-        if (!result)
-            goto out;
+        threaded = pthread_create(&job.thread, NULL, analysis_run, &job) == 0;
+        if (!threaded)
+            analysis_run(&job);
     }
+    double t_start = shp_cmd_seconds(CLOCK_MONOTONIC),
+           c_start = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
+    rc = shp_tl_scan(tl);
+    double t_scan = shp_cmd_seconds(CLOCK_MONOTONIC),
+           c_scan = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
+    if (threaded)
+        pthread_join(job.thread, NULL);
+    result = job.res;
+    double t_join = shp_cmd_seconds(CLOCK_MONOTONIC);
+    if (rc < 0) {
+        shp_err("export: out of memory");
+        goto out;
+    }
+    if (findings && !result)
+        goto out;
     if (!outpath)
         outpath = ops->path;
     out = !strcmp(outpath, "-") ? stdout : fopen(outpath, "w");
@@ -212,6 +259,23 @@ int shp_cmd_export(int argc, char **argv)
                             .result = result,
                             .release = true};
     rc = shp_tl_draw(tl, &d, out);
+    if (ao.stats) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double t_end = shp_cmd_seconds(CLOCK_MONOTONIC),
+               c_end = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
+        fprintf(stderr,
+                "shapetrace: export scan: wall %.3f s, CPU %.3f s; waited %.3f s for the "
+                "analysis (wall %.3f s); drawing: wall %.3f s, CPU %.3f s (main thread)\n",
+                t_scan - t_start, c_scan - c_start, t_join - t_scan, job.wall, t_end - t_join,
+                c_end - c_scan);
+        fprintf(stderr,
+                "shapetrace: export took %.3f s, max RSS %ld MiB, CPU %.3f s user + %.3f s "
+                "system\n",
+                t_end - t_start, ru.ru_maxrss / 1024,
+                (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6,
+                (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
+    }
     if (rc == -ENOMEM) {
         shp_err("export: out of memory");
         goto out;

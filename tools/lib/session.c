@@ -402,13 +402,19 @@ size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id)
     return site;
 }
 
+void shp_session_forget_pages(struct shp_session *s, size_t i)
+{
+    struct shp_proc *p = &s->procs[i];
+    /* The pages go back to the page cache; the header stays. */
+    if (p->t.map && p->t.size > SHP_HEADER_SIZE)
+        madvise((void *)(p->t.map + SHP_HEADER_SIZE), (p->t.size - SHP_HEADER_SIZE) & ~4095ul,
+                MADV_DONTNEED);
+}
+
 void shp_session_release(struct shp_session *s, size_t i)
 {
     struct shp_proc *p = &s->procs[i];
     shp_stacks_free(p->stacks);
     p->stacks = NULL;
-    /* The pages go back to the page cache; the header is read again if asked for. */
-    if (p->t.map && p->t.size > SHP_HEADER_SIZE)
-        madvise((void *)(p->t.map + SHP_HEADER_SIZE), (p->t.size - SHP_HEADER_SIZE) & ~4095ul,
-                MADV_DONTNEED);
+    shp_session_forget_pages(s, i);
 }

@@ -133,4 +133,8 @@ size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id);
  * if asked for. Not thread-safe. */
 void shp_session_release(struct shp_session *s, size_t i);
 
+/* Gives back the pages of proc i's trace only (a walk of it is over; its stacks stay): they are
+ * read again from the page cache when asked for. Any thread, while others read the trace. */
+void shp_session_forget_pages(struct shp_session *s, size_t i);
+
 #endif

@@ -1,23 +1,37 @@
 /* shapetrace render: the timeline in Chrome's JSON trace-event format (chrome://tracing and
  * ui.perfetto.dev read it): "X" slices, "s"/"f" flow events bound to the slice that encloses
- * them, "i" instants, "M" names. Times are microseconds after the first call. */
+ * them, "i" instants, "M" names. Times are microseconds after the first call. A thread of its
+ * own writes the text out (sink.h); a string's JSON text is made once, kept by its address
+ * (timeline.h: the walk's strings stay put). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/render/sink.h"
 #include "tools/render/timeline.h"
 
+/* JSON texts of strings, by address. */
+struct memo {
+    const char **s;
+    char **json;
+    size_t *len;
+    size_t n, cap; /* open addressing, at most half full */
+};
+
 struct chrome {
+    struct shp_sink *sink; /* NULL: written to out here */
     FILE *out;
     uint64_t t0;
     char *p;
     size_t len, cap;
+    struct memo memo;
     bool first, oom;
+    int err;
 };
 
-static void jraw(struct chrome *c, const char *s, size_t n)
+static void jraw_slow(struct chrome *c, const char *s, size_t n)
 {
     if (c->len + n + 1 > c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 1 << 16;
@@ -34,6 +48,19 @@ static void jraw(struct chrome *c, const char *s, size_t n)
     memcpy(c->p + c->len, s, n);
     c->len += n;
 }
+
+static inline void jraw(struct chrome *c, const char *s, size_t n)
+{
+    if (__builtin_expect(c->len + n + 1 <= c->cap, 1)) {
+        memcpy(c->p + c->len, s, n);
+        c->len += n;
+    } else {
+        jraw_slow(c, s, n);
+    }
+}
+
+/* A literal: its length known where it is written. */
+#define JLIT(c, lit) jraw(c, lit, sizeof(lit) - 1)
 
 static void jlit(struct chrome *c, const char *s)
 {
@@ -59,7 +86,7 @@ static void jus(struct chrome *c, uint64_t ns)
     jraw(c, frac, 4);
 }
 
-static void jstr(struct chrome *c, const char *s)
+static void jstr_made(struct chrome *c, const char *s)
 {
     jraw(c, "\"", 1);
     const char *run = s;
@@ -77,12 +104,59 @@ static void jstr(struct chrome *c, const char *s)
     jraw(c, "\"", 1);
 }
 
-static void jflush(struct chrome *c)
+/* The JSON text of s, made once per address. */
+static void jstr(struct chrome *c, const char *s)
 {
-    if (c->len > (1u << 20)) {
-        fwrite(c->p, 1, c->len, c->out);
-        c->len = 0;
+    struct memo *m = &c->memo;
+    if (m->n * 2 >= m->cap) {
+        struct memo nm = {.cap = m->cap ? m->cap * 2 : 256, .n = m->n};
+        nm.s = calloc(nm.cap, sizeof(*nm.s));
+        nm.json = calloc(nm.cap, sizeof(*nm.json));
+        nm.len = calloc(nm.cap, sizeof(*nm.len));
+        if (!nm.s || !nm.json || !nm.len) {
+            free(nm.s), free(nm.json), free(nm.len);
+            jstr_made(c, s);
+            return;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->s[i])
+                continue;
+            size_t k = ((uintptr_t)m->s[i] * 0x9e3779b97f4a7c15ull >> 32) & (nm.cap - 1);
+            while (nm.s[k])
+                k = (k + 1) & (nm.cap - 1);
+            nm.s[k] = m->s[i], nm.json[k] = m->json[i], nm.len[k] = m->len[i];
+        }
+        free(m->s), free(m->json), free(m->len);
+        *m = nm;
     }
+    size_t k = ((uintptr_t)s * 0x9e3779b97f4a7c15ull >> 32) & (m->cap - 1);
+    while (m->s[k] && m->s[k] != s)
+        k = (k + 1) & (m->cap - 1);
+    if (m->s[k]) {
+        jraw(c, m->json[k], m->len[k]);
+        return;
+    }
+    size_t at = c->len;
+    jstr_made(c, s);
+    if (c->oom || !(m->json[k] = malloc(c->len - at)))
+        return;
+    memcpy(m->json[k], c->p + at, c->len - at);
+    m->len[k] = c->len - at;
+    m->s[k] = s;
+    m->n++;
+}
+
+static void jflush(struct chrome *c, bool all)
+{
+    if (!c->len || (!all && c->len < SHP_SINK_CHUNK - 65536))
+        return;
+    if (c->sink) {
+        if (shp_sink_put(c->sink, &c->p, c->len, &c->cap) < 0)
+            c->oom = true;
+    } else if (fwrite(c->p, 1, c->len, c->out) != c->len && !c->err) {
+        c->err = errno ? errno : EIO;
+    }
+    c->len = 0;
 }
 
 static void jsep(struct chrome *c)
@@ -93,7 +167,7 @@ static void jsep(struct chrome *c)
 
 static void jargs(struct chrome *c, const struct shp_tl_arg *a, int na)
 {
-    jlit(c, "\"args\":{");
+    JLIT(c, "\"args\":{");
     for (int i = 0; i < na; i++) {
         if (i)
             jraw(c, ",", 1);
@@ -112,11 +186,11 @@ static void jargs(struct chrome *c, const struct shp_tl_arg *a, int na)
 static void jhead(struct chrome *c, const char *ph, uint32_t pid, uint32_t tid)
 {
     jsep(c);
-    jlit(c, "{\"ph\":\"");
+    JLIT(c, "{\"ph\":\"");
     jlit(c, ph);
-    jlit(c, "\",\"pid\":");
+    JLIT(c, "\",\"pid\":");
     juint(c, pid);
-    jlit(c, ",\"tid\":");
+    JLIT(c, ",\"tid\":");
     juint(c, tid);
 }
 
@@ -129,10 +203,11 @@ static void *chrome_open(FILE *out, uint64_t t0, void *arg)
     c->out = out;
     c->t0 = t0;
     c->first = true;
-    jlit(c, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"shapetrace export\","
+    c->sink = shp_sink_open(out);
+    JLIT(c, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"shapetrace export\","
             "\"t0_unix_ns\":");
     juint(c, t0);
-    jlit(c, ",\"note\":\"ts are microseconds after t0_unix_ns, the first call\"},"
+    JLIT(c, ",\"note\":\"ts are microseconds after t0_unix_ns, the first call\"},"
             "\"traceEvents\":[");
     return c;
 }
@@ -141,16 +216,16 @@ static void meta(struct chrome *c, uint32_t pid, uint32_t tid, const char *what,
                  int sort)
 {
     jhead(c, "M", pid, tid);
-    jlit(c, ",\"name\":");
+    JLIT(c, ",\"name\":");
     jstr(c, what);
-    jlit(c, ",\"args\":{\"name\":");
-    jstr(c, name);
-    jlit(c, "}}");
+    JLIT(c, ",\"args\":{\"name\":");
+    jstr_made(c, name); /* the caller's buffer: not kept */
+    JLIT(c, "}}");
     if (sort >= 0) {
         jhead(c, "M", pid, tid);
-        jlit(c, ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
+        JLIT(c, ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":");
         juint(c, (uint64_t)sort);
-        jlit(c, "}}");
+        JLIT(c, "}}");
     }
 }
 
@@ -170,34 +245,34 @@ static void chrome_slice(void *b, const struct shp_tl_slice *s)
 {
     struct chrome *c = b;
     jhead(c, "X", s->proc->pid, s->tid);
-    jlit(c, ",\"ts\":");
+    JLIT(c, ",\"ts\":");
     jus(c, s->ts - c->t0);
-    jlit(c, ",\"dur\":");
+    JLIT(c, ",\"dur\":");
     jus(c, s->dur);
-    jlit(c, ",\"name\":");
+    JLIT(c, ",\"name\":");
     jstr(c, s->name);
-    jlit(c, ",\"cat\":\"");
+    JLIT(c, ",\"cat\":\"");
     jlit(c, s->cat);
-    jlit(c, "\",");
+    JLIT(c, "\",");
     jargs(c, s->a, s->na);
     jraw(c, "}", 1);
     /* Flow events bind to the slice that encloses them: put them in its middle, where no
      * neighbour on the same thread can be mistaken for it. */
     for (size_t i = 0; i < s->nf; i++) {
         jhead(c, s->f[i].out ? "s" : "f", s->proc->pid, s->tid);
-        jlit(c, ",\"ts\":");
+        JLIT(c, ",\"ts\":");
         jus(c, s->ts - c->t0 + s->dur / 2);
         char id[32];
         snprintf(id, sizeof(id), "\"0x%" PRIx64 "\"", s->f[i].id);
-        jlit(c, ",\"id\":");
+        JLIT(c, ",\"id\":");
         jlit(c, id);
-        jlit(c, ",\"name\":\"");
+        JLIT(c, ",\"name\":\"");
         jlit(c, s->f[i].cat);
-        jlit(c, "\",\"cat\":\"");
+        JLIT(c, "\",\"cat\":\"");
         jlit(c, s->f[i].cat);
         jlit(c, s->f[i].out ? "\"}" : "\",\"bp\":\"e\"}");
     }
-    jflush(c);
+    jflush(c, false);
 }
 
 static void chrome_instant(void *b, const struct shp_tl_instant *in)
@@ -206,7 +281,7 @@ static void chrome_instant(void *b, const struct shp_tl_instant *in)
     jhead(c, "i", in->proc->pid, in->tid);
     jlit(c, in->process ? ",\"s\":\"p\",\"ts\":" : ",\"s\":\"t\",\"ts\":");
     jus(c, in->ts - c->t0);
-    jlit(c, ",\"name\":");
+    JLIT(c, ",\"name\":");
     jstr(c, in->name);
     jlit(c, in->process ? ",\"cat\":\"finding\"," : ",\"cat\":\"mark\",");
     jargs(c, in->a, in->na);
@@ -216,10 +291,14 @@ static void chrome_instant(void *b, const struct shp_tl_instant *in)
 static int chrome_close(void *b)
 {
     struct chrome *c = b;
-    jlit(c, "\n]}\n");
-    int rc = c->oom ? -ENOMEM : 0;
-    if (c->len)
-        fwrite(c->p, 1, c->len, c->out);
+    JLIT(c, "\n]}\n");
+    jflush(c, true);
+    int rc = c->sink ? shp_sink_close(c->sink) : 0;
+    if (!rc)
+        rc = c->err ? -c->err : c->oom ? -ENOMEM : 0;
+    for (size_t i = 0; i < c->memo.cap; i++)
+        free(c->memo.json[i]);
+    free(c->memo.s), free(c->memo.json), free(c->memo.len);
     free(c->p);
     free(c);
     return rc;

@@ -18,19 +18,21 @@
 
 #define CHAIN_MAX 16 /* producers and consumer of one finding's arrows */
 
-/* One collective of a process, drawn where it executed: an eager call where it was issued, a
- * captured one at each graph launch that replayed it, both keyed by their position among what
- * the process executed on the communicator (kind 0); and a captured call at its capture, keyed
- * by its seq (kind 1), where it executed nothing. */
-struct coll_at {
-    uint64_t at, kind, t0, t1;
+/* The collectives of a process, each drawn where it executed: an eager call where it was
+ * issued, a captured one at each graph launch that replayed it, both keyed by their position
+ * among what the process executed on the communicator (kind 0); and a captured call at its
+ * capture, keyed by its seq (kind 1), where it executed nothing. A key is at << 1 | kind. */
+struct span {
+    uint64_t t0, t1; /* t1 0 while in flight, until the end of the traces is known */
 };
 
-struct proc_comm { /* one process's collectives on one communicator, by (at, kind) */
+struct proc_comm { /* one process's collectives on one communicator, sorted by key */
     uint64_t comm;
     int comm_rank;
-    struct coll_at *c;
-    size_t n, cap;
+    uint64_t *key;
+    struct span *tm; /* beside key, for a window (shp_tl_options.window) only */
+    size_t n, cap, tmcap;
+    size_t cursor; /* where the last lookup ended: the drawing's lookups go forward */
     /* the position of the next execution, counted as walk_* below do */
     int64_t offset;
     uint64_t next;
@@ -54,7 +56,9 @@ struct proc {
     size_t npc, pccap, pc_hint;
     struct lflow *lf;
     size_t nlf, lfcap;
-    char **sites; /* call sites by stack id, filled as they are met */
+    const char **sites; /* call sites by stack id (the walk's texts), filled as they are met */
+    struct shp_stacks *stacks; /* the session's, while the process is drawn */
+    bool stacks_asked;
     size_t nsites;
 };
 
@@ -69,8 +73,15 @@ struct comm {
     size_t n;
 };
 
-/* The text of a communicator id, kept for the walk's lifetime (an argument's address is
- * stable, timeline.h). */
+/* The texts the walk hands to the backends, kept for its lifetime, one copy of each (an
+ * argument's address is stable, timeline.h): call sites, marks. */
+struct pool {
+    char **s;
+    uint64_t *h;
+    size_t n, cap; /* open addressing, at most half full */
+};
+
+/* The text of a communicator id, kept for the walk's lifetime. */
 struct comm_text {
     uint64_t id;
     char text[20];
@@ -109,6 +120,7 @@ struct shp_tl {
     size_t ncomms, comms_cap, hint; /* hint: the communicator looked up last */
     struct comm_text **texts;
     size_t ntexts, texts_cap, text_hint;
+    struct pool pool;
     uint64_t t0, tend;
     bool oom;
     /* the drawing's */
@@ -142,12 +154,20 @@ static bool in_window(const struct shp_tl *tl, uint64_t t0, uint64_t t1)
     return t1 >= tl->from && t0 <= tl->to;
 }
 
-static int by_at(const void *a, const void *b)
+static int by_key(const void *a, const void *b)
 {
-    const struct coll_at *x = a, *y = b;
-    if (x->at != y->at)
-        return x->at < y->at ? -1 : 1;
-    return x->kind < y->kind ? -1 : x->kind > y->kind;
+    const uint64_t *x = a, *y = b;
+    return *x < *y ? -1 : *x > *y;
+}
+
+struct keyed {
+    uint64_t key;
+    struct span tm;
+};
+
+static int by_keyed(const void *a, const void *b)
+{
+    return by_key(&((const struct keyed *)a)->key, &((const struct keyed *)b)->key);
 }
 
 /* Positions on a communicator: how many collectives the process executed there before, counted
@@ -189,6 +209,55 @@ static size_t lower_bound(const void *base, size_t n, size_t size, uint64_t key)
             hi = mid;
     }
     return lo;
+}
+
+/* ---- the walk's texts ---- */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The walk's copy of s; NULL when out of memory. */
+static const char *pooled(struct shp_tl *tl, const char *s)
+{
+    struct pool *p = &tl->pool;
+    if (p->n * 2 >= p->cap) {
+        struct pool np = {.cap = p->cap ? p->cap * 2 : 1024};
+        np.s = calloc(np.cap, sizeof(*np.s));
+        np.h = calloc(np.cap, sizeof(*np.h));
+        if (!np.s || !np.h) {
+            free(np.s), free(np.h);
+            tl->oom = true;
+            return NULL;
+        }
+        for (size_t i = 0; i < p->cap; i++) {
+            if (!p->s[i])
+                continue;
+            size_t k = p->h[i] & (np.cap - 1);
+            while (np.s[k])
+                k = (k + 1) & (np.cap - 1);
+            np.s[k] = p->s[i], np.h[k] = p->h[i];
+        }
+        np.n = p->n;
+        free(p->s), free(p->h);
+        *p = np;
+    }
+    uint64_t h = hash_str(s);
+    size_t k = h & (p->cap - 1);
+    for (; p->s[k]; k = (k + 1) & (p->cap - 1))
+        if (p->h[k] == h && !strcmp(p->s[k], s))
+            return p->s[k];
+    if (!(p->s[k] = strdup(s))) {
+        tl->oom = true;
+        return NULL;
+    }
+    p->h[k] = h;
+    p->n++;
+    return p->s[k];
 }
 
 /* ---- graphs ---- */
@@ -262,6 +331,45 @@ static struct capture *graphs_event(struct shp_tl *tl, const struct shp_event *e
 
 /* ---- the scan ---- */
 
+/* Keeps collective (at, kind) of pc, made from t0 to t1. */
+static void keep(struct shp_tl *tl, struct proc_comm *pc, uint64_t at, uint64_t kind, uint64_t t0,
+                 uint64_t t1)
+{
+    if (!grow((void **)&pc->key, &pc->cap, pc->n, sizeof(*pc->key), &tl->oom))
+        return;
+    if (tl->o->window) {
+        if (!grow((void **)&pc->tm, &pc->tmcap, pc->n, sizeof(*pc->tm), &tl->oom))
+            return;
+        pc->tm[pc->n] = (struct span){t0, t1};
+    }
+    pc->key[pc->n++] = at << 1 | kind;
+}
+
+/* Sorts pc's keys, which come nearly sorted (calls of several threads interleave). */
+static void sort_keys(struct shp_tl *tl, struct proc_comm *pc)
+{
+    bool sorted = true;
+    for (size_t k = 1; k < pc->n && sorted; k++)
+        sorted = pc->key[k - 1] <= pc->key[k];
+    if (sorted)
+        return;
+    if (!pc->tm) {
+        qsort(pc->key, pc->n, sizeof(*pc->key), by_key);
+        return;
+    }
+    struct keyed *v = malloc(pc->n * sizeof(*v));
+    if (!v) {
+        tl->oom = true;
+        return;
+    }
+    for (size_t k = 0; k < pc->n; k++)
+        v[k] = (struct keyed){pc->key[k], pc->tm[k]};
+    qsort(v, pc->n, sizeof(*v), by_keyed);
+    for (size_t k = 0; k < pc->n; k++)
+        pc->key[k] = v[k].key, pc->tm[k] = v[k].tm;
+    free(v);
+}
+
 /* p's collectives on comm as the scan found them, or NULL. */
 static struct proc_comm *pc_of(struct proc *p, uint64_t comm)
 {
@@ -305,7 +413,11 @@ static void scan(struct shp_tl *tl, struct proc *p)
         if (!shp_event_decode(t, r, type, &e))
             continue;
         e.index = events++;
-        shp_proc_saw(pub->sp, &e);
+        uint64_t until = e.dur_ns == SHP_NONE ? e.t_ns : e.t_ns + e.dur_ns;
+        if (!pub->first_ns || e.t_ns < pub->first_ns)
+            pub->first_ns = e.t_ns;
+        if (until > pub->last_ns)
+            pub->last_ns = until;
         if (o->scan)
             o->scan(o->arg, pub, &e);
         size_t k = 0;
@@ -321,8 +433,8 @@ static void scan(struct shp_tl *tl, struct proc *p)
             if (!last || last->comm != e.comm)
                 last = proc_comm(tl, p, e.comm, e.comm_rank);
             uint64_t kind, at = last ? walk_call(last, &e, &kind) : 0;
-            if (last && grow((void **)&last->c, &last->cap, last->n, sizeof(*last->c), &tl->oom))
-                last->c[last->n++] = (struct coll_at){at, kind, e.t_ns, end};
+            if (last)
+                keep(tl, last, at, kind, e.t_ns, end);
         }
         /* A replay executes its captured collectives where it is launched. */
         struct capture *g = graphs_event(tl, &e);
@@ -330,36 +442,41 @@ static void scan(struct shp_tl *tl, struct proc *p)
             struct captured *c = &g->c[i];
             /* made when the captured call was met: no new one that could move `last` */
             struct proc_comm *pc = pc_of(p, c->comm);
-            uint64_t at = pc ? walk_replay(pc) : 0;
-            if (pc && grow((void **)&pc->c, &pc->cap, pc->n, sizeof(*pc->c), &tl->oom))
-                pc->c[pc->n++] = (struct coll_at){at, 0, e.t_ns, end};
+            if (pc)
+                keep(tl, pc, walk_replay(pc), 0, e.t_ns, end);
         }
     }
     graphs_reset(&tl->graphs);
-    shp_proc_walked(pub->sp, &cur, events);
-    for (size_t i = 0; i < p->npc; i++) {
-        struct proc_comm *c = &p->pc[i];
-        bool sorted = true;
-        for (size_t k = 1; k < c->n && sorted; k++)
-            sorted = by_at(&c->c[k - 1], &c->c[k]) <= 0;
-        if (!sorted)
-            qsort(c->c, c->n, sizeof(*c->c), by_at);
-    }
+    pub->events = events;
+    pub->torn = cur.torn;
+    for (size_t i = 0; i < p->npc; i++)
+        sort_keys(tl, &p->pc[i]);
 }
 
-/* The collective (at, kind) of c, or NULL. */
-static const struct coll_at *find_at(const struct proc_comm *c, uint64_t at, uint64_t kind)
+/* Whether c holds collective (at, kind), made in the drawing's window. The lookups of one
+ * drawing mostly go forward, one key at a time: from where the last one ended, a few steps, else
+ * a binary search. */
+static bool made(const struct shp_tl *tl, struct proc_comm *c, uint64_t at, uint64_t kind)
 {
-    struct coll_at key = {.at = at, .kind = kind};
-    size_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (by_at(&c->c[mid], &key) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
+    uint64_t key = at << 1 | kind;
+    size_t i = c->cursor < c->n ? c->cursor : 0;
+    for (int step = 0; step < 4 && i < c->n && c->key[i] < key; step++)
+        i++;
+    if (i >= c->n || c->key[i] != key) {
+        size_t lo = 0, hi = c->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (c->key[mid] < key)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        i = lo;
     }
-    return lo < c->n && c->c[lo].at == at && c->c[lo].kind == kind ? &c->c[lo] : NULL;
+    c->cursor = i;
+    if (i >= c->n || c->key[i] != key)
+        return false;
+    return !c->tm || in_window(tl, c->tm[i].t0, c->tm[i].t1 ? c->tm[i].t1 : tl->tend);
 }
 
 static int by_comm_rank(const void *a, const void *b)
@@ -374,9 +491,6 @@ static void build_comms(struct shp_tl *tl)
         struct proc *p = &tl->procs[i];
         for (size_t k = 0; k < p->npc; k++) {
             struct proc_comm *pc = &p->pc[k];
-            for (size_t n = 0; n < pc->n; n++)
-                if (!pc->c[n].t1)
-                    pc->c[n].t1 = tl->tend;
             size_t j = 0;
             while (j < tl->ncomms && tl->comms[j].id != pc->comm)
                 j++;
@@ -453,10 +567,12 @@ int shp_tl_scan(struct shp_tl *tl)
     for (size_t i = 0; i < tl->nprocs; i++) {
         struct shp_tl_proc *pub = &tl->pub[i];
         scan(tl, &tl->procs[i]);
-        if (pub->sp->events && pub->sp->first_ns < tl->t0)
-            tl->t0 = pub->sp->first_ns;
-        if (pub->sp->last_ns > tl->tend)
-            tl->tend = pub->sp->last_ns;
+        /* Scanned: the drawing reads it again from the page cache, one trace at a time. */
+        shp_session_forget_pages(tl->session, pub->si);
+        if (pub->events && pub->first_ns < tl->t0)
+            tl->t0 = pub->first_ns;
+        if (pub->last_ns > tl->tend)
+            tl->tend = pub->last_ns;
     }
     if (tl->t0 == UINT64_MAX)
         tl->t0 = 0;
@@ -537,16 +653,14 @@ static void coll_flows(struct shp_tl *tl, uint64_t comm, uint64_t at, uint64_t k
     if (me == c->n)
         return;
     for (size_t j = me; j-- > 0;) {
-        const struct coll_at *a = find_at(c->m[j].pc, at, kind);
-        if (a && drawn(tl, c->m[j].p) && in_window(tl, a->t0, a->t1)) {
+        if (drawn(tl, c->m[j].p) && made(tl, c->m[j].pc, at, kind)) {
             add_flow(tl, s, coll_flow_id(comm, at, kind, c->m[j].pc->comm_rank, comm_rank), false,
                      "collective");
             break;
         }
     }
     for (size_t j = me + 1; j < c->n; j++) {
-        const struct coll_at *a = find_at(c->m[j].pc, at, kind);
-        if (a && drawn(tl, c->m[j].p) && in_window(tl, a->t0, a->t1)) {
+        if (drawn(tl, c->m[j].p) && made(tl, c->m[j].pc, at, kind)) {
             add_flow(tl, s, coll_flow_id(comm, at, kind, comm_rank, c->m[j].pc->comm_rank), true,
                      "collective");
             break;
@@ -689,14 +803,23 @@ static const char *comm_text(struct shp_tl *tl, uint64_t id)
 
 static const char *site_of(struct shp_tl *tl, struct proc *p, uint32_t stack)
 {
-    struct shp_stacks *st = stack ? shp_session_stacks(tl->session, p->pub->si) : NULL;
+    if (!stack)
+        return NULL;
+    if (stack < p->nsites && p->sites[stack])
+        return p->sites[stack];
+    /* Loaded once per drawing of the process, on its first call site (the session's lock). */
+    if (!p->stacks_asked) {
+        p->stacks = shp_session_stacks(tl->session, p->pub->si);
+        p->stacks_asked = true;
+    }
+    struct shp_stacks *st = p->stacks;
     if (!st)
         return NULL;
     if (stack >= p->nsites) {
         size_t n = p->nsites ? p->nsites : 64;
         while (n <= stack)
             n *= 2;
-        char **s = realloc(p->sites, n * sizeof(*s));
+        const char **s = realloc(p->sites, n * sizeof(*s));
         if (!s) {
             tl->oom = true;
             return NULL;
@@ -708,8 +831,7 @@ static const char *site_of(struct shp_tl *tl, struct proc *p, uint32_t stack)
     if (!p->sites[stack]) {
         char buf[512];
         shp_stacks_site(st, stack, buf, sizeof(buf));
-        p->sites[stack] = strdup(buf);
-        tl->oom |= !p->sites[stack];
+        p->sites[stack] = pooled(tl, buf);
     }
     return p->sites[stack];
 }
@@ -763,7 +885,7 @@ static void fill_args(struct shp_tl *tl, struct proc *p, const struct shp_event 
     arg_u(s, "size", e->size);
     s->site = site_of(tl, p, e->stack);
     arg_s(s, "site", s->site);
-    arg_s(s, "mark", e->mark);
+    arg_s(s, "mark", e->mark ? pooled(tl, e->mark) : NULL);
     if (e->flags & SHP_EV_CAPTURED)
         arg_b(s, "captured");
     if (e->dur_ns == SHP_NONE && !e->mark)
@@ -786,7 +908,8 @@ static uint32_t tord_of(const struct shp_tl_proc *p, uint32_t tid)
 static void proc_name(const struct shp_tl_proc *p, char *out, size_t len)
 {
     const struct shp_file_header *h = p->sp->t.hdr;
-    const char *incomplete = shp_proc_complete(p->sp) ? "" : " INCOMPLETE";
+    struct shp_cursor walked = {.torn = p->torn};
+    const char *incomplete = shp_trace_complete(&p->sp->t, &walked) ? "" : " INCOMPLETE";
     if (p->sp->rank >= 0)
         snprintf(out, len, "rank %d (%s:%" PRIu64 ")%s", p->sp->rank, h->host, h->pid, incomplete);
     else
@@ -868,7 +991,7 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
                                         .tid = s.tid,
                                         .tord = s.tord,
                                         .ts = s.ts,
-                                        .name = e.mark,
+                                        .name = pooled(tl, e.mark),
                                         .cat = "mark",
                                         .a = s.a,
                                         .na = s.na};
@@ -896,15 +1019,13 @@ static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
     for (size_t i = 0; i < res->nfindings; i++) {
         const struct an_result_finding *f = &res->findings[i];
         const char *kind = an_kind_names[f->f.kind];
-        char comm[24] = "";
-        if (f->f.comm)
-            snprintf(comm, sizeof(comm), "%016" PRIx64, f->f.comm);
+        const char *comm = f->f.comm ? comm_text(tl, f->f.comm) : NULL;
         for (int k = 0; k < f->f.nranks; k++) {
             struct proc *p = proc_by_rank(tl, f->f.ranks[k]);
             if (!p || (d->only && !d->only[p->pub - tl->pub]))
                 continue;
             const struct shp_tl_proc *pub = p->pub;
-            uint64_t ts = pub->sp->last_ns;
+            uint64_t ts = pub->last_ns;
             for (int j = 0; j < f->f.nevents; j++) {
                 const struct an_call *ev = &f->events[j];
                 /* A process without a rank names none. */
@@ -953,6 +1074,7 @@ int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
             continue;
         draw_proc(tl, d, b, &tl->procs[i]);
         /* Its call sites are drawn: thousands of traces are held one at a time. */
+        tl->procs[i].stacks_asked = false;
         if (d->release)
             shp_session_release(tl->session, tl->pub[i].si);
     }
@@ -969,9 +1091,7 @@ void shp_tl_close(struct shp_tl *tl)
     for (size_t i = 0; tl->procs && i < tl->nprocs; i++) {
         struct proc *p = &tl->procs[i];
         for (size_t k = 0; k < p->npc; k++)
-            free(p->pc[k].c);
-        for (size_t k = 0; k < p->nsites; k++)
-            free(p->sites[k]);
+            free(p->pc[k].key), free(p->pc[k].tm);
         free(p->sites);
         free(p->pc);
         free(p->lf);
@@ -985,6 +1105,10 @@ void shp_tl_close(struct shp_tl *tl)
     free(tl->comms);
     for (size_t i = 0; i < tl->ntexts; i++)
         free(tl->texts[i]);
+    for (size_t i = 0; i < tl->pool.cap; i++)
+        free(tl->pool.s[i]);
+    free(tl->pool.s);
+    free(tl->pool.h);
     free(tl->texts);
     free(tl->flows);
     free(tl->ex);

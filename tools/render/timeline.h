@@ -25,11 +25,16 @@ struct shp_tl_proc {
     uint32_t pid;        /* in the timeline: 1.. in rank order */
     uint32_t *tids;      /* its threads, in the order their first calls came */
     size_t ntids;
+    /* What the scan found (the walk never writes the session's description: an analysis may
+     * read it meanwhile). */
+    uint64_t events, torn;      /* calls and marks; records stepped over */
+    uint64_t first_ns, last_ns; /* the earliest start and the latest end (0 without events) */
 };
 
-/* An argument of a slice or instant: a number, a string, or a boolean. Strings are either static
- * or owned by the walk for as long as it is open, so a backend may key what it derives from one
- * (an interned id, an escaped text) by its address. */
+/* An argument of a slice or instant: a number, a string, or a boolean. Strings (these, and the
+ * names and categories below) are static, the walk's (one copy of each text, for as long as it
+ * is open) or the analysis result's, so a backend may key what it derives from one (an
+ * interned id, an escaped text) by its address. */
 enum { SHP_TL_U, SHP_TL_I, SHP_TL_S, SHP_TL_B };
 struct shp_tl_arg {
     const char *key;
@@ -95,7 +100,8 @@ extern const struct shp_tl_ops shp_tl_perfetto; /* perfetto.c */
 struct shp_tl_options {
     const int *ranks; /* only the processes of these global ranks; NULL: every process */
     size_t nranks;
-    bool flows; /* keep what the collective arrows need (each collective's times) */
+    bool flows;  /* keep what the collective arrows need (where each collective ran) */
+    bool window; /* and each one's times: the drawing will have a window (from, to) */
     /* Called for each event of each process during the scan (the report's grid), or NULL. */
     void (*scan)(void *arg, const struct shp_tl_proc *p, const struct shp_event *e);
     void *arg;

@@ -1,0 +1,53 @@
+#!/bin/sh
+# shapetrace bench: export at scale (issue 27 item 6). 8 ranks x 1,000,000 events
+# (bench/gen_traces, one planted divergence) to Perfetto and to Chrome JSON, analysis included:
+# the median wall time and max RSS of ROUNDS runs, interleaved, each figure with its target, met
+# or missed, and the load average; under a miss, where the time went (CPU time, and the run
+# without the analysis). Usage: bench/export.sh BUILD_DIR [TOOL]; run.sh calls it.
+set -eu
+B=${1:-build}
+TOOL=${2:-$B/bin/shapetrace}
+ROUNDS=${EXPORT_ROUNDS:-3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+load() { cut -d' ' -f1 /proc/loadavg; }
+median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}'; }
+verdict() { awk -v v="$1" -v t="$2" 'BEGIN {print (v != "" && v + 0 <= t + 0) ? "met" : "missed"}'; }
+figure() {
+    printf "%-50s %10s %-9s target <= %-9s %-6s load %s\n" "$1" "$2" "$3" "$4" \
+        "$(verdict "$2" "$4")" "$(load)"
+}
+info() { printf "%-50s %10s %-9s %-23s load %s\n" "$1" "$2" "$3" "(no target)" "$(load)"; }
+"$B/bench/gen_traces" "$tmp/in" 8 1000000 --diverge count:3:5000 >/dev/null
+# one FORMAT [ARGS]: "WALL_S MAX_RSS_MIB USER_S SYS_S" of one export, its output thrown away
+one() {
+    f=$1
+    shift
+    /usr/bin/time -f '%e %M %U %S' "$TOOL" export --format "$f" "$@" -o "$tmp/out" "$tmp/in" \
+        2>&1 >/dev/null | tail -n 1 | awk '{printf "%s %d %s %s\n", $1, $2 / 1024, $3, $4}'
+    rm -f "$tmp/out"
+}
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    one perfetto >>"$tmp/perfetto"
+    one chrome >>"$tmp/chrome"
+    r=$((r + 1))
+done
+col() { awk -v c="$2" '{print $c}' "$1" | median; }
+pw=$(col "$tmp/perfetto" 1)
+figure "export 8x1M to Perfetto, wall" "$pw" "s" 5
+if [ "$(verdict "$pw" 5)" = missed ]; then
+    # One more run with --stats: each part's wall and CPU time, the analysis's threads included.
+    "$TOOL" export --stats --format perfetto -o "$tmp/out" "$tmp/in" 2>"$tmp/stats" >/dev/null
+    rm -f "$tmp/out"
+    echo "    why: CPU $(col "$tmp/perfetto" 3) s user + $(col "$tmp/perfetto" 4) s system" \
+        "(medians) on $(nproc) cores, at load $(load); a run with --stats:"
+    grep -E 'export scan|export took|merge|worker' "$tmp/stats" | sed 's/^shapetrace: /      /'
+fi
+pm=$(col "$tmp/perfetto" 2)
+figure "export 8x1M to Perfetto, max RSS" "$pm" "MiB" 512
+[ "$(verdict "$pm" 512)" = missed ] &&
+    echo "    why: without the analysis $(one perfetto --no-findings | cut -d' ' -f2) MiB;" \
+        "the 8 traces map $(du -sm "$tmp/in" | cut -f1) MiB"
+info "export 8x1M to Chrome JSON, wall" "$(col "$tmp/chrome" 1)" "s"
+info "export 8x1M to Chrome JSON, max RSS" "$(col "$tmp/chrome" 2)" "MiB"
