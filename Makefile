@@ -51,12 +51,12 @@ CPPFLAGS_BASE := -I.
 GPU_INC := -isystem $(NCCL_HOME)/include -isystem $(CUDA_HOME)/include
 
 # ---- shared code, built once with -fPIC for the preload and the tools ----
-COMMON_SRC := common/fs.c common/log.c common/ops.c common/rec.c
+COMMON_SRC := common/fs.c common/log.c common/ops.c common/pylayout.c common/rec.c
 COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/obj/%.o)
 
 # ---- the preload ----
 PRELOAD_SRC := preload/config.c preload/writer.c preload/resolve.c preload/stackid.c \
-               preload/python.c preload/stacks.c preload/record.c preload/nccl.c \
+               preload/python.c preload/stacks.c preload/values.c preload/record.c preload/nccl.c \
                preload/cudart.c preload/cuda.c preload/dlsym.c preload/init.c
 PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(B)/obj/%.o)
 PRELOAD := $(B)/lib/libshapetrace.so
@@ -107,13 +107,15 @@ $(EXPORTS): preload/exports.map.c include/shapetrace/calls.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) -E -P $(CPPFLAGS_BASE) -x c preload/exports.map.c -o $@
 
-$(B)/obj/preload/check_ptds.stamp: preload/check_ptds.c include/shapetrace/calls.h
+# Compile-time checks of the call list against the libraries' headers: no code.
+PRELOAD_CHECKS := $(B)/obj/preload/check_ptds.stamp $(B)/obj/preload/check_facts.stamp
+$(B)/obj/preload/check_%.stamp: preload/check_%.c include/shapetrace/calls.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CHECK   $<")
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -MF $(@:.stamp=.d) -MT $@ -fsyntax-only \
 		$< && touch $@
 
-$(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(B)/obj/preload/check_ptds.stamp
+$(PRELOAD): $(PRELOAD_OBJ) $(COMMON_OBJ) $(EXPORTS) $(PRELOAD_CHECKS)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(SANFLAGS) -shared -fPIC -Wl,--version-script=$(EXPORTS) -Wl,-z,defs \
@@ -198,6 +200,13 @@ $(B)/tests/stacks: tests/load/stacks.c examples/common.h $(DOUBLE_CUDART) $(DOUB
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< \
 		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
 
+# -rdynamic: the fingerprints' site glob (SHAPETRACE_VALUES_SITE) names its functions, and the
+# preload sees native names through dladdr, which knows exported symbols only.
+$(B)/tests/values: tests/load/values.c examples/common.h $(DOUBLE_CUDART) $(DOUBLE_NCCL)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -rdynamic -o $@ $< \
+		$(TEST_LDFLAGS) -l:libnccl.so.2 -l:libcudart.so.13
+
 $(B)/tests/missing: tests/load/missing.c
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) -o $@ $< -ldl
@@ -273,7 +282,9 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 # programs the analyze suite traces.
 TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
+	$(B)/tests/shp_craft \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \
+	$(B)/tests/values \
 	$(B)/tests/hostile \
 	$(B)/bench/gen_traces \
 	$(EXAMPLE_PROGS) $(TOOLS_UNIT)
@@ -283,10 +294,10 @@ tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(
 check: test-build
 	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) scripts/deps.sh check
 	$(Q)python3 tests/check_layout.py $(B)
-	$(Q)tests/run.sh $(B)
+	$(Q)CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) tests/run.sh $(B)
 ifeq ($(SAN),)
 	$(Q)$(MAKE) --no-print-directory B=build/asan SAN=address,undefined test-build
-	$(Q)SHAPETRACE_SANITIZED=1 tests/run.sh build/asan
+	$(Q)SHAPETRACE_SANITIZED=1 CUDA_HOME=$(CUDA_HOME) NCCL_HOME=$(NCCL_HOME) tests/run.sh build/asan
 	$(Q)$(MAKE) --no-print-directory B=build/tsan TOOLS_SAN=thread tsan-build
 	$(Q)SHAPETRACE_TSAN=1 tests/run.sh build/tsan
 	@echo "== fuzz_reader ($(FUZZ_CHECK_S) s; make fuzz for a long run)"
@@ -314,10 +325,12 @@ $(FUZZ_BIN): tests/fuzz/fuzz_reader.c $(FUZZ_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(CPPFLAGS_BASE) -o $@ $^ $(TOOLS_LIBS)
 # Seeds: traces of the scenario and of the generator, made here (traces are not committed).
-$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD)
+$(B)/fuzz/seeds.stamp: $(B)/tests/scenario $(B)/bench/gen_traces $(TOOL) $(PRELOAD) $(DOUBLE_CUDA)
 	$(Q)rm -rf $(B)/fuzz/seeds $(B)/fuzz/runs && mkdir -p $(B)/fuzz/seeds
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/basic -- $(B)/tests/scenario basic >/dev/null 2>&1
 	$(Q)$(TOOL) run --dir $(B)/fuzz/runs/graph -- $(B)/tests/scenario graph >/dev/null 2>&1
+	$(Q)SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$(B)/tests $(TOOL) run --values \
+		--dir $(B)/fuzz/runs/values -- $(B)/tests/scenario basic >/dev/null 2>&1
 	$(Q)$(B)/bench/gen_traces $(B)/fuzz/runs/gen 2 40 >/dev/null
 	$(Q)for f in $(B)/fuzz/runs/*/*.shptrace; do \
 		python3 -c 'import sys,struct; d=open(sys.argv[1],"rb").read(); \
@@ -344,10 +357,16 @@ $(B)/bench/gen_traces: bench/gen_traces.c $(COMMON_OBJ)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $^
 
 bench: all $(B)/bench/overhead $(B)/bench/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
+	$(B)/tests/snap_ranks \
 	$(DOUBLE_CUDART) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
-check-gpu: all
+# The fingerprint of files' bytes, for the GPU checks of --values (test equipment).
+$(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/values.h
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
+
+check-gpu: all $(B)/tests/shp_fingerprint
 	$(Q)tests/gpu/run.sh $(B)
 
 install: all
@@ -369,4 +388,4 @@ clean:
 .PHONY: all check fuzz test-build tsan-build demo bench check-gpu install format format-check clean
 .SECONDARY:
 
--include $(shell find $(B)/obj $(B)/tests -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/tests $(B)/fuzz/obj -name '*.d' 2>/dev/null)

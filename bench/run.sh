@@ -1,5 +1,5 @@
 #!/bin/sh
-# shapetrace bench (make bench): every figure of issue 15's targets table, with the target, met
+# shapetrace bench (make bench): every figure of issues 15's and 27's targets, with the target, met
 # or missed, and the machine's 1-minute load average when it was taken (figures, never asserts);
 # under a missed figure, a "why:" line measured in the same run. bench/RESULTS.md keeps them with
 # the machine and the date.
@@ -34,17 +34,28 @@ print(struct.unpack_from("<Q", d, 72)[0] - struct.unpack_from("<I", d, 16)[0])' 
 }
 events_of() { "$TOOL" dump --json --no-stacks "$@" | wc -l; }
 
-echo "shapetrace bench: $N calls a batch (10x that of graph launches), $ROUNDS interleaved rounds"
-echo "of untraced, stacks none, native, python and dormant runs; the figure is the median over the"
-echo "rounds of (traced - untraced) in the same round. On the test doubles (SIMULATED GPU: the"
-echo "doubles' own cost is in the untraced column; the differences are shapetrace's)."
+echo "shapetrace bench: $N calls of each kind a run (10x that of graph launches), $ROUNDS"
+echo "interleaved rounds of untraced, stacks none, native, python and dormant runs, and of native"
+echo "runs with and without --values over the driver double. On the test doubles (SIMULATED GPU:"
+echo "the doubles' own cost is in the untraced column; the differences are shapetrace's). 'added'"
+echo "is bench/overhead's NAME_added: in one process, the whole run's mean CPU time of the calling"
+echo "thread a call (page faults and file growth included) less that of the same calls made"
+echo "direct, past the preload, in alternating batches; the median over the rounds, less the"
+echo "untraced run's (its method noise; for --values: less the run without it). 'wall' is the"
+echo "whole run's wall-clock mean less the untraced run's, as info: on a shared machine it is"
+echo "mostly other processes' time."
 echo "machine: $(nproc) cores, $(uname -m), load at start $(cut -d' ' -f1-3 /proc/loadavg)"
-configs="untraced none native python dormant"
+configs="untraced none native python dormant drv values"
+# --values needs a driver: the doubles' runtime then goes through the driver double, as a real
+# runtime does (SHP_DOUBLE_VIA_DRIVER), in both of the runs compared.
+drv="env SHP_DOUBLE_VIA_DRIVER=1 LD_LIBRARY_PATH=$B/tests"
 run_cfg() { # config round
     rm -rf "$tmp/run"
     case $1 in
     untraced) set -- env ;;
     dormant) set -- "$TOOL" run --dir "$tmp/run" --dormant -- ;;
+    drv) set -- $drv "$TOOL" run --dir "$tmp/run" --stacks native -- ;;
+    values) set -- $drv "$TOOL" run --dir "$tmp/run" --stacks native --values all -- ;;
     *) set -- "$TOOL" run --dir "$tmp/run" --stacks "$1" -- ;;
     esac
     "$@" "$prog" "$N" 2>/dev/null
@@ -56,27 +67,27 @@ while [ "$r" -le "$ROUNDS" ]; do
     done
     r=$((r + 1))
 done
-# diffs CONFIG CALL: each round's CONFIG ns a call minus untraced's, one a line.
+# diffs CONFIG KEY [BASE]: each round's CONFIG figure KEY minus BASE's (untraced), one a line.
 diffs() {
     for r in $(seq 1 "$ROUNDS"); do
         t=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.$r")
-        u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/untraced.$r")
+        u=$(awk -v k="$2" '$1 == k {print $2}' "$tmp/${3:-untraced}.$r")
         echo "$t $u" | awk '{printf "%.1f\n", $1 - $2}'
     done
 }
-# rounds CALL: each round's untraced ns a call, one a line.
-rounds() { for r in $(seq 1 "$ROUNDS"); do awk -v k="$1" '$1 == k {print $2}' "$tmp/untraced.$r"; done; }
+# rounds CONFIG KEY: each round's figure KEY, one a line.
+rounds() { for r in $(seq 1 "$ROUNDS"); do awk -v k="$2" '$1 == k {print $2}' "$tmp/$1.$r"; done; }
 # minmax: the smallest and the largest of the numbers read, "MIN..MAX".
 minmax() { sort -n | awk 'NR == 1 {a = $1} {b = $1} END {print a ".." b}'; }
-# added CONFIG CALL: the median over rounds of CONFIG's ns a call minus untraced's.
-added() { diffs "$1" "$2" | median; }
-# spread CONFIG CALL / spread_u CALL: the per-round differences' range; the untraced figure's.
-spread() { diffs "$1" "$2" | minmax; }
-spread_u() { rounds "$1" | minmax; }
-untraced() { rounds "$1" | median; }
+# added CONFIG KEY [BASE]: the median over rounds of CONFIG's KEY minus BASE's (untraced).
+added() { diffs "$1" "$2" "${3:-}" | median; }
+spread() { diffs "$1" "$2" "${3:-}" | minmax; }
+untraced() { rounds untraced "$1" | median; }
 echo
 echo "untraced ns a call (the doubles): copy $(untraced copy), all-reduce $(untraced allreduce)," \
-    "graph launch $(untraced launch)"
+    "graph launch $(untraced launch); the method's own noise (untraced, added): copy" \
+    "$(rounds untraced copy_added | minmax), all-reduce $(rounds untraced allreduce_added | minmax)," \
+    "launch $(rounds untraced launch_added | minmax) ns"
 echo
 printf "%-50s %10s %-9s %-23s %s\n" "figure" "value" "unit" "target" "load"
 # why TEXT: the measured reason under a figure that missed its target.
@@ -84,36 +95,84 @@ why() { echo "    why: $*"; }
 tsc=$(untraced rdtsc)
 # percall CONFIG CALL LABEL TARGET: the figure, and under a miss where its time went.
 percall() {
-    v=$(added "$1" "$2")
+    v=$(added "$1" "${2}_added")
     figure "added, $3" "$v" "ns/call" "$4" le
     [ "$(verdict "$v" "$4" le)" = missed ] || return 0
     sys=$(added "$1" "${2}_sys")
-    # The kernel's figure is a mean (it accounts in ticks) and the wall's a median, so what is
-    # left after both is given only when it is not negative.
+    # The kernel's figure is this thread's time in the calls, the batches' mean: the first
+    # stores to new trace pages that no helper faulted in first.
     why "$(echo "$v $sys $tsc" | awk '{printf "kernel time %.1f ns a call on average (first" \
         " stores to new trace pages: the kernel zeroes each one), two TSC reads %.1f ns (%.1f" \
         " each here)", $2, 2 * $3, $3; r = $1 - $2 - 2 * $3; if (r >= 0) printf ", the rest" \
-        " %.1f ns", r}'); rounds ranged $(spread "$1" "$2") ns"
+        " %.1f ns", r}'); rounds ranged $(spread "$1" "${2}_added") ns"
 }
-percall none launch "stacks none, graph launch" 30
-percall none copy "stacks none, copy" 40
-percall none allreduce "stacks none, all-reduce" 40
+percall none launch "stacks none, graph launch" 40
+percall none copy "stacks none, copy" 50
+percall none allreduce "stacks none, all-reduce" 60
+for k in launch copy allreduce; do
+    info "wall, stacks none, $k" "$(added none "${k}_mean")" "ns/call"
+done
+info "helper thread's CPU, stacks none, a call" "$(rounds none other_threads_cpu | median)" "ns/call"
 for k in launch copy allreduce; do
     percall native "$k" "native stacks, $k" 400
 done
 for k in launch copy allreduce; do
-    info "added, python stacks (a C program), $k" "$(added python "$k")" "ns/call"
+    info "added, python stacks (a C program), $k" "$(added python "${k}_added")" "ns/call"
 done
+# A call in a capture: on the capturing stream the preload's own table says so; on a stream that
+# joined the capture through an event it asks CUDA (cudaStreamGetCaptureInfo), only while some
+# capture of the process is in progress. The difference of the two is that query's cost.
+for k in allreduce_captured allreduce_joined; do
+    info "added, stacks none, $k" "$(added none "${k}_added")" "ns/call"
+done
+info "of which the capture query of a joined stream" "$(for r in $(seq 1 "$ROUNDS"); do
+    j=$(awk '$1 == "allreduce_joined_added" {print $2}' "$tmp/none.$r")
+    c=$(awk '$1 == "allreduce_captured_added" {print $2}' "$tmp/none.$r")
+    ju=$(awk '$1 == "allreduce_joined_added" {print $2}' "$tmp/untraced.$r")
+    cu=$(awk '$1 == "allreduce_captured_added" {print $2}' "$tmp/untraced.$r")
+    echo "$j $c $ju $cu" | awk '{printf "%.1f\n", ($1 - $3) - ($2 - $4)}'
+done | median)" "ns/call"
 for k in launch copy allreduce; do
-    v=$(added dormant "$k")
+    v=$(added dormant "${k}_added")
     figure "added, dormant, $k" "$v" "ns/call" 5 le
     if [ "$(verdict "$v" 5 le)" = missed ]; then
         extra=""
-        [ "$k" = allreduce ] && extra="a dormant collective still counts its seq (a table lookup \
-and an atomic add on its communicator's counter), so that ranks armed apart line up; "
-        why "${extra}rounds ranged $(spread dormant "$k") ns, untraced $(spread_u "$k") ns"
+        [ "$k" = allreduce ] && extra="a dormant collective still counts its seq (a compare, \
+a load and a store on its thread's last communicator), so that ranks armed apart line up; "
+        why "${extra}rounds ranged $(spread dormant "${k}_added") ns, untraced's own noise" \
+            "$(rounds untraced "${k}_added" | minmax) ns"
     fi
 done
+
+# --values (issue 26): what a fingerprinted call adds (the kernel's launch and event, the value
+# record, its read-back; on the driver double the "kernel" is the hash in C, run when its event
+# is queried), and what a call adds that has nothing to fingerprint (a graph launch): the two
+# tests of the switch and the poll of fingerprints in flight.
+for k in copy allreduce; do
+    info "added by --values, $k (fingerprinted)" "$(added values "${k}_added" drv)" "ns/call"
+    echo "    rounds ranged $(spread values "${k}_added" drv) ns"
+done
+v=$(added values launch_added drv)
+figure "added by --values, graph launch (none taken)" "$v" "ns/call" 10 le
+[ "$(verdict "$v" 10 le)" = missed ] && why "rounds ranged $(spread values launch_added drv) ns"
+# Without --values nothing is written that was not before: format version 2, no value record.
+rm -rf "$tmp/run"
+"$TOOL" run --dir "$tmp/run" -- "$prog" "$N" >/dev/null 2>&1
+nv=$(python3 -c 'import sys, struct
+d = open(sys.argv[1], "rb").read()
+off, tail, n = 4096, struct.unpack_from("<Q", d, 72)[0], 0
+while off + 8 <= tail:
+    w = struct.unpack_from("<I", d, off)[0]
+    if w >> 24 != 0xA7 or not w & 0xFFFF:
+        break
+    n += (w >> 16) & 0xFF == 18
+    off += (w & 0xFFFF) * 8
+print(n if struct.unpack_from("<I", d, 8)[0] == 2 else 999999)' "$(ls "$tmp"/run/*.shptrace)")
+figure "value records without --values (format 2)" "$nv" "records" 0 le
+
+# The same calls counted in instructions (bench/instr.sh, valgrind): exact where the timings are
+# within the machine's noise (a dormant wrapper).
+bench/instr.sh "$B" | sed 's/^/    /'
 
 # Bytes per event: bench/overhead's trace (default stacks) and the examples' (make demo's).
 rm -rf "$tmp/run"
@@ -126,6 +185,25 @@ t1=$(date +%s%N)
 # The same again for its CPU time, which a loaded machine does not stretch as it does the wall.
 cpu=$( (/usr/bin/time -f '%U %S' "$TOOL" dump --json "$f" >/dev/null) 2>&1 | tail -n 1)
 figure "bytes per event, bench/overhead ($events ev)" "$((bytes / events))" "B/event" 64 le
+# The bytes of one type of record in a trace: one pass over its records.
+type_bytes() {
+    python3 -c 'import sys, struct
+names = {1: "communicators", 6: "allocations", 5: "full-copies", 8: "stacks", 9: "modules",
+         14: "compact-calls", 15: "compact-calls", 16: "compact-calls", 17: "compact-calls"}
+tot = {}
+for f in sys.argv[1:]:
+    d = open(f, "rb").read()
+    tail, off = min(struct.unpack_from("<Q", d, 72)[0], len(d)), 4096
+    while off + 8 <= tail:
+        w = struct.unpack_from("<I", d, off)[0]
+        t, n = (w >> 16) & 0xff, (w & 0xffff) * 8
+        if w >> 24 != 0xA7 or n == 0:
+            break
+        k = names.get(t, "other")
+        tot[k] = tot.get(k, 0) + n
+        off += n
+print(" ".join("%s=%d" % kv for kv in sorted(tot.items())))' "$@"
+}
 for ex in hidden_states desync pipeline stall; do
     rm -rf "$tmp/ex"
     "$TOOL" run --dir "$tmp/ex" -- "$B/tests/shp_launch" -n 4 -- "$B/examples/$ex" \
@@ -133,17 +211,15 @@ for ex in hidden_states desync pipeline stall; do
     eb=0
     for g in "$tmp"/ex/*.shptrace; do eb=$((eb + $(record_bytes "$g"))); done
     ee=$(events_of "$tmp/ex")
-    figure "bytes per event, examples/$ex ($ee ev)" "$((eb / ee))" "B/event" 64 le
-    [ "$(verdict "$((eb / ee))" 64 le)" = missed ] || continue
-    # The same run without call sites: what the stack and module records weigh.
-    rm -rf "$tmp/ex"
-    "$TOOL" run --dir "$tmp/ex" --stacks none -- "$B/tests/shp_launch" -n 4 -- "$B/examples/$ex" \
-        >/dev/null 2>&1 || true
-    nb=0
-    for g in "$tmp"/ex/*.shptrace; do nb=$((nb + $(record_bytes "$g"))); done
-    why "with stacks none $((nb / ee)) B/event; the call sites' stack and module records add" \
-        "$(((eb - nb) / ee)) B/event, written once per distinct stack and module, over only" \
-        "$((ee / 4)) events a process; communicator and allocation records are full-size"
+    figure "bytes per event, examples/$ex ($ee ev)" "$((eb / ee))" "B/event" 100 le
+    [ "$(verdict "$((eb / ee))" 100 le)" = missed ] || continue
+    # What the bytes are: the call sites' stack and module records (written once per distinct
+    # stack and module), the full records of communicators, allocations and 2-D copies.
+    why "$(type_bytes "$tmp"/ex/*.shptrace | awk -v e="$ee" '{for (i = 1; i <= NF; i++) {
+        split($i, kv, "="); printf "%s%s %.0f", (i > 1 ? ", " : ""), kv[1], kv[2] / e}}')" \
+        "B/event (full copies: the 144-byte records of 2-D copies); the stack and module" \
+        "records are written once per distinct stack and module used, over only $((ee / 4))" \
+        "events a process"
 done
 
 # dump --json, with stacks, of bench/overhead's trace (the events were counted by this run).
@@ -203,7 +279,7 @@ for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
             /main thread, all:/ {for (i = 1; i <= NF; i++) if ($i == "CPU") m = $(i + 1) + 0}
             /worker [0-9]+ .*CPU/ {for (i = 1; i <= NF; i++) if ($i == "CPU") {
                 w = w (w == "" ? "" : " + ") ($(i + 1) + 0); t += $(i + 1)}}
-            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers), workers %s = %.2f s" \
+            END {printf "CPU time: main thread %.2f s (merge, align, p2p, buffers, waitfor), workers %s = %.2f s" \
                 " (lineage, expectations); %.2f s of CPU on %d cores", m, w, t, m + t, n}' "$tmp/stats")"
     fi
     [ "$5" = - ] || figure "$what, max RSS" "$rss" "MiB" "$5" le
@@ -216,21 +292,62 @@ PN=${PYN:-$((N / 2))}
 if "$PY" -c 'import ctypes' 2>/dev/null; then
     echo
     echo "Python call sites ($("$PY" -c 'import sys; print(sys.version.split()[0])'), ctypes," \
-        "20 Python frames; $PN calls per figure, median of 5 runs)"
-    pymeasure() { # the command prefix; prints the median ns a call
+        "20 Python frames; $PN calls a run, added as above (bench/pystack.py), median of 5 runs)"
+    pymeasure() { # KEY then the command prefix; prints the median of KEY over 5 runs
+        k=$1
+        shift
         for i in 1 2 3 4 5; do
             rm -rf "$tmp/run"
             "$@" "$PY" bench/pystack.py "$B/tests/libcudart.so.13" "$PN" 2>/dev/null |
-                awk '/^pycopy/ {print $2}'
+                awk -v k="$k" '$1 == k {print $2}'
         done | median
     }
-    pu=$(pymeasure env)
-    pn=$(pymeasure "$TOOL" run --dir "$tmp/run" --stacks native --)
-    pp=$(pymeasure "$TOOL" run --dir "$tmp/run" --stacks python --)
+    pu=$(pymeasure pycopy env)
+    pc=$(pymeasure pycopy_added env)
+    pn=$(pymeasure pycopy_added "$TOOL" run --dir "$tmp/run" --stacks native --)
+    pp=$(pymeasure pycopy_added "$TOOL" run --dir "$tmp/run" --stacks python --)
     printf "%-28s %12s\n" "configuration" "copy ns/call"
-    printf "%-28s %12s\n" "untraced" "$pu" "traced, stacks native" "$pn" \
-        "traced, stacks python" "$pp"
+    printf "%-28s %12s\n" "untraced (wall)" "$pu" "untraced, added (noise)" "$pc" \
+        "traced native, added" "$pn" "traced python, added" "$pp"
     figure "Python frames over native stacks" "$(echo "$pp $pn" | awk '{printf "%.0f", $1 - $2}')" \
         "ns/call" 2000 le
 fi
+# shapetrace snapshot (issue 25): how long each process is stopped (target: 50 ms on average)
+# and the command's wall time, on the doubles (SIMULATED ranks): 4 C ranks, one sleeping while
+# the others wait in an all-reduce, and 2 Python ranks; the median of SNAP_ROUNDS snapshots.
+SR=${SNAP_ROUNDS:-9}
+echo
+echo "snapshot: medians of $SR snapshots of a hung job on the doubles (SIMULATED ranks)"
+snap_bench() { # label, ranks, then the rank's command (RELEASE is replaced by the release file)
+    label=$1 n=$2
+    shift 2
+    rm -f "$tmp/release" "$tmp/snap.out"
+    cmd=$(echo "$*" | sed "s|RELEASE|$tmp/release|")
+    # shellcheck disable=SC2086
+    SHAPETRACE_DOUBLE_TIMEOUT=120 "$B/tests/shp_launch" -n "$n" --timeout 120 -- $cmd \
+        >"$tmp/snap.out" 2>&1 &
+    job=$!
+    for _ in $(seq 600); do
+        [ "$(grep -c 'blocking, pid' "$tmp/snap.out")" -ge "$n" ] && break
+        sleep 0.05
+    done
+    pids=$(sed -n 's/.*blocking, pid \([0-9]*\).*/\1/p' "$tmp/snap.out")
+    : >"$tmp/snap.stats"
+    for _ in $(seq "$SR"); do
+        # shellcheck disable=SC2086
+        "$TOOL" snapshot --stats $pids 2>&1 >/dev/null | sed -n \
+            's/.* in \([0-9.]*\) s; stopped \([0-9.]*\) ms on average, \([0-9.]*\) ms at most.*/\1 \2 \3/p' \
+            >>"$tmp/snap.stats"
+    done
+    touch "$tmp/release"
+    wait "$job" || true
+    figure "snapshot, stopped a process, $label" "$(awk '{print $2}' "$tmp/snap.stats" | median)" \
+        "ms" 50 le
+    info "snapshot, stopped the longest, $label" "$(awk '{print $3}' "$tmp/snap.stats" | median)" "ms"
+    info "snapshot, the command's wall time, $label" \
+        "$(awk '{print $1}' "$tmp/snap.stats" | median)" "s"
+}
+snap_bench "4 C ranks" 4 "$B/tests/snap_ranks 60 RELEASE"
+snap_bench "2 Python ranks" 2 "$PY tests/load/snap_py.py $B/tests/libnccl.so.2 \
+$B/tests/libcudart.so.13 60 RELEASE"
 echo "load at end $(cut -d' ' -f1-3 /proc/loadavg)"

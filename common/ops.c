@@ -1,19 +1,21 @@
-/* shapetrace: name and class tables generated from the call list. */
+/* shapetrace: the per-op tables generated from the call list (names, classes, libraries and the
+ * facts columns), and the compile-time checks that make a row fill its facts consistently. */
 #include "common/ops.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "include/shapetrace/trace.h"
 
-#define SHP_X_NAME(num, lib, cls, name, params, args, desc) [num] = #name,
+#define SHP_X_NAME(num, lib, cls, name, facts, params, args, desc) [num] = #name,
 static const char *const op_names[SHP_OP_COUNT] = {[SHP_OP_NONE] = "none", SHP_CALLS(SHP_X_NAME)};
 #undef SHP_X_NAME
 
-#define SHP_X_CLASS(num, lib, cls, name, params, args, desc) [num] = cls,
+#define SHP_X_CLASS(num, lib, cls, name, facts, params, args, desc) [num] = cls,
 static const int op_classes[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_CLASS)};
 #undef SHP_X_CLASS
 
-#define SHP_X_LIB(num, lib, cls, name, params, args, desc) [num] = SHP_LIB_##lib,
+#define SHP_X_LIB(num, lib, cls, name, facts, params, args, desc) [num] = SHP_LIB_##lib,
 static const unsigned char op_libs[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_LIB)};
 #undef SHP_X_LIB
 
@@ -69,21 +71,167 @@ const char *shp_redop_name(unsigned redop)
     return redop == 255 ? "?" : "premulsum";
 }
 
-/* How each op's send and receive sizes follow from its count: factor of nranks or not. */
-enum { ONE = 1, ALL = 2 };
-static const unsigned char elem_rule[SHP_OP_COUNT][2] = {
-    [SHP_OP_ncclAllReduce] = {ONE, ONE}, [SHP_OP_ncclBroadcast] = {ONE, ONE},
-    [SHP_OP_ncclBcast] = {ONE, ONE},     [SHP_OP_ncclReduce] = {ONE, ONE},
-    [SHP_OP_ncclAllGather] = {ONE, ALL}, [SHP_OP_ncclReduceScatter] = {ALL, ONE},
-    [SHP_OP_ncclAlltoAll] = {ALL, ALL},  [SHP_OP_ncclGather] = {ONE, ALL},
-    [SHP_OP_ncclScatter] = {ALL, ONE},   [SHP_OP_ncclSend] = {ONE, 0},
-    [SHP_OP_ncclRecv] = {0, ONE},
-};
+/* ---- the NCCL facts: (send, recv, root, redop, alias) ---- */
+
+#define SHP_X_SIZE(num, lib, cls, name, facts, params, args, desc)                                 \
+    [num] = {SHP_NCCL_SEND facts, SHP_NCCL_RECV facts},
+static const unsigned char elem_rule[SHP_OP_COUNT][2] = {SHP_NCCL_CALLS(SHP_X_SIZE)};
+#undef SHP_X_SIZE
+
+#define SHP_X_ROOT(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_ROOT facts,
+static const unsigned char op_roots[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ROOT)};
+#undef SHP_X_ROOT
+
+#define SHP_X_REDOP(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_REDOP facts,
+static const unsigned char op_redops[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_REDOP)};
+#undef SHP_X_REDOP
+
+#define SHP_X_ALIAS(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_ALIAS facts,
+static const unsigned char op_aliases[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ALIAS)};
+#undef SHP_X_ALIAS
+
+/* clang-format off */
+/* What a row must say for its class: a collective both sizes, a send or a receive its one
+ * buffer's, anything else none; only a collective a root, a reduction or an alias. */
+#define SHP_X_CHECK(num, lib, cls, name, facts, params, args, desc) \
+    _Static_assert(cls != SHP_CLS_COLL || \
+                   (SHP_NCCL_SEND facts != SHP_SIZE_NONE && SHP_NCCL_RECV facts != SHP_SIZE_NONE), \
+                   #name ": a collective has a size rule for its send and its receive buffer"); \
+    _Static_assert(cls != SHP_CLS_P2P || \
+                   (SHP_NCCL_SEND facts == SHP_SIZE_NONE) != (SHP_NCCL_RECV facts == SHP_SIZE_NONE), \
+                   #name ": a send or a receive has a size rule for its one buffer"); \
+    _Static_assert(cls == SHP_CLS_COLL || cls == SHP_CLS_P2P || \
+                   (SHP_NCCL_SEND facts == SHP_SIZE_NONE && SHP_NCCL_RECV facts == SHP_SIZE_NONE), \
+                   #name ": only collectives, sends and receives have a size rule"); \
+    _Static_assert(cls == SHP_CLS_COLL || \
+                   (SHP_NCCL_ROOT facts == SHP_ROOT_NONE && SHP_NCCL_REDOP facts == SHP_RED_NONE && \
+                    SHP_NCCL_ALIAS facts == SHP_OP_NONE), \
+                   #name ": only a collective has a root, a reduction or an alias");
+SHP_NCCL_CALLS(SHP_X_CHECK)
+#undef SHP_X_CHECK
+
+/* Each op's facts as one number (SIG) and its alias (ALIAS_OF), as constants named after the op,
+ * so that a row's alias can be looked up by the name it gives. */
+#define SHP_X_SIG(num, lib, cls, name, facts, params, args, desc) \
+    SIG_##name = ((((cls) * 4 + SHP_NCCL_SEND facts) * 4 + SHP_NCCL_RECV facts) * 4 + \
+                  SHP_NCCL_ROOT facts) * 2 + SHP_NCCL_REDOP facts, \
+    ALIAS_OF_##name = SHP_NCCL_ALIAS facts,
+enum { SIG_NONE = -1, ALIAS_OF_NONE = 0, SHP_NCCL_CALLS(SHP_X_SIG) }; /* 0: no alias */
+#undef SHP_X_SIG
+
+/* An alias names an op that is no alias itself, of the same class and facts. */
+#define ALIAS_TOKEN(send, recv, root, redop, alias) alias
+#define ALIAS_CHECK(name, alias) ALIAS_CHECK_(name, alias)
+#define ALIAS_CHECK_(name, alias) \
+    _Static_assert(!ALIAS_OF_##name || \
+                   (!ALIAS_OF_##alias && SIG_##alias == SIG_##name), \
+                   #name ": its alias " #alias " is an op of its own with the same class and facts");
+#define SHP_X_ALIAS_CHECK(num, lib, cls, name, facts, params, args, desc) \
+    ALIAS_CHECK(name, ALIAS_TOKEN facts)
+SHP_NCCL_CALLS(SHP_X_ALIAS_CHECK)
+#undef SHP_X_ALIAS_CHECK
+
+/* Two collectives with the same facts are one operation, so one names the other as its alias: a
+ * "duplicate case value" in this function is a collective whose facts another one has (both rows
+ * are in the notes), and neither names the other. The function's name is what the error says. */
+#define SHP_X_SIG_CASE(num, lib, cls, name, facts, params, args, desc) \
+    case cls == SHP_CLS_COLL && !ALIAS_OF_##name ? SIG_##name : -(num):
+static inline __attribute__((unused)) void collectives_alike_name_one_as_alias(int sig)
+{
+    switch (sig) {
+    SHP_NCCL_CALLS(SHP_X_SIG_CASE)
+        break;
+    }
+}
+/* Each op number once (a "duplicate case value" in this function): the sum in calls.h misses a
+ * number twice where another one is missing. */
+#define SHP_X_NUM_CASE(num, lib, cls, name, facts, params, args, desc) case num:
+static inline __attribute__((unused)) void op_numbers_are_used_once(int num)
+{
+    switch (num) {
+    SHP_CALLS(SHP_X_NUM_CASE)
+        break;
+    }
+}
+#undef SHP_X_SIG_CASE
+#undef SHP_X_NUM_CASE
+/* clang-format on */
 
 void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send, uint64_t *recv)
 {
     uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
     const unsigned char *r = op < SHP_OP_COUNT ? elem_rule[op] : elem_rule[0];
-    *send = r[0] == ONE ? count : r[0] == ALL ? count * n : 0;
-    *recv = r[1] == ONE ? count : r[1] == ALL ? count * n : 0;
+    *send = r[0] == SHP_SIZE_ONE ? count : r[0] == SHP_SIZE_ALL ? count * n : 0;
+    *recv = r[1] == SHP_SIZE_ONE ? count : r[1] == SHP_SIZE_ALL ? count * n : 0;
+}
+
+int shp_op_root(unsigned op)
+{
+    return op < SHP_OP_COUNT ? op_roots[op] : SHP_ROOT_NONE;
+}
+
+bool shp_op_redop(unsigned op)
+{
+    return op < SHP_OP_COUNT && op_redops[op];
+}
+
+unsigned shp_op_same(unsigned op)
+{
+    return op < SHP_OP_COUNT && op_aliases[op] ? op_aliases[op] : op;
+}
+
+/* ---- the driver facts: (base, since, mode) ---- */
+
+static const struct proc_fact {
+    const char *base;
+    int since;
+    int mode;
+} proc_facts[SHP_OP_COUNT] = {
+#define SHP_X_PROC(num, lib, cls, name, facts, params, args, desc)                                 \
+    [num] = {SHP_CU_BASE facts, SHP_CU_SINCE facts, SHP_CU_MODE facts},
+    SHP_CUDA_CALLS(SHP_X_PROC)
+#undef SHP_X_PROC
+};
+
+/* clang-format off */
+/* One entry point for each base and mode, at one `since`: a base's legacy and per-thread entry
+ * points declare LEGACY_base and PER_THREAD_base (an entry point twice in a mode is a
+ * redeclared enumerator), and each checks the other's (an undeclared one is missing). */
+#define PROC_ENUM(base, since, mode) PROC_ENUM_##mode(base, since)
+#define PROC_ENUM_LEGACY(base, since) LEGACY_##base = since,
+#define PROC_ENUM_PER_THREAD(base, since) PER_THREAD_##base = since,
+#define PROC_ENUM_BOTH(base, since) LEGACY_##base = since, PER_THREAD_##base = since,
+#define SHP_X_PROC_ENUM(num, lib, cls, name, facts, params, args, desc) PROC_ENUM facts
+enum { SHP_CUDA_CALLS(SHP_X_PROC_ENUM) };
+#undef SHP_X_PROC_ENUM
+
+#define PROC_PAIR(base, since, mode) PROC_PAIR_##mode(base, since)
+#define PROC_PAIR_LEGACY(base, since) \
+    _Static_assert(PER_THREAD_##base == (since), #base ": its per-thread entry point has its since");
+#define PROC_PAIR_PER_THREAD(base, since) \
+    _Static_assert(LEGACY_##base == (since), #base ": its legacy entry point has its since");
+#define PROC_PAIR_BOTH(base, since)
+#define SHP_X_PROC_PAIR(num, lib, cls, name, facts, params, args, desc) PROC_PAIR facts
+SHP_CUDA_CALLS(SHP_X_PROC_PAIR)
+#undef SHP_X_PROC_PAIR
+/* clang-format on */
+
+const char *shp_op_proc_base(unsigned op, int *since, int *mode)
+{
+    if (op >= SHP_OP_COUNT || !proc_facts[op].base)
+        return NULL;
+    *since = proc_facts[op].since;
+    *mode = proc_facts[op].mode;
+    return proc_facts[op].base;
+}
+
+unsigned shp_op_proc(const char *base, int cuda_version, bool per_thread)
+{
+    int bit = per_thread ? SHP_PROC_PER_THREAD : SHP_PROC_LEGACY;
+    for (unsigned op = 1; op < SHP_OP_COUNT; op++) {
+        const struct proc_fact *p = &proc_facts[op];
+        if (p->base && (p->mode & bit) && !strcmp(p->base, base))
+            return cuda_version < p->since ? SHP_OP_NONE : op;
+    }
+    return SHP_OP_NONE;
 }

@@ -2,6 +2,7 @@
 #ifndef SHAPETRACE_OPS_H
 #define SHAPETRACE_OPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "include/shapetrace/calls.h"
@@ -26,9 +27,30 @@ const char *shp_dtype_name(unsigned dtype);
 const char *shp_redop_name(unsigned redop);
 
 /* Elements a rank sends and receives for a collective or p2p op given its count argument and the
- * communicator size (NCCL's rule for each op: all-gather receives count x nranks, reduce-scatter
- * sends count x nranks, ...). Both 0 for ops that are not collectives or p2p. */
+ * communicator size (the call list's send and recv facts, NCCL's rule for each op: all-gather
+ * receives count x nranks, reduce-scatter sends count x nranks, ...). Both 0 for ops that are
+ * not collectives or p2p, and for unknown numbers. */
 void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send, uint64_t *recv);
+
+/* The op's root fact: SHP_ROOT_SENDS (only the root's send buffer is read), SHP_ROOT_RECVS
+ * (only the root's receive buffer is written), SHP_ROOT_NONE (no root, or an unknown number). */
+int shp_op_root(unsigned op);
+
+/* True if the op takes a reduction (the redop fact). */
+bool shp_op_redop(unsigned op);
+
+/* The op that `op` is one operation with for its peers: its alias (ncclBroadcast for ncclBcast),
+ * else op itself, unknown numbers included. */
+unsigned shp_op_same(unsigned op);
+
+/* The driver entry point that cuGetProcAddress answers for `base` ("cuMemcpyHtoD") at
+ * `cuda_version` in the per-thread or the legacy stream mode: the op of our wrapper for it, or
+ * SHP_OP_NONE when base is not traced or the version predates the signature traced. */
+unsigned shp_op_proc(const char *base, int cuda_version, bool per_thread);
+
+/* A driver op's facts: its base name (NULL for an op not looked up by cuGetProcAddress, and then
+ * since and mode are left alone), its since version and its SHP_PROC_* mode. */
+const char *shp_op_proc_base(unsigned op, int *since, int *mode);
 
 /* Dump names of copy kinds (SHP_KIND_*, "default" for an unresolved cudaMemcpyDefault) and of
  * communicator record kinds (SHP_COMM_*, "?" for 0). */

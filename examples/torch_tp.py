@@ -12,6 +12,8 @@ reference. --plant picks one failure:
   kill      the last rank is killed with SIGKILL in the middle of step 5
   pipeline  the receiver of rank 2 (the last if fewer) expects one token fewer
   hidden    generate() takes layer 0 for the list of layers (the motivating failure)
+  ulp       rank 1 (the last if fewer) embeds a batch one unit in the last place off in one
+            element at step 3: shapes agree, values do not (run with shapetrace run --values)
 
     shapetrace run -- torchrun --nproc-per-node 4 examples/torch_tp.py --share-gpu --plant desync
     shapetrace analyze --dim hidden=1024 shapetrace-*/
@@ -175,8 +177,8 @@ def hidden_states(rank, world, dev, buggy):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--plant", choices=["none", "desync", "stall", "kill", "pipeline", "hidden"],
-                    default="none")
+    ap.add_argument("--plant", choices=["none", "desync", "stall", "kill", "pipeline", "hidden",
+                                        "ulp"], default="none")
     ap.add_argument("--share-gpu", action="store_true", help="every rank on cuda:0")
     ap.add_argument("--timeout", type=float, default=30, help="torch's collective timeout, s")
     args = ap.parse_args()
@@ -195,7 +197,10 @@ def main():
             return 0  # leaves without a word: the others wait
         step = broadcast_step(step, dev)
         tokens = TOKENS - 1 if args.plant == "desync" and step == 3 and rank == odd else TOKENS
-        x = embed(batch(step, tokens), dev)
+        x_host = batch(step, tokens)
+        if args.plant == "ulp" and step == 3 and rank == min(1, world - 1):
+            x_host.view(torch.int16)[0, 0] += 1  # the next bf16 value: one unit in the last place
+        x = embed(x_host, dev)
         h = column_parallel(x, w1_shard)
         if step == 5 and rank == world - 1 and args.plant == "kill":
             print(f"rank {rank}: killed in step {step}", flush=True)

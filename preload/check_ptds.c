@@ -8,7 +8,7 @@
 #include "include/shapetrace/calls.h"
 
 /* In this mode the header's cudaMemcpy is cudaMemcpy_ptds, and so on. */
-#define SHP_CHECK(num, lib, cls, name, params, args, desc)                                         \
+#define SHP_CHECK(num, lib, cls, name, facts, params, args, desc)                                  \
     typedef cudaError_t(check_##name##_t) params;
 SHP_CUDART_CALLS(SHP_CHECK)
 #undef SHP_CHECK
@@ -26,28 +26,20 @@ SHP_SAME(cudaStreamEndCapture, cudaStreamEndCapture_ptsz);
 SHP_SAME(cudaGraphLaunch, cudaGraphLaunch_ptsz);
 
 /* The driver's: in this mode cuda.h's cuMemcpyHtoD is cuMemcpyHtoD_v2_ptds, and so on. */
-#define SHP_CHECK(num, lib, cls, name, params, args, desc)                                         \
+#define SHP_CHECK(num, lib, cls, name, facts, params, args, desc)                                  \
     typedef CUresult(check_##name##_t) params;
 SHP_CUDA_CALLS(SHP_CHECK)
 #undef SHP_CHECK
-SHP_SAME(cuMemcpy, cuMemcpy_ptds);
-SHP_SAME(cuMemcpyAsync, cuMemcpyAsync_ptsz);
-SHP_SAME(cuMemcpyHtoD, cuMemcpyHtoD_v2_ptds);
-SHP_SAME(cuMemcpyDtoH, cuMemcpyDtoH_v2_ptds);
-SHP_SAME(cuMemcpyDtoD, cuMemcpyDtoD_v2_ptds);
-SHP_SAME(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2_ptsz);
-SHP_SAME(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz);
-SHP_SAME(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz);
-SHP_SAME(cuMemcpy2D, cuMemcpy2D_v2_ptds);
-SHP_SAME(cuMemcpy2DUnaligned, cuMemcpy2DUnaligned_v2_ptds);
-SHP_SAME(cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz);
-SHP_SAME(cuMemcpyPeer, cuMemcpyPeer_ptds);
-SHP_SAME(cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz);
-SHP_SAME(cuMemAllocAsync, cuMemAllocAsync_ptsz);
-SHP_SAME(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz);
-SHP_SAME(cuMemFreeAsync, cuMemFreeAsync_ptsz);
-SHP_SAME(cuStreamBeginCapture, cuStreamBeginCapture_v2_ptsz);
-SHP_SAME(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz);
-SHP_SAME(cuStreamEndCapture, cuStreamEndCapture_ptsz);
-SHP_SAME(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz);
-SHP_SAME(cuGraphLaunch, cuGraphLaunch_ptsz);
+
+/* Each entry point that a per-thread lookup answers (driver facts PER_THREAD and BOTH) is what
+ * its base name means in this mode. */
+#define SHP_UNPAREN(...) __VA_ARGS__
+#define SHP_PT_ROW(...) SHP_PT_ROW_(__VA_ARGS__)
+#define SHP_PT_ROW_(name, base, since, mode) SHP_PT_##mode(base, name)
+#define SHP_PT_LEGACY(base, name)
+#define SHP_PT_PER_THREAD(base, name) SHP_SAME(base, name);
+#define SHP_PT_BOTH(base, name) SHP_SAME(base, name);
+#define SHP_CHECK(num, lib, cls, name, facts, params, args, desc)                                  \
+    SHP_PT_ROW(name, SHP_UNPAREN facts)
+SHP_CUDA_CALLS(SHP_CHECK)
+#undef SHP_CHECK

@@ -25,7 +25,7 @@ _Atomic int shp_state = SHP_STATE_UNINIT;
 static uint64_t ctl_local[8] = {[SHP_CTL_ARMED] = 1};
 volatile uint64_t *shp_ctl = ctl_local;
 SHP_TLS int shp_guard;
-static SHP_TLS uint32_t tls_tid;
+SHP_TLS uint32_t shp_tls_tid;
 
 unsigned shp_clock_kind = SHP_CLOCK_MONOTONIC;
 
@@ -95,11 +95,10 @@ static void clock_choose(void)
     shp_clock_kind = want_tsc && tsc_usable() ? SHP_CLOCK_TSC : SHP_CLOCK_MONOTONIC;
 }
 
-uint32_t shp_tid(void)
+uint32_t shp_tid_slow(void)
 {
-    if (__builtin_expect(!tls_tid, 0))
-        tls_tid = (uint32_t)syscall(SYS_gettid);
-    return tls_tid;
+    shp_tls_tid = (uint32_t)syscall(SYS_gettid);
+    return shp_tls_tid;
 }
 
 static int env_int(const char *name, int dflt)
@@ -348,6 +347,12 @@ void shp_config_load(void)
         SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT,
                 SHP_ENV_FILE_GROWTH "=%s is not one of chunk, populate, full, large; using chunk",
                 gr);
+    /* A helper thread faults the trace's next pages in (writer.c); 0 leaves it to the calls. */
+    const char *pf = getenv(SHP_ENV_PREFAULT);
+    shp_cfg.prefault = !pf || !*pf || strcmp(pf, "0");
+    if (pf && *pf && strcmp(pf, "0") && strcmp(pf, "1"))
+        SHP_LOG(&shp_log, SHP_LOG_WARN, SHP_SUB_INIT, SHP_ENV_PREFAULT "=%s is not 0 or 1; using 1",
+                pf);
     libunwind_path();
     self_dir();
 
@@ -370,7 +375,7 @@ void shp_ctl_use(volatile uint64_t *ctl)
 
 void shp_config_atfork_child(void)
 {
-    tls_tid = 0;
+    shp_tls_tid = 0;
     /* The parent's header is not the child's: back to a local copy of its control words. */
     ctl_local[SHP_CTL_ARMED] = __atomic_load_n(&shp_ctl, __ATOMIC_RELAXED)[SHP_CTL_ARMED];
     shp_ctl_use(NULL);

@@ -6,7 +6,7 @@
 
 #include "preload/wrap.h"
 
-/* ---- what the CUDA_MEMCPY2D descriptions read (calls.h SHP_CU_2D_DESC) ---- */
+/* ---- what the CUDA_MEMCPY2D descriptions read (desc.h SHP_CU_2D_DESC) ---- */
 
 static const void *cu2d_addr(unsigned type, const void *host, CUdeviceptr dev, size_t x, size_t y,
                              size_t pitch)
@@ -49,53 +49,6 @@ void *const shp_cuda_variants[SHP_SLOTS][SHP_OP_COUNT] = SHP_VARIANTS(SHP_CUDA_C
 
 /* ---- cuGetProcAddress ---- */
 
-/* cuGetProcAddress answers base names ("cuMemcpyHtoD") for a cudaVersion and a stream mode with
- * one of the driver's versioned entry points; each row says which of ours that is. Versions
- * below `since` meant an older signature (cuMemcpyHtoD with 32-bit sizes before 3.2,
- * cuStreamBeginCapture without a mode before 10.1): those get the real answer, as do the names
- * not listed (cuGraphInstantiate is the five-argument form at every version). */
-#define PT SHP_OP_NONE
-static const struct proc_row {
-    const char *name;
-    int since;
-    unsigned short legacy, per_thread; /* PT: the same entry point in both modes */
-} proc_rows[] = {
-    {"cuMemcpy", 4000, SHP_OP_cuMemcpy, SHP_OP_cuMemcpy_ptds},
-    {"cuMemcpyAsync", 4000, SHP_OP_cuMemcpyAsync, SHP_OP_cuMemcpyAsync_ptsz},
-    {"cuMemcpyHtoD", 3020, SHP_OP_cuMemcpyHtoD_v2, SHP_OP_cuMemcpyHtoD_v2_ptds},
-    {"cuMemcpyDtoH", 3020, SHP_OP_cuMemcpyDtoH_v2, SHP_OP_cuMemcpyDtoH_v2_ptds},
-    {"cuMemcpyDtoD", 3020, SHP_OP_cuMemcpyDtoD_v2, SHP_OP_cuMemcpyDtoD_v2_ptds},
-    {"cuMemcpyHtoDAsync", 3020, SHP_OP_cuMemcpyHtoDAsync_v2, SHP_OP_cuMemcpyHtoDAsync_v2_ptsz},
-    {"cuMemcpyDtoHAsync", 3020, SHP_OP_cuMemcpyDtoHAsync_v2, SHP_OP_cuMemcpyDtoHAsync_v2_ptsz},
-    {"cuMemcpyDtoDAsync", 3020, SHP_OP_cuMemcpyDtoDAsync_v2, SHP_OP_cuMemcpyDtoDAsync_v2_ptsz},
-    {"cuMemcpy2D", 3020, SHP_OP_cuMemcpy2D_v2, SHP_OP_cuMemcpy2D_v2_ptds},
-    {"cuMemcpy2DUnaligned", 3020, SHP_OP_cuMemcpy2DUnaligned_v2,
-     SHP_OP_cuMemcpy2DUnaligned_v2_ptds},
-    {"cuMemcpy2DAsync", 3020, SHP_OP_cuMemcpy2DAsync_v2, SHP_OP_cuMemcpy2DAsync_v2_ptsz},
-    {"cuMemcpyPeer", 4000, SHP_OP_cuMemcpyPeer, SHP_OP_cuMemcpyPeer_ptds},
-    {"cuMemcpyPeerAsync", 4000, SHP_OP_cuMemcpyPeerAsync, SHP_OP_cuMemcpyPeerAsync_ptsz},
-    {"cuMemAlloc", 3020, SHP_OP_cuMemAlloc_v2, PT},
-    {"cuMemAllocManaged", 6000, SHP_OP_cuMemAllocManaged, PT},
-    {"cuMemAllocAsync", 11020, SHP_OP_cuMemAllocAsync, SHP_OP_cuMemAllocAsync_ptsz},
-    {"cuMemAllocFromPoolAsync", 11020, SHP_OP_cuMemAllocFromPoolAsync,
-     SHP_OP_cuMemAllocFromPoolAsync_ptsz},
-    {"cuMemFree", 3020, SHP_OP_cuMemFree_v2, PT},
-    {"cuMemFreeAsync", 11020, SHP_OP_cuMemFreeAsync, SHP_OP_cuMemFreeAsync_ptsz},
-    {"cuMemAllocHost", 3020, SHP_OP_cuMemAllocHost_v2, PT},
-    {"cuMemHostAlloc", 2020, SHP_OP_cuMemHostAlloc, PT},
-    {"cuMemFreeHost", 2000, SHP_OP_cuMemFreeHost, PT},
-    {"cuStreamBeginCapture", 10010, SHP_OP_cuStreamBeginCapture_v2,
-     SHP_OP_cuStreamBeginCapture_v2_ptsz},
-    {"cuStreamBeginCaptureToGraph", 12030, SHP_OP_cuStreamBeginCaptureToGraph,
-     SHP_OP_cuStreamBeginCaptureToGraph_ptsz},
-    {"cuStreamEndCapture", 10000, SHP_OP_cuStreamEndCapture, SHP_OP_cuStreamEndCapture_ptsz},
-    {"cuGraphInstantiateWithFlags", 11040, SHP_OP_cuGraphInstantiateWithFlags, PT},
-    {"cuGraphInstantiateWithParams", 12000, SHP_OP_cuGraphInstantiateWithParams,
-     SHP_OP_cuGraphInstantiateWithParams_ptsz},
-    {"cuGraphLaunch", 10000, SHP_OP_cuGraphLaunch, SHP_OP_cuGraphLaunch_ptsz},
-};
-#undef PT
-
 typedef CUresult (*proc_v2_fn)(const char *, void **, int, cuuint64_t,
                                CUdriverProcAddressQueryResult *);
 typedef CUresult (*proc_v1_fn)(const char *, void **, int, cuuint64_t);
@@ -103,20 +56,15 @@ typedef CUresult (*proc_v1_fn)(const char *, void **, int, cuuint64_t);
 static _Atomic(proc_v2_fn) real_proc_v2;
 static _Atomic(proc_v1_fn) real_proc_v1;
 
+/* cuGetProcAddress answers base names ("cuMemcpyHtoD") for a cudaVersion and a stream mode with
+ * one of the driver's versioned entry points; the call list's driver facts say which of ours that
+ * is. Versions below a base's `since` meant an older signature: those get the real answer, as do
+ * the names not listed (cuGraphInstantiate is the five-argument form at every version). */
 static unsigned proc_op(const char *symbol, int cuda_version, unsigned long long flags)
 {
     if (!symbol || strncmp(symbol, "cu", 2))
         return SHP_OP_NONE;
-    for (size_t i = 0; i < sizeof(proc_rows) / sizeof(proc_rows[0]); i++) {
-        const struct proc_row *r = &proc_rows[i];
-        if (strcmp(r->name, symbol))
-            continue;
-        if (cuda_version < r->since)
-            return SHP_OP_NONE;
-        bool pt = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-        return pt && r->per_thread != SHP_OP_NONE ? r->per_thread : r->legacy;
-    }
-    return SHP_OP_NONE;
+    return shp_op_proc(symbol, cuda_version, flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
 }
 
 /* What a lookup answered, replaced by our wrapper when it is one of the traced entry points (the

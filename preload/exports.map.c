@@ -2,7 +2,7 @@
  * that the exports are exactly the call list plus dlsym and the driver's cuGetProcAddress. */
 #define SHP_CALLS_LIST_ONLY
 #include "include/shapetrace/calls.h"
-#define SHP_EXPORT(num, lib, cls, name, params, args, desc) name;
+#define SHP_EXPORT(num, lib, cls, name, facts, params, args, desc) name;
 {
 global:
     dlsym;

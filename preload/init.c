@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include "preload/preload.h"
+#include "preload/values.h"
 
 static void atfork_child(void)
 {
@@ -12,6 +13,7 @@ static void atfork_child(void)
     shp_writer_atfork_child();
     shp_stacks_atfork_child();
     shp_record_atfork_child();
+    shp_values_atfork_child();
     shp_log_prefix_update(-1);
 }
 
@@ -23,9 +25,10 @@ void shp_init(void)
          * triggers) passes straight through instead of recursing. */
         int saved = shp_own_enter();
         shp_config_load();
+        shp_values_config();
         /* A warning that the application's standard error cannot take goes into the trace. */
         shp_log.divert = shp_writer_note;
-        pthread_atfork(NULL, NULL, atfork_child);
+        pthread_atfork(shp_writer_atfork_prepare, shp_writer_atfork_parent, atfork_child);
         shp_own_leave(saved);
         atomic_store_explicit(&shp_state, shp_cfg.refused ? SHP_STATE_OFF : SHP_STATE_ON,
                               memory_order_release);

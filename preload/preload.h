@@ -82,6 +82,7 @@ struct shp_call {
     void *cstate;          /* the communicator's state (struct comm_state), or NULL */
     uint64_t t0;           /* shp_clock_now() at entry */
     uint64_t id;           /* communicator id being created */
+    uint64_t seq;          /* collectives, p2p: the seq taken (given back if NCCL refuses it) */
     uint32_t index;
 };
 
@@ -100,6 +101,7 @@ struct shp_config {
     bool dormant;             /* SHAPETRACE_DORMANT: start with recording off */
     bool refused;             /* a path in the environment cannot be used: no tracing at all */
     unsigned growth;          /* SHP_GROWTH_*: how the trace file gets its pages */
+    bool prefault;            /* SHAPETRACE_PREFAULT: a helper thread faults them in ahead */
     char log_path[PATH_MAX];  /* SHAPETRACE_DEBUG_FILE, expanded; may be empty */
 };
 
@@ -142,7 +144,14 @@ void shp_disable(const char *why);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t shp_now_ns(void);
-uint32_t shp_tid(void);
+/* The calling thread's id (gettid), kept per thread. */
+extern SHP_TLS uint32_t shp_tls_tid;
+uint32_t shp_tid_slow(void);
+static inline uint32_t shp_tid(void)
+{
+    uint32_t t = shp_tls_tid;
+    return __builtin_expect(t != 0, 1) ? t : shp_tid_slow();
+}
 
 /* The trace's clock (SHP_CLOCK_*, chosen at start-up: the TSC where it is invariant and the
  * kernel's own clocksource, unless SHAPETRACE_CLOCK=monotonic) and a reading of it: what records
@@ -198,14 +207,57 @@ uint32_t shp_writer_gen(void);
 void shp_writer_close(void);
 void shp_writer_atfork_child(void);
 
+/* Before fork, in the parent: the helper thread that faults the trace's next pages in is
+ * stopped and joined, so that the fork finds none of our threads (Python's os.fork counts them
+ * and warns of any), and the child starts without one. */
+void shp_writer_atfork_prepare(void);
+void shp_writer_atfork_parent(void);
+
 /* shp_writer_reserve, switching tracing off when the trace can take no more records. */
 static inline void *shp_reserve(unsigned type, size_t size)
 {
     const char *why = NULL;
     void *r = shp_writer_reserve(type, size, &why);
-    if (__builtin_expect(why != NULL, 0))
+    if (__builtin_expect(why != NULL, 0)) {
+        int saved = errno; /* the warning is written */
         shp_disable(why);
+        errno = saved;
+    }
     return r;
+}
+
+/* What a call record's reservation reads of the writer (writer.c keeps it). `fast_end` is 0
+ * while no trace is open, else at most the end of what exists and is mapped and where the
+ * helper that faults pages in ahead of the tail must be asked to go on: below it, a record
+ * takes one CAS and no call. */
+#define SHP_SEG_MAX 1024
+struct shp_writer_hot {
+    _Atomic uint64_t fast_end;
+    struct shp_file_header *hdr;
+    unsigned shift; /* a segment maps 2^shift bytes of file (and an overlap) */
+    uint64_t mask;
+    unsigned char *seg[SHP_SEG_MAX]; /* mapping of segment i, or NULL; published before use */
+};
+extern struct shp_writer_hot shp_wh;
+
+/* shp_reserve for a call record (not SHP_ROLE_META) of a constant size: a CAS on the tail when
+ * the record ends below fast_end and the cap, else the whole of shp_reserve (growth, the
+ * helper, drops). */
+static inline void *shp_reserve_call(unsigned type, size_t size)
+{
+    uint64_t fast = atomic_load_explicit(&shp_wh.fast_end, memory_order_acquire);
+    if (__builtin_expect(fast != 0, 1)) {
+        struct shp_file_header *h = shp_wh.hdr;
+        uint64_t off = __atomic_load_n(&h->tail, __ATOMIC_RELAXED), end = off + size;
+        if (__builtin_expect(end <= fast && end <= __atomic_load_n(&h->cap, __ATOMIC_RELAXED), 1) &&
+            __atomic_compare_exchange_n(&h->tail, &off, end, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+            void *r = shp_wh.seg[off >> shp_wh.shift] + (off & shp_wh.mask);
+            shp_rec_mark_reserved(r, size);
+            return r;
+        }
+    }
+    return shp_reserve(type, size);
 }
 
 /* ---- resolve.c: the real functions ---- */
@@ -226,12 +278,16 @@ enum shp_aux {
     SHP_AUX_COMM_USER_RANK,
     SHP_AUX_COMM_COUNT,
     SHP_AUX_COMM_CU_DEVICE,
+    SHP_AUX_COMM_GET_ASYNC_ERROR,
     SHP_AUX_GET_DEVICE,
     SHP_AUX_POINTER_ATTRIBUTES,
     SHP_AUX_PEEK_ERROR,
     SHP_AUX_GET_ERROR,
+    SHP_AUX_STREAM_CAPTURE_INFO, /* cudaStreamGetCaptureInfo: a stream joined to a capture */
+    SHP_AUX_STREAM_CAPTURE_INFO_PTSZ,
     SHP_AUX_CU_POINTER_ATTRIBUTE, /* the driver's: copies seen at the driver level */
     SHP_AUX_CU_CTX_GET_DEVICE,
+    SHP_AUX_CU_STREAM_CAPTURE_INFO, /* cuStreamGetCaptureInfo_v2 */
     SHP_AUX_COUNT
 };
 void *shp_real_aux(int slot, enum shp_aux aux);
@@ -303,15 +359,32 @@ uint32_t shp_py_stack(uint32_t native);
 void shp_py_modules_changed(void);
 void shp_py_atfork_child(void);
 
+/* One Python frame as shp_py_frames hands it out; the texts are NUL-terminated UTF-8 that holds
+ * until the callback returns. */
+struct shp_py_frame {
+    const char *name, *qualname, *file; /* qualname is "" on 3.10 */
+    int firstlineno;
+    uint32_t lasti; /* instruction offset (SHP_PYFRAME_OFFSET), SHP_PYFRAME_NO_OFFSET if none */
+};
+/* Call fn for each Python frame of the calling thread, innermost first; returns how many (0:
+ * the thread runs no Python, or Python call sites are not available). For what is computed once
+ * per distinct stack (preload/values.c): it converts every name. */
+int shp_py_frames(void (*fn)(void *arg, const struct shp_py_frame *f), void *arg);
+
 /* ---- stacks.c: native call sites and the module map ---- */
 
 /* The id of the calling thread's stack (stored on first sight), 0 if stacks are off or the
  * stack could not be stored. With SHP_STACKS_PYTHON it names a Python stack (SHP_REC_PYSTACK)
  * when the thread runs Python. Call from a wrapper with the guard held. */
 uint32_t shp_stack_here(void);
-/* Write module records for objects loaded since the last call. */
-void shp_modules_sync(void);
 void shp_stacks_atfork_child(void);
+
+/* ---- values.c: fingerprints of values (its calls are in values.h) ---- */
+
+/* What is fingerprinted (SHP_VALUES_* of values.h); 0 when off, and set to 0 for good after an
+ * error of ours (one warning). Written at start-up and when switched off; read by every traced
+ * call, here so that the wrapper's inline completion can test it. */
+extern unsigned shp_values_mask;
 
 /* ---- record.c: calls to records ---- */
 
@@ -324,24 +397,115 @@ static inline bool shp_kept_dormant(int cls)
 }
 
 /* Dormant and no trace yet: make the file now, once, so that attach can find this process.
- * True if the new trace's control words say armed. */
+ * True if the new trace's control words say armed. Sets shp_armed_tried. */
 bool shp_armed_slow(void);
+/* shp_armed_slow has run in this process (a forked child runs it again). */
+extern _Atomic bool shp_armed_tried;
 
-/* True when calls are being recorded (not dormant). One load on the fast path. */
-static inline bool shp_armed(void)
+/* True when calls are being recorded (not dormant). Two loads on the fast path, one more while
+ * dormant. */
+static inline __attribute__((always_inline)) bool shp_armed(void)
 {
     volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
-    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) || shp_armed_slow();
+    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) ||
+           (__builtin_expect(!atomic_load_explicit(&shp_armed_tried, memory_order_relaxed), 0) &&
+            shp_armed_slow());
+}
+
+/* A communicator's next seq. NCCL forbids issuing calls on one communicator from two threads at
+ * once (its Thread Safety page: "it is not allowed to issue NCCL operations to a single
+ * communicator in parallel with multiple threads"; threads that take turns are ordered by their
+ * own synchronization), so a load and a store count it, with no locked add: on a dormant
+ * collective that add was a third of what the wrapper cost. */
+static inline __attribute__((always_inline)) uint64_t shp_seq_next(_Atomic uint64_t *n)
+{
+    uint64_t v = atomic_load_explicit(n, memory_order_relaxed);
+    atomic_store_explicit(n, v + 1, memory_order_relaxed);
+    return v;
+}
+
+/* The calling thread's last communicator (record.c): its handle, its state and its seq counter,
+ * valid while shp_comm_gen is still `gen` (any communicator inserted changes it). */
+struct shp_comm_last {
+    const void *handle;
+    void *st; /* struct comm_state */
+    _Atomic uint64_t *seq;
+    uint32_t gen;
+};
+extern SHP_TLS struct shp_comm_last shp_comm_last;
+extern _Atomic uint32_t shp_comm_gen;
+/* The calling thread's NCCL group depth (ncclGroupStart minus ncclGroupEnd). */
+extern SHP_TLS uint32_t shp_group_depth;
+
+/* While dormant: count a collective's or p2p call's seq once the real function has returned
+ * `result`, so that ranks armed at different moments still line up (a call NCCL refused takes
+ * none); op and cls are the call's, slot its library's. Looks the communicator up (and records
+ * one never seen created, or one whose size NCCL can tell now). Keeps errno. */
+void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer, int result);
+
+/* shp_dormant_seq, inline for a collective that succeeded on the thread's last communicator: a
+ * compare, a load and a store, no call, errno untouched. */
+static inline __attribute__((always_inline)) void
+shp_dormant_count(unsigned op, unsigned cls, int slot, void *comm, int peer, int result)
+{
+    if (result == 0 && cls == SHP_CLS_COLL && comm && comm == shp_comm_last.handle &&
+        shp_comm_last.seq &&
+        shp_comm_last.gen == atomic_load_explicit(&shp_comm_gen, memory_order_acquire)) {
+        shp_seq_next(shp_comm_last.seq);
+        return;
+    }
+    shp_dormant_seq(op, cls, slot, comm, peer, result);
+}
+
+/* While dormant: the calling thread's group depth follows ncclGroupStart and ncclGroupEnd. */
+static inline void shp_dormant_group(unsigned op, int result)
+{
+    if (op == SHP_OP_ncclGroupStart && result == 0)
+        shp_group_depth++;
+    else if (op == SHP_OP_ncclGroupEnd && shp_group_depth > 0)
+        shp_group_depth--;
 }
 
 /* Before the real call: reserve and publish the call's record (or note why not). */
 void shp_enter(struct shp_call *c);
+/* shp_enter for a call whose class is known to be that one: each its own straight path. */
+void shp_enter_launch(struct shp_call *c);
+void shp_enter_copy(struct shp_call *c);
+void shp_enter_coll(struct shp_call *c);
+void shp_enter_p2p(struct shp_call *c);
+
+/* shp_enter, picked by the class the wrapper knows at compile time. */
+static inline void shp_enter_cls(struct shp_call *c, int cls)
+{
+    if (cls == SHP_CLS_LAUNCH)
+        shp_enter_launch(c);
+    else if (cls == SHP_CLS_COPY)
+        shp_enter_copy(c);
+    else if (cls == SHP_CLS_COLL)
+        shp_enter_coll(c);
+    else if (cls == SHP_CLS_P2P)
+        shp_enter_p2p(c);
+    else
+        shp_enter(c);
+}
 /* After it: bookkeeping (communicators, allocations, graphs), then complete the record. */
-void shp_leave(struct shp_call *c, int result);
-/* While dormant: keep counting a collective's seq (so ranks armed at different moments still
- * line up), and the calling thread's group depth. */
-void shp_dormant_count(struct shp_call *c);
-void shp_dormant_group(unsigned op, int result);
+void shp_leave_full(struct shp_call *c, int result);
+/* What a compact record's completion may still have to do, out of line: give a refused call's
+ * seq back (ncclInvalidArgument, ncclInvalidUsage: NCCL enqueued nothing), and the values hook
+ * (values.h). Keeps errno. */
+void shp_leave_more(struct shp_call *c, int result);
+static inline void shp_leave(struct shp_call *c, int result)
+{
+    if (__builtin_expect(c->head != NULL, 1)) {
+        /* Compact: the device was taken at entry, the communicator's is its record's. A clock
+         * read and a store call nothing and set no errno: no guard, nothing to restore. */
+        shp_rec_done(c->head, result, shp_clock_now() - c->t0);
+        if (__builtin_expect(result != 0 || shp_values_mask != 0, 0))
+            shp_leave_more(c, result);
+        return;
+    }
+    shp_leave_full(c, result);
+}
 /* Forget per-process state that a forked child must not inherit. */
 void shp_record_atfork_child(void);
 
@@ -359,7 +523,7 @@ __attribute__((cold)) void shp_call_lost(const void *caller);
 /* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
  * real function of another intercepted call is running on this thread. caller: as for
  * shp_call_lost, read only when tracing is off. */
-static inline bool shp_active(const void *caller)
+static inline __attribute__((always_inline)) bool shp_active(const void *caller)
 {
     if (__builtin_expect(shp_guard, 0))
         return false;

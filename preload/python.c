@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "common/hash.h"
+#include "common/pylayout.h"
 #include "preload/preload.h"
 
 /* Why no GIL: torch releases it before it reaches cudaMemcpyAsync or ncclAllReduce, and taking
@@ -20,111 +21,6 @@
  * immutable. The thread state comes from PyGILState_GetThisThreadState (the GIL-state TSS slot,
  * set for every thread that ever ran Python and kept while it releases the GIL; 3.12's
  * thread-local current state is cleared on release, so it cannot serve). */
-
-/* Where things are in one CPython minor version, in bytes, from that version's headers
- * (cpython/pystate.h, internal/pycore_frame.h, cpython/code.h, cpython/unicodeobject.h);
- * 3.13 takes them from the _Py_DebugOffsets it exports at the start of _PyRuntime. Offsets every
- * version shares: ob_type 8, ob_size 16; a str's length 16, hash 24, state 32; a bytes' data 32. */
-struct py_layout {
-    unsigned minor;
-    uint32_t ts_frame;   /* thread state -> 3.10 frame, 3.11/3.12 cframe, 3.13 frame */
-    int32_t cf_current;  /* 3.11/3.12: _PyCFrame -> current frame; -1 otherwise */
-    uint32_t fr_back;    /* frame -> the calling frame */
-    uint32_t fr_code;    /* frame -> code object (3.13: f_executable) */
-    uint32_t fr_instr;   /* 3.10: int f_lasti (code units); later: instruction pointer */
-    int32_t fr_owner;    /* char owner; -1 on 3.10 */
-    int32_t fr_is_entry; /* 3.11: bool is_entry; -1 otherwise */
-    int owner_generator; /* FRAME_OWNED_BY_GENERATOR; -1 on 3.10 */
-    int owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+: an eval call's entry); -1 */
-    uint32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
-    int32_t co_firsttraceable; /* frames before it have not started; -1: not checked */
-    uint32_t co_code;          /* 3.11+: co_code_adaptive, the bytecode inside the object */
-    uint32_t str_ascii;        /* sizeof(PyASCIIObject): an ASCII str's data */
-    uint32_t str_compact;      /* sizeof(PyCompactUnicodeObject): other compact strs' data */
-    uint32_t rt_finalizing;    /* _PyRuntime._finalizing */
-};
-
-static const struct py_layout layouts[] = {
-    {.minor = 10,
-     .ts_frame = 24,
-     .cf_current = -1,
-     .fr_back = 24,
-     .fr_code = 32,
-     .fr_instr = 96,
-     .fr_owner = -1,
-     .fr_is_entry = -1,
-     .owner_generator = -1,
-     .owner_cstack = -1,
-     .co_filename = 104,
-     .co_name = 112,
-     .co_qualname = 0,
-     .co_linetable = 120,
-     .co_firstlineno = 40,
-     .co_firsttraceable = -1,
-     .co_code = 0,
-     .str_ascii = 48,
-     .str_compact = 72,
-     .rt_finalizing = 16},
-    {.minor = 11,
-     .ts_frame = 56,
-     .cf_current = 8,
-     .fr_back = 48,
-     .fr_code = 32,
-     .fr_instr = 56,
-     .fr_owner = 69,
-     .fr_is_entry = 68,
-     .owner_generator = 1,
-     .owner_cstack = -1,
-     .co_filename = 112,
-     .co_name = 120,
-     .co_qualname = 128,
-     .co_linetable = 136,
-     .co_firstlineno = 72,
-     .co_firsttraceable = 168,
-     .co_code = 184,
-     .str_ascii = 48,
-     .str_compact = 72,
-     .rt_finalizing = 24},
-    {.minor = 12,
-     .ts_frame = 56,
-     .cf_current = 0,
-     .fr_back = 8,
-     .fr_code = 0,
-     .fr_instr = 56,
-     .fr_owner = 70,
-     .fr_is_entry = -1,
-     .owner_generator = 1,
-     .owner_cstack = 3,
-     .co_filename = 112,
-     .co_name = 120,
-     .co_qualname = 128,
-     .co_linetable = 136,
-     .co_firstlineno = 68,
-     .co_firsttraceable = 176,
-     .co_code = 192,
-     .str_ascii = 40,
-     .str_compact = 56,
-     .rt_finalizing = 24},
-};
-
-/* The beginning of 3.13's _Py_DebugOffsets (internal/pycore_runtime.h), up to what we read. */
-struct debug_offsets_313 {
-    char cookie[8]; /* "xdebugpy" */
-    uint64_t version;
-    uint64_t free_threaded;
-    uint64_t runtime_size, runtime_finalizing, runtime_interpreters_head;
-    uint64_t interp[13];
-    uint64_t ts_size, ts_prev, ts_next, ts_interp, ts_current_frame, ts_thread_id,
-        ts_native_thread_id, ts_datastack_chunk, ts_status;
-    uint64_t fr_size, fr_previous, fr_executable, fr_instr_ptr, fr_localsplus, fr_owner;
-    uint64_t co_size, co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_argcount,
-        co_localsplusnames, co_localspluskinds, co_code_adaptive;
-    uint64_t ob_size, ob_type;
-    uint64_t type_object[4], tuple_object[3], list_object[3], dict_object[3], float_object[2],
-        long_object[3];
-    uint64_t bytes_size, bytes_ob_size, bytes_ob_sval;
-    uint64_t str_size, str_state, str_length, str_asciiobject_size;
-};
 
 enum { PY_UNRESOLVED, PY_READY, PY_ABSENT, PY_OFF };
 
@@ -140,7 +36,7 @@ typedef int (*is_initialized_fn)(void);
 static struct {
     _Atomic int state; /* PY_* */
     pthread_mutex_t mu;
-    struct py_layout L;
+    struct shp_py_layout L;
     uint32_t version; /* PY_VERSION_HEX */
     this_tstate_fn this_tstate;
     is_initialized_fn is_initialized;
@@ -196,7 +92,7 @@ static inline uint64_t str_hash(const char *s)
 
 static inline uint64_t code_key(const char *co, uint64_t units)
 {
-    const struct py_layout *L = &py.L;
+    const struct shp_py_layout *L = &py.L;
     const char *file = ld_ptr(co, L->co_filename), *name = ld_ptr(co, L->co_name);
     uint64_t h = (uintptr_t)co * 0x9e3779b97f4a7c15ull + (uintptr_t)file * 0xc2b2ae3d27d4eb4full +
                  (uintptr_t)name * 0x165667b19e3779f9ull +
@@ -226,7 +122,7 @@ struct py_walk {
  * think, and the caller stops reading Python frames. */
 static bool walk(const char *ts, struct py_walk *w)
 {
-    const struct py_layout *L = &py.L;
+    const struct shp_py_layout *L = &py.L;
     const char *f = ld_ptr(ts, L->ts_frame);
     if (L->cf_current >= 0) {
         if (!f)
@@ -303,45 +199,13 @@ static size_t str_utf8(const char *s, char *out, size_t cap)
         return 0;
     const unsigned char *data =
         (const unsigned char *)s + (ascii ? py.L.str_ascii : py.L.str_compact);
-    if (ascii) {
-        size_t n = (size_t)len < cap ? (size_t)len : cap;
-        if (out)
-            memcpy(out, data, n);
-        return n;
-    }
-    size_t n = 0;
-    for (int64_t i = 0; i < len; i++) {
-        uint32_t c = kind == 1   ? data[i]
-                     : kind == 2 ? ((const uint16_t *)(const void *)data)[i]
-                                 : ((const uint32_t *)(const void *)data)[i];
-        char enc[4];
-        size_t m;
-        if (c >= 0xd800 && c < 0xe000)
-            c = '?'; /* a lone surrogate (surrogateescape'd file name) is no UTF-8 */
-        if (c < 0x80) {
-            enc[0] = (char)c, m = 1;
-        } else if (c < 0x800) {
-            enc[0] = (char)(0xc0 | c >> 6), enc[1] = (char)(0x80 | (c & 0x3f)), m = 2;
-        } else if (c < 0x10000) {
-            enc[0] = (char)(0xe0 | c >> 12), enc[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-            enc[2] = (char)(0x80 | (c & 0x3f)), m = 3;
-        } else {
-            enc[0] = (char)(0xf0 | c >> 18), enc[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-            enc[2] = (char)(0x80 | ((c >> 6) & 0x3f)), enc[3] = (char)(0x80 | (c & 0x3f)), m = 4;
-        }
-        if (n + m > cap)
-            break;
-        if (out)
-            memcpy(out + n, enc, m);
-        n += m;
-    }
-    return n;
+    return shp_py_str_utf8(data, kind, ascii, (size_t)len, out, cap);
 }
 
 static uint32_t store_code(void *arg)
 {
     const char *co = arg;
-    const struct py_layout *L = &py.L;
+    const struct shp_py_layout *L = &py.L;
     const char *name = ld_ptr(co, L->co_name), *file = ld_ptr(co, L->co_filename);
     const char *qual = L->co_qualname ? ld_ptr(co, L->co_qualname) : NULL;
     const char *lt = ld_ptr(co, L->co_linetable);
@@ -478,52 +342,6 @@ static uint32_t interpreter_version(void *h)
     return major << 24 | minor << 16 | micro << 8;
 }
 
-static bool layout_313(struct py_layout *L)
-{
-    const struct debug_offsets_313 *d = (const void *)py.runtime;
-    if (memcmp(d->cookie, "xdebugpy", 8) != 0 || (d->version >> 16) != (py.version >> 16) ||
-        d->free_threaded || d->ob_type != 8 || d->str_state != 32 || d->str_length != 16 ||
-        d->bytes_ob_size != 16 || d->bytes_ob_sval != 32 || d->fr_size > 4096 ||
-        d->co_size > 4096 || d->ts_size > 65536)
-        return false;
-    uint64_t in_fr[] = {d->fr_previous, d->fr_executable, d->fr_instr_ptr, d->fr_owner};
-    uint64_t in_co[] = {d->co_filename,  d->co_name,        d->co_qualname,
-                        d->co_linetable, d->co_firstlineno, d->co_code_adaptive};
-    for (size_t i = 0; i < sizeof(in_fr) / sizeof(in_fr[0]); i++)
-        if (in_fr[i] + 8 > d->fr_size)
-            return false;
-    for (size_t i = 0; i < sizeof(in_co) / sizeof(in_co[0]); i++)
-        if (in_co[i] > d->co_size)
-            return false;
-    if (d->ts_current_frame + 8 > d->ts_size || d->runtime_finalizing + 8 > d->runtime_size)
-        return false;
-    *L = (struct py_layout){
-        .minor = 13,
-        .ts_frame = (uint32_t)d->ts_current_frame,
-        .cf_current = -1,
-        .fr_back = (uint32_t)d->fr_previous,
-        .fr_code = (uint32_t)d->fr_executable,
-        .fr_instr = (uint32_t)d->fr_instr_ptr,
-        .fr_owner = (int32_t)d->fr_owner,
-        .fr_is_entry = -1,
-        .owner_generator = 1,
-        .owner_cstack = 3,
-        .co_filename = (uint32_t)d->co_filename,
-        .co_name = (uint32_t)d->co_name,
-        .co_qualname = (uint32_t)d->co_qualname,
-        .co_linetable = (uint32_t)d->co_linetable,
-        .co_firstlineno = (uint32_t)d->co_firstlineno,
-        /* Not among the debug offsets: 3.13.0's, where the fields around it are where 3.13.0
-         * has them. */
-        .co_firsttraceable = d->co_code_adaptive == 200 ? 184 : -1,
-        .co_code = (uint32_t)d->co_code_adaptive,
-        .str_ascii = (uint32_t)d->str_asciiobject_size,
-        .str_compact = (uint32_t)d->str_asciiobject_size + 16,
-        .rt_finalizing = (uint32_t)d->runtime_finalizing,
-    };
-    return true;
-}
-
 static int resolve(void)
 {
     void *h;
@@ -575,13 +393,13 @@ static int resolve(void)
         return PY_OFF;
     }
     if (minor == 13) {
-        if (!layout_313(&py.L)) {
+        if (!shp_py_layout_from_debug((const void *)py.runtime, py.version, &py.L)) {
             SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK,
                           "Python 3.13's debug offsets are not as expected: native stacks only");
             return PY_OFF;
         }
     } else {
-        py.L = layouts[minor - 10];
+        py.L = *shp_py_layout_table(minor);
     }
 
     /* Return addresses inside _PyEval_EvalFrameDefault mark where the tools put Python frames. */
@@ -668,4 +486,35 @@ void shp_py_atfork_child(void)
     atomic_store(&py.next_code_id, 0);
     atomic_store(&py.info_written, 0);
     pthread_mutex_init(&py.mu, NULL);
+}
+
+int shp_py_frames(void (*fn)(void *arg, const struct shp_py_frame *f), void *arg)
+{
+    int st = atomic_load_explicit(&py.state, memory_order_acquire);
+    if (st != PY_READY && (st != PY_UNRESOLVED || setup() != PY_READY))
+        return 0;
+    if (!py.is_initialized() || ld_ptr(py.runtime, py.L.rt_finalizing))
+        return 0;
+    const char *ts = py.this_tstate();
+    struct py_walk w;
+    w.native = 0;
+    w.flags = 0;
+    w.n = 0;
+    if (!ts || !ok_ptr(ts) || !walk(ts, &w))
+        return 0;
+    const struct shp_py_layout *L = &py.L;
+    for (int i = 0; i < w.n; i++) {
+        const char *co = w.f[i].code;
+        char name[NAME_MAX_BYTES + 1], qual[NAME_MAX_BYTES + 1], file[FILE_MAX_BYTES + 1];
+        name[str_utf8(ld_ptr(co, L->co_name), name, NAME_MAX_BYTES)] = 0;
+        qual[L->co_qualname ? str_utf8(ld_ptr(co, L->co_qualname), qual, NAME_MAX_BYTES) : 0] = 0;
+        file[str_utf8(ld_ptr(co, L->co_filename), file, FILE_MAX_BYTES)] = 0;
+        struct shp_py_frame f = {.name = name,
+                                 .qualname = qual,
+                                 .file = file,
+                                 .firstlineno = ld_i32(co, L->co_firstlineno),
+                                 .lasti = SHP_PYFRAME_OFFSET(w.f[i].lasti)};
+        fn(arg, &f);
+    }
+    return w.n;
 }

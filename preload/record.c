@@ -2,6 +2,10 @@
  * call does not say: communicator identity and sequence numbers, group depth, which streams are
  * being captured into graphs. Per-op facts live in tables indexed by the op. */
 #define _GNU_SOURCE
+/* The record check (trace.h) is a loop over a record's words; with a compact record's constant
+ * size it unrolls into a few adds only when peeled (44 instructions of a traced graph launch's
+ * 270 were the loop's). */
+#pragma GCC optimize("peel-loops")
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -14,6 +18,11 @@
 #include "common/hash.h"
 #include "include/shapetrace/env.h"
 #include "preload/preload.h"
+#include "preload/values.h"
+
+/* The call path's own helpers are inlined into each class's entry point (shp_enter_*), so that
+ * each is one straight function. */
+#define HOT static inline __attribute__((always_inline))
 
 /* ---- per-op tables ---- */
 
@@ -26,16 +35,15 @@ static const unsigned char rec_type_of_class[] = {
     [SHP_CLS_GRAPH] = SHP_REC_GRAPH,     [SHP_CLS_LAUNCH] = SHP_REC_GRAPH,
 };
 
-static const unsigned char uses_root[SHP_OP_COUNT] = {
-    [SHP_OP_ncclBroadcast] = 1, [SHP_OP_ncclBcast] = 1,   [SHP_OP_ncclReduce] = 1,
-    [SHP_OP_ncclGather] = 1,    [SHP_OP_ncclScatter] = 1,
-};
+/* The call list's root and redop facts, as tables here for the record's path. */
+#define SHP_X_ROOT(num, lib, cls, name, facts, params, args, desc)                                 \
+    [num] = SHP_NCCL_ROOT facts != SHP_ROOT_NONE,
+static const unsigned char uses_root[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ROOT)};
+#undef SHP_X_ROOT
 
-static const unsigned char uses_redop[SHP_OP_COUNT] = {
-    [SHP_OP_ncclAllReduce] = 1,
-    [SHP_OP_ncclReduce] = 1,
-    [SHP_OP_ncclReduceScatter] = 1,
-};
+#define SHP_X_REDOP(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_REDOP facts,
+static const unsigned char uses_redop[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_REDOP)};
+#undef SHP_X_REDOP
 
 static const unsigned char comm_kind_of_op[SHP_OP_COUNT] = {
     [SHP_OP_ncclCommInitRank] = SHP_COMM_INIT,
@@ -62,8 +70,8 @@ static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
 
 /* ---- the trace file ---- */
 
-/* Open the trace if it is not, with module records right after the header so that every stack
- * can be symbolized; a trace that cannot be made switches tracing off. False if there is none. */
+/* Open the trace if it is not; a trace that cannot be made switches tracing off. False if
+ * there is none. (The objects a stack's frames lie in are written with the stack: stacks.c.) */
 static bool trace_open(void)
 {
     int rc = shp_writer_open();
@@ -73,35 +81,44 @@ static bool trace_open(void)
         shp_disable("the trace file could not be created");
         return false;
     }
-    if (shp_cfg.stacks != SHP_STACKS_NONE)
-        shp_modules_sync();
+    shp_values_opened();
     return true;
 }
+
+_Atomic bool shp_armed_tried;
+static _Atomic int armed_tried_once;
 
 bool shp_armed_slow(void)
 {
     /* Dormant and no file yet: make it now, once, so that attach can find this process. */
-    static _Atomic int tried;
-    if (!shp_ctl_is_local() || atomic_exchange(&tried, 1))
+    if (!shp_ctl_is_local() || atomic_exchange(&armed_tried_once, 1)) {
+        atomic_store_explicit(&shp_armed_tried, true, memory_order_relaxed);
         return false;
+    }
     int saved = shp_own_enter();
     trace_open();
     shp_own_leave(saved);
+    atomic_store_explicit(&shp_armed_tried, true, memory_order_relaxed);
     return __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE)[SHP_CTL_ARMED] != 0;
 }
 
 /* ---- communicators ---- */
 
 struct comm_state {
-    uint64_t id;
-    int rank, nranks, dev;
+    uint64_t id, parent;
+    /* What NCCL says of it. A communicator made non-blocking (ncclInProgress) is `pending`
+     * until NCCL can say them (comm_learn): -1 until then. */
+    _Atomic int rank, nranks, dev;
+    _Atomic bool pending;
+    uint8_t kind; /* SHP_COMM_* of its creation */
     /* Index of the communicator's record in the header's table (compact records name it), -1
      * if none; valid only in the trace file of generation `gen` (a forked child's is new). */
     _Atomic int cidx;
     uint32_t gen;
     _Atomic uint64_t seq;
     _Atomic uint32_t nsplits;
-    _Atomic uint64_t *p2p; /* [2 * nranks]: sends to peer i, then receives from peer i */
+    /* [2 * nranks]: sends to peer i, then receives from peer i; NULL until the size is known */
+    _Atomic(_Atomic uint64_t *) p2p;
 };
 
 #define COMM_SLOTS 4096u
@@ -126,6 +143,9 @@ static struct comm_state *comm_lookup(const void *handle)
     return NULL;
 }
 
+_Atomic uint32_t shp_comm_gen;
+SHP_TLS struct shp_comm_last shp_comm_last;
+
 static void comm_insert(void *handle, struct comm_state *st)
 {
     uint64_t h = shp_mix64((uint64_t)(uintptr_t)handle);
@@ -140,10 +160,23 @@ static void comm_insert(void *handle, struct comm_state *st)
             break;
         }
     }
+    /* Every thread's cached communicator is looked up again: this handle may be the one. */
+    atomic_fetch_add_explicit(&shp_comm_gen, 1, memory_order_release);
     pthread_mutex_unlock(&comm_mu);
 }
 
 typedef ncclResult_t (*comm_query_fn)(const ncclComm_t, int *);
+typedef ncclResult_t (*async_error_fn)(ncclComm_t, ncclResult_t *);
+
+/* Whether NCCL can tell the communicator's attributes: not while its creation is in progress
+ * (ncclInProgress, a non-blocking communicator). ncclCommGetAsyncError only reads a state, where
+ * ncclCommUserRank on a communicator in progress is refused with a warning of NCCL's own. */
+static bool comm_ready(int slot, void *comm)
+{
+    async_error_fn f = (async_error_fn)shp_real_aux(slot, SHP_AUX_COMM_GET_ASYNC_ERROR);
+    ncclResult_t state = ncclInProgress;
+    return comm && (!f || (f((ncclComm_t)comm, &state) == ncclSuccess && state != ncclInProgress));
+}
 
 static int comm_query(int slot, enum shp_aux aux, void *comm)
 {
@@ -165,8 +198,9 @@ static struct comm_state *comm_new(uint64_t id, int rank, int nranks, int dev)
     st->nranks = nranks;
     st->dev = dev;
     st->cidx = -1;
+    st->kind = SHP_COMM_INIT;
     if (nranks > 0)
-        st->p2p = calloc(2 * (size_t)nranks, sizeof(*st->p2p));
+        st->p2p = calloc(2 * (size_t)nranks, sizeof(uint64_t));
     return st;
 }
 
@@ -183,7 +217,7 @@ static void note_first_rank(int rank)
 }
 
 static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags);
-static SHP_TLS uint32_t tls_group;
+SHP_TLS uint32_t shp_group_depth;
 
 /* A communicator creation record's body, every field written (no block clear on this path). */
 static void comm_body(struct shp_rec_comm *r, uint64_t id, int rank, int nranks)
@@ -211,7 +245,7 @@ static void comm_indexed(struct comm_state *st, const void *rec)
 }
 
 /* st's index in the current trace file, -1 if it has none there. */
-static int comm_index(const struct comm_state *st)
+HOT int comm_index(const struct comm_state *st)
 {
     int i = st ? atomic_load_explicit(&st->cidx, memory_order_acquire) : -1;
     return i >= 0 && st->gen == shp_writer_gen() ? i : -1;
@@ -221,14 +255,16 @@ static int comm_index(const struct comm_state *st)
  * process-local identity and say so. */
 static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
 {
-    int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
-    int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
-    int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+    bool ready = comm_ready(c->slot, comm);
+    int rank = ready ? comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm) : -1;
+    int nranks = ready ? comm_query(c->slot, SHP_AUX_COMM_COUNT, comm) : -1;
+    int dev = ready ? comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm) : -1;
     uint64_t id = shp_mix64(shp_hash_bytes((uint64_t)getpid(), &comm, sizeof(comm)) ^
                             shp_hash_bytes(0, shp_cfg.host, strlen(shp_cfg.host)));
     struct comm_state *st = comm_new(id, rank, nranks, dev);
     if (!st)
         return NULL;
+    st->pending = !ready;
     comm_insert(comm, st);
     struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
     if (r) {
@@ -244,40 +280,220 @@ static struct comm_state *comm_unknown(struct shp_call *c, void *comm)
     return st;
 }
 
-static struct comm_state *comm_get(struct shp_call *c, void *comm)
+/* A communicator made non-blocking returned ncclInProgress at its creation, when NCCL could not
+ * tell its rank and size yet. At each later call on it, until NCCL can: then a communicator
+ * record with the same id says them (SHP_EV_COMM_LEARNED), and its calls name that record. */
+static void comm_learn(struct shp_call *c, void *comm, struct comm_state *st)
+{
+    if (!comm_ready(c->slot, comm))
+        return;
+    int rank = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+    int nranks = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+    int dev = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+    if (rank < 0 || nranks <= 0)
+        return;
+    _Atomic uint64_t *p2p = calloc(2 * (size_t)nranks, sizeof(uint64_t));
+    pthread_mutex_lock(&comm_mu);
+    bool first = atomic_load(&st->pending);
+    if (first) {
+        st->dev = dev;
+        st->rank = rank;
+        st->nranks = nranks;
+        atomic_store(&st->p2p, p2p);
+        atomic_store(&st->pending, false);
+    }
+    pthread_mutex_unlock(&comm_mu);
+    if (!first) {
+        free(p2p);
+        return;
+    }
+    struct shp_rec_comm *r = shp_reserve(SHP_REC_COMM, sizeof(*r));
+    if (r) {
+        fill_ev(&r->ev, c, SHP_EV_COMM_LEARNED);
+        r->ev.op = SHP_OP_NONE;
+        comm_body(r, st->id, rank, nranks);
+        r->parent = st->parent;
+        r->kind = st->kind;
+        shp_rec_publish(r, SHP_REC_COMM, sizeof(*r));
+        shp_rec_complete(&r->ev, 0, dev, (uint64_t)(uintptr_t)comm, rank, nranks, 0);
+        comm_indexed(st, r);
+    }
+    if (st->kind == SHP_COMM_INIT)
+        note_first_rank(rank);
+}
+
+/* comm_get past the calling thread's cache: the table, else a communicator seen first now; one
+ * still in progress is asked again (comm_learn). The cache then holds it as of generation `gen`,
+ * unless it is still in progress: its calls look it up until NCCL can say what it is. */
+static __attribute__((noinline)) struct comm_state *comm_find(struct shp_call *c, void *comm,
+                                                              uint32_t gen)
+{
+    struct comm_state *st = comm_lookup(comm);
+    if (!st || atomic_load_explicit(&st->pending, memory_order_relaxed)) {
+        int saved = errno; /* NCCL is asked about it, and a record written */
+        if (!st)
+            st = comm_unknown(c, comm);
+        else
+            comm_learn(c, comm, st);
+        errno = saved;
+    }
+    bool pending = st && atomic_load_explicit(&st->pending, memory_order_relaxed);
+    shp_comm_last.handle = pending ? NULL : comm;
+    shp_comm_last.st = st;
+    shp_comm_last.seq = st ? &st->seq : NULL;
+    shp_comm_last.gen = gen;
+    return st;
+}
+
+/* The state of communicator handle `comm` (NULL for a NULL handle, or when it cannot be kept).
+ * A thread calls one communicator over and over: the last one it named is kept in a
+ * thread-local cache, good until any communicator is inserted (shp_comm_gen), which is when a
+ * destroyed handle can come back as another communicator. */
+static inline struct comm_state *comm_get(struct shp_call *c, void *comm)
 {
     if (!comm)
         return NULL;
-    struct comm_state *st = comm_lookup(comm);
-    return st ? st : comm_unknown(c, comm);
+    uint32_t gen = atomic_load_explicit(&shp_comm_gen, memory_order_acquire);
+    if (__builtin_expect(shp_comm_last.handle == comm && shp_comm_last.gen == gen, 1))
+        return shp_comm_last.st;
+    return comm_find(c, comm, gen);
+}
+
+/* The counter of a p2p call's seq: sends to `peer`, or receives from it; NULL for a peer out of
+ * the communicator's range, or while its size is not known. */
+HOT _Atomic uint64_t *p2p_counter(struct comm_state *st, unsigned op, int peer)
+{
+    _Atomic uint64_t *p2p = atomic_load_explicit(&st->p2p, memory_order_acquire);
+    int n = atomic_load_explicit(&st->nranks, memory_order_relaxed);
+    if (!p2p || peer < 0 || peer >= n)
+        return NULL;
+    return &p2p[(size_t)peer + (op == SHP_OP_ncclRecv ? (size_t)n : 0)];
+}
+
+/* The counter a collective's or p2p call's seq comes from: the communicator's, or the one of its
+ * peer and direction; NULL when there is none. */
+HOT _Atomic uint64_t *seq_counter(struct comm_state *st, unsigned cls, unsigned op, int peer)
+{
+    if (!st)
+        return NULL;
+    return cls == SHP_CLS_COLL ? &st->seq : p2p_counter(st, op, peer);
 }
 
 /* ---- captures ---- */
 
+/* The captures in progress that this process began, by the stream that began each, with our id
+ * (a counter, from 1) and CUDA's (0 when CUDA could not say). */
 #define MAX_CAPTURES 256
 static struct {
     pthread_mutex_t mu;
     _Atomic int n;
     void *stream[MAX_CAPTURES];
     uint64_t id[MAX_CAPTURES];
+    unsigned long long cuda_id[MAX_CAPTURES];
 } cap = {.mu = PTHREAD_MUTEX_INITIALIZER};
 static _Atomic uint64_t capture_counter;
 
-static uint64_t capture_of(const void *stream)
+/* The id of a capture that CUDA says a stream is in but that this process did not begin where
+ * the preload saw it: marked, so that it names no graph of ours (its calls execute nothing). */
+#define FOREIGN_CAPTURE (1ull << 63)
+
+typedef cudaError_t (*rt_capture_info_fn)(cudaStream_t, enum cudaStreamCaptureStatus *,
+                                          unsigned long long *, cudaGraph_t *,
+                                          const cudaGraphNode_t **, const cudaGraphEdgeData **,
+                                          size_t *);
+typedef CUresult (*cu_capture_info_fn)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                       const CUgraphNode **, size_t *);
+typedef cudaError_t (*error_fn)(void);
+
+/* Whether the op is a per-thread-default-stream form, for which stream 0 is the calling thread's
+ * stream rather than the legacy one. */
+static bool per_thread_op(unsigned op)
 {
-    if (atomic_load_explicit(&cap.n, memory_order_acquire) == 0)
-        return 0;
+    const char *n = shp_op_name(op);
+    return strstr(n, "_ptsz") || strstr(n, "_ptds");
+}
+
+/* CUDA's id of the capture that the call's stream is in, its own or one it joined by waiting on
+ * an event recorded in it (cudaStreamGetCaptureInfo, else the driver's cuStreamGetCaptureInfo;
+ * CUDA 13's runtime takes seven arguments and CUDA 12's six, all after the id passed NULL).
+ * False when it is in none, or CUDA cannot say. CUDA's last error and errno are left as they
+ * were (a call record's path does not keep errno: see enter). */
+static bool cuda_capture_id(const struct shp_call *c, void *stream, unsigned long long *id)
+{
+    bool ptsz = per_thread_op(c->op);
+    /* The legacy stream cannot be captured, nor join a capture. */
+    if ((!stream && !ptsz) || stream == (void *)cudaStreamLegacy)
+        return false;
+    int saved = errno;
+    bool in = false;
+    if (shp_op_lib(c->op) != SHP_LIB_CUDA) {
+        rt_capture_info_fn f = (rt_capture_info_fn)shp_real_aux(
+            c->slot, ptsz ? SHP_AUX_STREAM_CAPTURE_INFO_PTSZ : SHP_AUX_STREAM_CAPTURE_INFO);
+        if (f) {
+            error_fn peek = (error_fn)shp_real_aux(c->slot, SHP_AUX_PEEK_ERROR);
+            cudaError_t before = peek ? peek() : cudaSuccess;
+            enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+            cudaError_t e = f((cudaStream_t)stream, &st, id, NULL, NULL, NULL, NULL);
+            if (e != cudaSuccess) {
+                error_fn get = (error_fn)shp_real_aux(c->slot, SHP_AUX_GET_ERROR);
+                if (get && before == cudaSuccess)
+                    get();
+            }
+            in = e == cudaSuccess && st == cudaStreamCaptureStatusActive;
+            goto out;
+        }
+    }
+    cu_capture_info_fn f = (cu_capture_info_fn)shp_real_aux(0, SHP_AUX_CU_STREAM_CAPTURE_INFO);
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t cid = 0;
+    CUstream s = stream ? (CUstream)stream : CU_STREAM_PER_THREAD;
+    if (f && f(s, &st, &cid, NULL, NULL, NULL) == CUDA_SUCCESS &&
+        st == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        *id = cid;
+        in = true;
+    }
+out:
+    errno = saved;
+    return in;
+}
+
+/* capture_of while this process has a capture in progress: first whether the stream began one
+ * (a table of our own), then CUDA, for a stream that joined one through an event (torch and vLLM
+ * put NCCL on a side stream inside a graph that way). */
+static __attribute__((noinline)) uint64_t capture_find(const struct shp_call *c)
+{
     uint64_t id = 0;
     pthread_mutex_lock(&cap.mu);
     for (int i = 0; i < cap.n; i++)
-        if (cap.stream[i] == stream)
+        if (cap.stream[i] == c->stream)
             id = cap.id[i];
     pthread_mutex_unlock(&cap.mu);
-    return id;
+    unsigned long long cid;
+    if (id || !cuda_capture_id(c, c->stream, &cid))
+        return id;
+    pthread_mutex_lock(&cap.mu);
+    for (int i = 0; i < cap.n; i++)
+        if (cap.cuda_id[i] && cap.cuda_id[i] == cid)
+            id = cap.id[i];
+    pthread_mutex_unlock(&cap.mu);
+    return id ? id : FOREIGN_CAPTURE | cid;
 }
 
-static void capture_set(void *stream, uint64_t id)
+/* The capture id of the call's stream, 0 when it is not captured. Only while this process has a
+ * capture in progress is anything asked (capture_find). */
+HOT uint64_t capture_of(const struct shp_call *c)
 {
+    if (__builtin_expect(atomic_load_explicit(&cap.n, memory_order_acquire) == 0, 1))
+        return 0;
+    return capture_find(c);
+}
+
+/* stream began capture `id` (id 0: its capture ended). */
+static void capture_set(const struct shp_call *c, void *stream, uint64_t id)
+{
+    unsigned long long cid = 0;
+    if (id && !cuda_capture_id(c, stream, &cid))
+        cid = 0;
     pthread_mutex_lock(&cap.mu);
     int n = atomic_load(&cap.n);
     for (int i = 0; i < n; i++) {
@@ -285,9 +501,11 @@ static void capture_set(void *stream, uint64_t id)
             continue;
         if (id) {
             cap.id[i] = id;
+            cap.cuda_id[i] = cid;
         } else {
             cap.stream[i] = cap.stream[n - 1];
             cap.id[i] = cap.id[n - 1];
+            cap.cuda_id[i] = cap.cuda_id[n - 1];
             atomic_store(&cap.n, n - 1);
         }
         pthread_mutex_unlock(&cap.mu);
@@ -296,6 +514,7 @@ static void capture_set(void *stream, uint64_t id)
     if (id && n < MAX_CAPTURES) {
         cap.stream[n] = stream;
         cap.id[n] = id;
+        cap.cuda_id[n] = cid;
         atomic_store(&cap.n, n + 1);
     }
     pthread_mutex_unlock(&cap.mu);
@@ -304,7 +523,6 @@ static void capture_set(void *stream, uint64_t id)
 /* ---- copies ---- */
 
 typedef cudaError_t (*attrs_fn)(struct cudaPointerAttributes *, const void *);
-typedef cudaError_t (*error_fn)(void);
 typedef cudaError_t (*get_device_fn)(int *);
 
 static bool is_device_ptr(int slot, const void *p)
@@ -375,7 +593,7 @@ static void fill_ev(struct shp_ev *ev, const struct shp_call *c, uint16_t flags)
     ev->stack = shp_stack_here();
     if (shp_cfg.stacks != SHP_STACKS_NONE && !ev->stack)
         ev->flags |= SHP_EV_DROPPED_STACK;
-    ev->group = tls_group;
+    ev->group = shp_group_depth;
     ev->result = 0;
     ev->device = -1;
     ev->dur = SHP_DUR_PENDING;
@@ -393,27 +611,27 @@ struct pre {
     int kind, device;      /* copies */
 };
 
-static void pre_common(struct pre *p, const struct shp_call *c)
+HOT void pre_common(struct pre *p, const struct shp_call *c)
 {
-    p->stack = shp_stack_here();
+    p->stack = shp_cfg.stacks != SHP_STACKS_NONE ? shp_stack_here() : 0;
     p->flags = shp_cfg.stacks != SHP_STACKS_NONE && !p->stack ? SHP_EV_DROPPED_STACK : 0;
-    p->graph = capture_of(c->stream);
+    p->graph = capture_of(c);
     if (p->graph)
         p->flags |= SHP_EV_CAPTURED;
 }
 
-static void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
+HOT void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
 {
     hd->t = c->t0;
     hd->tid = shp_tid();
     hd->op = (uint8_t)c->op;
     hd->flags = (uint8_t)p->flags;
-    hd->group = (uint16_t)tls_group;
+    hd->group = (uint16_t)shp_group_depth;
     hd->done = SHP_DONE_PENDING;
 }
 
 /* True if every one of n values fits the 48 bits of a compact record's word. */
-static bool fit48(const uint64_t *v, int n)
+HOT bool fit48(const uint64_t *v, int n)
 {
     uint64_t any = 0;
     for (int i = 0; i < n; i++)
@@ -421,7 +639,7 @@ static bool fit48(const uint64_t *v, int n)
     return any < SHP_P48_LIMIT;
 }
 
-static bool fit16(int v)
+HOT bool fit16(int v)
 {
     return v >= INT16_MIN && v <= INT16_MAX;
 }
@@ -458,7 +676,9 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
         r->key = c->key;
         r->index = c->index;
     } else {
-        struct comm_state *st = comm_lookup(c->comm);
+        struct comm_state *st = c->comm ? comm_lookup(c->comm) : NULL;
+        if (st && atomic_load_explicit(&st->pending, memory_order_relaxed))
+            comm_learn(c, c->comm, st);
         c->id = st ? st->id : 0;
         r->handle = (uint64_t)(uintptr_t)c->comm;
         if (st) {
@@ -469,22 +689,33 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
-static void pre_coll(struct pre *p, struct shp_call *c)
+HOT void pre_coll(struct pre *p, struct shp_call *c)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
     p->st = st;
     /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
-    if (!st) {
-        p->seq = UINT64_MAX;
-    } else if (c->cls == SHP_CLS_COLL) {
-        p->seq = atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
-    } else if (st->p2p && c->peer >= 0 && c->peer < st->nranks) {
-        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
-        p->seq = atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
-    } else {
-        p->seq = UINT64_MAX;
-    }
+    _Atomic uint64_t *n = seq_counter(st, c->cls, c->op, c->peer);
+    p->seq = n ? shp_seq_next(n) : UINT64_MAX;
+    c->seq = p->seq;
+}
+
+/* NCCL refused the call before enqueuing it (an argument or the communicator's state): it took
+ * no place among the calls NCCL matches, so its seq goes back, and the rank's next call has it
+ * (unless another thread took the next one meanwhile, which NCCL forbids on one communicator). */
+static void give_back_seq(struct shp_call *c)
+{
+    _Atomic uint64_t *n =
+        c->cstate && c->seq != UINT64_MAX ? seq_counter(c->cstate, c->cls, c->op, c->peer) : NULL;
+    uint64_t next = c->seq + 1;
+    if (n)
+        atomic_compare_exchange_strong_explicit(n, &next, c->seq, memory_order_relaxed,
+                                                memory_order_relaxed);
+}
+
+static bool refused(int result)
+{
+    return result == ncclInvalidArgument || result == ncclInvalidUsage;
 }
 
 static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const struct pre *p)
@@ -506,16 +737,16 @@ static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const st
 }
 
 /* The compact record of a collective or p2p call, if it can take one; false: write the full. */
-static bool coll_compact(struct shp_call *c, const struct pre *p)
+HOT bool coll_compact(struct shp_call *c, const struct pre *p)
 {
     int idx = comm_index(p->st);
     int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
     uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
                     (uint64_t)(uintptr_t)c->stream, p->seq};
-    if (idx < 0 || p->graph || tls_group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
+    if (idx < 0 || p->graph || shp_group_depth > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
         return false;
     unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
-    struct shp_rec_coll_c *r = shp_reserve(type, sizeof(*r));
+    struct shp_rec_coll_c *r = shp_reserve_call(type, sizeof(*r));
     if (r) {
         unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
         head_fill(&r->h, c, p);
@@ -524,17 +755,23 @@ static bool coll_compact(struct shp_call *c, const struct pre *p)
         r->recv_rp = SHP_P48(v[2], rp);
         r->stream_slo = SHP_P48(v[3], p->stack);
         r->seq_shi = SHP_P48(v[4], p->stack >> 16);
-        shp_rec_publish(r, type, sizeof(*r));
+        /* Each type a constant, so that the check folds into a few adds. */
+        if (type == SHP_REC_P2P_C)
+            shp_rec_publish(r, SHP_REC_P2P_C, sizeof(*r));
+        else
+            shp_rec_publish(r, SHP_REC_COLL_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
 }
 
-static void pre_copy(struct pre *p, const struct shp_call *c)
+HOT void pre_copy(struct pre *p, const struct shp_call *c)
 {
     p->kind = c->kind;
     if (p->kind == cudaMemcpyDefault) {
+        int saved = errno; /* the library is asked */
         p->kind = resolve_kind(c, c->b, c->a);
+        errno = saved;
         p->flags |= SHP_EV_KIND_DEFAULT;
     }
 }
@@ -554,18 +791,20 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
     r->kind = (uint8_t)p->kind;
 }
 
-static bool copy_compact(struct shp_call *c, const struct pre *p)
+HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || tls_group > UINT16_MAX || !fit48(v, 4))
+        p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
         return false;
     /* The device at entry: a copy does not change it, and so the completion stays one store. */
+    int saved = errno; /* the library is asked */
     int dev = current_device(c);
+    errno = saved;
     if (!fit16(dev))
         return false;
-    struct shp_rec_copy_c *r = shp_reserve(SHP_REC_COPY_C, sizeof(*r));
+    struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);
         r->dst_dev = SHP_P48(v[0], dev);
@@ -578,12 +817,13 @@ static bool copy_compact(struct shp_call *c, const struct pre *p)
     return true;
 }
 
-static bool launch_compact(struct shp_call *c, const struct pre *p)
+HOT bool launch_compact(struct shp_call *c, const struct pre *p)
 {
+    /* A launch's description names its exec and stream only (calls.h). */
     uint64_t v[] = {(uint64_t)(uintptr_t)c->stream, (uint64_t)(uintptr_t)c->exec};
-    if (c->graph || c->flags || tls_group > UINT16_MAX || !fit48(v, 2))
+    if (shp_group_depth > UINT16_MAX || !fit48(v, 2))
         return false;
-    struct shp_rec_launch_c *r = shp_reserve(SHP_REC_LAUNCH_C, sizeof(*r));
+    struct shp_rec_launch_c *r = shp_reserve_call(SHP_REC_LAUNCH_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);
         r->stream_slo = SHP_P48(v[0], p->stack);
@@ -596,47 +836,41 @@ static bool launch_compact(struct shp_call *c, const struct pre *p)
 
 _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 
-void shp_enter(struct shp_call *c)
+/* The compact record of a call of the frequent kinds (copies, collectives, p2p, launches), with
+ * what its record says before the type is chosen left in *p. False when the call needs its full
+ * record (a capture, a value that does not fit, a communicator without an index), which the
+ * caller then writes with *p. */
+HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
 {
-    int saved = shp_own_enter();
-    c->t0 = shp_clock_now();
-    c->ev = NULL;
-    c->head = NULL;
-    c->cstate = NULL;
-    /* ncclCommInitAll makes several communicators: its records are written when it returns. */
-    if (c->op == SHP_OP_ncclCommInitAll || !trace_open())
-        goto out;
-    unsigned type = rec_type_of_class[c->cls];
-    struct pre p = {0};
-    bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
-                c->cls == SHP_CLS_LAUNCH;
-    if (call) {
-        pre_common(&p, c);
-        if (type == SHP_REC_COPY) {
-            pre_copy(&p, c);
-            if (copy_compact(c, &p))
-                goto out;
-        } else if (type != SHP_REC_GRAPH) {
-            pre_coll(&p, c);
-            if (coll_compact(c, &p))
-                goto out;
-        } else if (launch_compact(c, &p)) {
-            goto out;
-        }
+    pre_common(p, c);
+    if (type == SHP_REC_COPY) {
+        pre_copy(p, c);
+        return copy_compact(c, p);
     }
+    if (type != SHP_REC_GRAPH) {
+        pre_coll(p, c);
+        return coll_compact(c, p);
+    }
+    return launch_compact(c, p);
+}
+
+/* The full record of the call: p is enter_compact's for a call of the frequent kinds (`call`),
+ * zero otherwise. */
+static void enter_full(struct shp_call *c, unsigned type, const struct pre *p, bool call)
+{
     size_t size = shp_rec_min_size(type);
     struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
-        goto out;
+        return;
     /* The head is filled below; the body's fields are too, but not its padding. */
     memset(ev + 1, 0, size - sizeof(*ev));
     if (call) {
         ev->t = c->t0;
         ev->tid = shp_tid();
         ev->op = (uint16_t)c->op;
-        ev->flags = p.flags;
-        ev->stack = p.stack;
-        ev->group = tls_group;
+        ev->flags = p->flags;
+        ev->stack = p->stack;
+        ev->group = shp_group_depth;
         ev->result = 0;
         ev->device = -1;
         ev->dur = SHP_DUR_PENDING;
@@ -651,10 +885,10 @@ void shp_enter(struct shp_call *c)
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        fill_coll((struct shp_rec_coll *)ev, c, &p);
+        fill_coll((struct shp_rec_coll *)ev, c, p);
         break;
     case SHP_REC_COPY:
-        fill_copy((struct shp_rec_copy *)ev, c, &p);
+        fill_copy((struct shp_rec_copy *)ev, c, p);
         break;
     case SHP_REC_ALLOC: {
         struct shp_rec_alloc *r = (struct shp_rec_alloc *)ev;
@@ -672,8 +906,8 @@ void shp_enter(struct shp_call *c)
         r->exec = (uint64_t)(uintptr_t)c->exec;
         r->flags = c->flags;
         if (c->cls == SHP_CLS_CAPTURE) {
-            c->id = is_capture_begin[c->op] ? atomic_fetch_add(&capture_counter, 1) + 1
-                                            : capture_of(c->stream);
+            c->id =
+                is_capture_begin[c->op] ? atomic_fetch_add(&capture_counter, 1) + 1 : capture_of(c);
             r->capture = c->id;
         }
         break;
@@ -683,8 +917,71 @@ void shp_enter(struct shp_call *c)
     }
     shp_rec_publish(ev, type, size);
     c->ev = ev;
+}
+
+/* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
+ * its own straight path). */
+HOT void enter(struct shp_call *c, unsigned cls)
+{
+    shp_guard++;
+    /* It keeps errno itself, as the path below requires. */
+    if (__builtin_expect(shp_values_mask != 0, 0))
+        shp_values_before(atomic_load_explicit(&cap.n, memory_order_relaxed));
+    c->t0 = shp_clock_now();
+    c->ev = NULL;
+    c->head = NULL;
+    c->cstate = NULL;
+    unsigned type = rec_type_of_class[cls];
+    bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
+                cls == SHP_CLS_LAUNCH;
+    struct pre p = {0};
+    if (__builtin_expect(!call || !atomic_load_explicit(&shp_wh.fast_end, memory_order_relaxed),
+                         0)) {
+        int saved = errno;
+        /* ncclCommInitAll makes several communicators: its records are written when it
+         * returns. */
+        bool open = c->op != SHP_OP_ncclCommInitAll && trace_open();
+        errno = saved;
+        if (!open)
+            goto out;
+    }
+    /* A call of the frequent kinds: errno is not saved and restored around its compact record,
+     * because whatever may set it on this path keeps it itself (the stack walk, a communicator
+     * seen first, a copy's device and kind, the capture CUDA is asked about, the file's growth,
+     * the values hooks), and the record touches it nowhere else. A hook added to this path keeps
+     * errno the same way. */
+    if (call && enter_compact(c, type, &p))
+        goto out;
+    int saved = errno;
+    enter_full(c, type, &p, call);
+    errno = saved;
 out:
-    shp_own_leave(saved);
+    shp_guard--;
+}
+
+void shp_enter(struct shp_call *c)
+{
+    enter(c, c->cls);
+}
+
+void shp_enter_launch(struct shp_call *c)
+{
+    enter(c, SHP_CLS_LAUNCH);
+}
+
+void shp_enter_copy(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COPY);
+}
+
+void shp_enter_coll(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COLL);
+}
+
+void shp_enter_p2p(struct shp_call *c)
+{
+    enter(c, SHP_CLS_P2P);
 }
 
 static void init_all_done(struct shp_call *c, int result)
@@ -712,14 +1009,8 @@ static void init_all_done(struct shp_call *c, int result)
     note_first_rank(0);
 }
 
-void shp_leave(struct shp_call *c, int result)
+void shp_leave_full(struct shp_call *c, int result)
 {
-    if (c->head) {
-        /* Compact: the device was taken at entry, the communicator's is its record's. A clock
-         * read and a store call nothing and set no errno: no guard, nothing to restore. */
-        shp_rec_done(c->head, result, shp_clock_now() - c->t0);
-        return;
-    }
     int saved = shp_own_enter();
     uint64_t dur = shp_clock_now() - c->t0;
     int device = -1;
@@ -730,14 +1021,16 @@ void shp_leave(struct shp_call *c, int result)
     switch (c->cls) {
     case SHP_CLS_GROUP:
         if (c->op == SHP_OP_ncclGroupStart && ok)
-            tls_group++;
-        else if (c->op == SHP_OP_ncclGroupEnd && tls_group > 0)
-            tls_group--;
+            shp_group_depth++;
+        else if (c->op == SHP_OP_ncclGroupEnd && shp_group_depth > 0)
+            shp_group_depth--;
         break;
     case SHP_CLS_COLL:
     case SHP_CLS_P2P:
         if (c->cstate)
             device = ((struct comm_state *)c->cstate)->dev;
+        if (refused(result))
+            give_back_seq(c);
         break;
     case SHP_CLS_COPY:
         if (c->ev)
@@ -759,14 +1052,25 @@ void shp_leave(struct shp_call *c, int result)
             break;
         void *comm = *c->out;
         out = (uint64_t)(uintptr_t)comm;
-        aux0 = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
-        aux1 = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
-        device = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+        /* Still being made (ncclInProgress): NCCL cannot tell its rank and size yet, and asking
+         * would only get a warning of NCCL's; they are learned at a later call (comm_learn). */
+        bool pending = result == ncclInProgress || !comm_ready(c->slot, comm);
+        if (!pending) {
+            aux0 = comm_query(c->slot, SHP_AUX_COMM_USER_RANK, comm);
+            aux1 = comm_query(c->slot, SHP_AUX_COMM_COUNT, comm);
+            device = comm_query(c->slot, SHP_AUX_COMM_CU_DEVICE, comm);
+        }
         int rank = aux0 >= 0 ? aux0 : c->cls == SHP_CLS_COMM_INIT ? c->rank : -1;
         int nranks = aux1 > 0 ? aux1 : c->cls == SHP_CLS_COMM_INIT ? c->nranks : -1;
         struct comm_state *st = comm_new(c->id, rank, nranks, device);
-        if (st)
+        if (st) {
+            st->kind = comm_kind_of_op[c->op];
+            struct comm_state *parent =
+                c->cls == SHP_CLS_COMM_SPLIT && c->comm ? comm_lookup(c->comm) : NULL;
+            st->parent = parent ? parent->id : 0;
+            st->pending = pending;
             comm_insert(comm, st);
+        }
         c->cstate = st;
         if (c->cls == SHP_CLS_COMM_INIT)
             note_first_rank(rank);
@@ -775,9 +1079,9 @@ void shp_leave(struct shp_call *c, int result)
     case SHP_CLS_CAPTURE:
         if (is_capture_begin[c->op]) {
             if (ok)
-                capture_set(c->stream, c->id);
+                capture_set(c, c->stream, c->id);
         } else {
-            capture_set(c->stream, 0);
+            capture_set(c, c->stream, 0);
             if (ok && c->out)
                 out = (uint64_t)(uintptr_t)*c->out;
         }
@@ -794,32 +1098,44 @@ void shp_leave(struct shp_call *c, int result)
         shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
     if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
         comm_indexed(c->cstate, c->ev);
+    if (__builtin_expect(shp_values_mask != 0, 0))
+        shp_values_after(c, result, shp_group_depth,
+                         atomic_load_explicit(&cap.n, memory_order_relaxed));
     shp_own_leave(saved);
 }
 
-void shp_dormant_count(struct shp_call *c)
+void shp_leave_more(struct shp_call *c, int result)
 {
-    int saved = shp_own_enter();
-    struct comm_state *st = comm_get(c, c->comm);
-    if (st && c->cls == SHP_CLS_COLL) {
-        atomic_fetch_add_explicit(&st->seq, 1, memory_order_relaxed);
-    } else if (st && st->p2p && c->peer >= 0 && c->peer < st->nranks) {
-        size_t i = (size_t)c->peer + (c->op == SHP_OP_ncclRecv ? (size_t)st->nranks : 0);
-        atomic_fetch_add_explicit(&st->p2p[i], 1, memory_order_relaxed);
-    }
-    shp_own_leave(saved);
+    /* Nothing here may change errno unkept: the compact path saves none (see enter). The seq's
+     * return is a compare-and-swap; the values hook keeps errno itself. */
+    if ((c->cls == SHP_CLS_COLL || c->cls == SHP_CLS_P2P) && refused(result))
+        give_back_seq(c);
+    if (shp_values_mask != 0)
+        shp_values_after(c, result, shp_group_depth,
+                         atomic_load_explicit(&cap.n, memory_order_relaxed));
 }
 
-void shp_dormant_group(unsigned op, int result)
+void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer, int result)
 {
-    if (op == SHP_OP_ncclGroupStart && result == 0)
-        tls_group++;
-    else if (op == SHP_OP_ncclGroupEnd && tls_group > 0)
-        tls_group--;
+    if (refused(result))
+        return; /* it took no place among the calls NCCL matches, and takes no seq */
+    struct shp_call c = {.op = (uint8_t)op,
+                         .cls = (uint8_t)cls,
+                         .slot = (uint8_t)slot,
+                         .comm = comm,
+                         .t0 = shp_clock_now()};
+    shp_guard++;
+    _Atomic uint64_t *n = seq_counter(comm_get(&c, comm), cls, op, peer);
+    if (n)
+        shp_seq_next(n);
+    shp_guard--;
 }
 
 void shp_record_atfork_child(void)
 {
+    /* A dormant child makes its own trace at its first call, as its parent did. */
+    atomic_store(&armed_tried_once, 0);
+    atomic_store(&shp_armed_tried, false);
     pthread_mutex_init(&comm_mu, NULL);
     pthread_mutex_init(&cap.mu, NULL);
 }

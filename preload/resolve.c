@@ -177,12 +177,16 @@ static const char *const aux_names[SHP_AUX_COUNT] = {
     [SHP_AUX_COMM_USER_RANK] = "ncclCommUserRank",
     [SHP_AUX_COMM_COUNT] = "ncclCommCount",
     [SHP_AUX_COMM_CU_DEVICE] = "ncclCommCuDevice",
+    [SHP_AUX_COMM_GET_ASYNC_ERROR] = "ncclCommGetAsyncError",
     [SHP_AUX_GET_DEVICE] = "cudaGetDevice",
     [SHP_AUX_POINTER_ATTRIBUTES] = "cudaPointerGetAttributes",
     [SHP_AUX_PEEK_ERROR] = "cudaPeekAtLastError",
     [SHP_AUX_GET_ERROR] = "cudaGetLastError",
+    [SHP_AUX_STREAM_CAPTURE_INFO] = "cudaStreamGetCaptureInfo",
+    [SHP_AUX_STREAM_CAPTURE_INFO_PTSZ] = "cudaStreamGetCaptureInfo_ptsz",
     [SHP_AUX_CU_POINTER_ATTRIBUTE] = "cuPointerGetAttribute",
     [SHP_AUX_CU_CTX_GET_DEVICE] = "cuCtxGetDevice",
+    [SHP_AUX_CU_STREAM_CAPTURE_INFO] = "cuStreamGetCaptureInfo_v2",
 };
 
 void *shp_cu_real_lookup(const char *name)
@@ -195,7 +199,7 @@ void *shp_real_aux(int slot, enum shp_aux aux)
     void *p = atomic_load_explicit(&aux_tab[slot][aux], memory_order_acquire);
     if (p)
         return p;
-    int lib = aux <= SHP_AUX_COMM_CU_DEVICE         ? SHP_LIB_NCCL
+    int lib = aux <= SHP_AUX_COMM_GET_ASYNC_ERROR   ? SHP_LIB_NCCL
               : aux >= SHP_AUX_CU_POINTER_ATTRIBUTE ? SHP_LIB_CUDA
                                                     : SHP_LIB_CUDART;
     /* The driver is one library per process: its helpers always come from slot 0. */

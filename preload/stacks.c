@@ -30,13 +30,26 @@ static struct {
     bool validate_all; /* a libunwind before 1.6: its accessor cannot be told what to check */
 } uw = {.once = PTHREAD_ONCE_INIT};
 
-/* Modules already written to this process's trace. */
+/* The loaded objects as last seen (rebuilt when the loader's dlpi_adds or dlpi_subs move),
+ * sorted by address, and which of them this trace has a module record of: only those that a
+ * stored stack has a frame in are written (a torch process maps hundreds of objects; a stack
+ * touches a few dozen). Static: stacks are stored with the guard held, maybe inside an
+ * allocator's own call, so nothing here allocates. */
 #define MAX_MODULES 2048
+struct mod {
+    uint64_t lo, hi; /* [lo, hi) of its PT_LOAD segments */
+    uint64_t key;    /* lo, hi and the path's hash: another object at the same place differs */
+    bool written;    /* this trace has its record */
+    bool wanted;     /* a stack being stored has a frame in it */
+};
 static struct {
     pthread_mutex_t mu;
-    uint64_t adds; /* dlpi_adds when last synced */
-    uint64_t key[MAX_MODULES];
+    uint64_t adds, subs; /* dlpi_adds and dlpi_subs when m[] was made */
+    bool made;
+    struct mod m[MAX_MODULES];
     unsigned n;
+    uint64_t written[MAX_MODULES]; /* keys of the modules written to this trace */
+    unsigned nwritten;
 } mods = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* libunwind checks that memory is readable, where unwind information is missing or doubtful,
@@ -287,10 +300,13 @@ struct native_frames {
     int n;
 };
 
+static void modules_for(void *const *frames, int n);
+
 static uint32_t store_stack(void *arg)
 {
     const struct native_frames *nf = arg;
-    shp_modules_sync();
+    /* The modules of its frames first: a trace cut right after the stack still names them. */
+    modules_for(nf->frames, nf->n);
     uint32_t id = shp_stack_new_id();
     size_t size = sizeof(struct shp_rec_stack) + (size_t)nf->n * 8;
     struct shp_rec_stack *r = shp_reserve(SHP_REC_STACK, size);
@@ -309,6 +325,8 @@ uint32_t shp_stack_here(void)
 {
     if (shp_cfg.stacks == SHP_STACKS_NONE)
         return 0;
+    /* The unwinder's memory checks and the records' growth set errno: the caller's is kept. */
+    int saved = errno;
     pthread_once(&uw.once, load_unwinder);
     void *buf[SHP_STACK_MAX_FRAMES + 8];
     int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
@@ -324,14 +342,88 @@ uint32_t shp_stack_here(void)
         struct native_frames nf = {buf + skip, n};
         id = shp_stack_intern(hash_frames(nf.frames, n), store_stack, &nf);
     }
-    return shp_cfg.stacks == SHP_STACKS_PYTHON ? shp_py_stack(id) : id;
+    if (shp_cfg.stacks == SHP_STACKS_PYTHON)
+        id = shp_py_stack(id);
+    errno = saved;
+    return id;
 }
 
-static int adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+struct counts {
+    uint64_t adds, subs;
+};
+
+static int counts_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    *(uint64_t *)data = info->dlpi_adds;
+    struct counts *c = data;
+    c->adds = info->dlpi_adds;
+    c->subs = info->dlpi_subs;
     return 1;
+}
+
+static const char *module_path(const struct dl_phdr_info *info, char *exe, size_t len)
+{
+    const char *path = info->dlpi_name;
+    if (path && *path)
+        return path;
+    ssize_t n = readlink("/proc/self/exe", exe, len - 1);
+    exe[n > 0 ? n : 0] = 0;
+    return exe;
+}
+
+static uint64_t module_key(const struct dl_phdr_info *info, uintptr_t lo, uintptr_t hi)
+{
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    return shp_mix64(shp_hash_bytes(lo ^ (hi << 1), name, strnlen(name, 4000))) | 1;
+}
+
+static int collect_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    uintptr_t lo, hi;
+    shp_load_range(info, &lo, &hi);
+    if (!hi || mods.n == MAX_MODULES)
+        return 0;
+    uint64_t key = module_key(info, lo, hi);
+    bool written = false;
+    for (unsigned i = 0; i < mods.nwritten && !written; i++)
+        written = mods.written[i] == key;
+    mods.m[mods.n++] = (struct mod){.lo = lo, .hi = hi, .key = key, .written = written};
+    return 0;
+}
+
+/* m[] sorted by lo, in place (qsort may allocate). A shell sort: a few hundred objects, sorted
+ * again only when the loader's list changed. */
+static void sort_modules(void)
+{
+    unsigned gaps[] = {701, 301, 132, 57, 23, 10, 4, 1};
+    for (unsigned g = 0; g < sizeof(gaps) / sizeof(gaps[0]); g++)
+        for (unsigned i = gaps[g]; i < mods.n; i++) {
+            struct mod t = mods.m[i];
+            unsigned j = i;
+            for (; j >= gaps[g] && mods.m[j - gaps[g]].lo > t.lo; j -= gaps[g])
+                mods.m[j] = mods.m[j - gaps[g]];
+            mods.m[j] = t;
+        }
+}
+
+/* The module whose range holds pc (a return address: pc - 1 is in the call), or NULL. */
+static struct mod *module_at(uintptr_t pc)
+{
+    unsigned lo = 0, hi = mods.n;
+    uint64_t a = pc - 1;
+    while (lo < hi) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (mods.m[mid].lo <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (unsigned i = lo; i-- > 0;)
+        if (a < mods.m[i].hi)
+            return &mods.m[i];
+    return NULL;
 }
 
 static void note_build_id(const struct dl_phdr_info *info, struct shp_rec_module *r)
@@ -360,7 +452,8 @@ static void note_build_id(const struct dl_phdr_info *info, struct shp_rec_module
     }
 }
 
-static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
+/* Writes the record of each wanted module that has none in this trace. */
+static int write_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
     (void)data;
@@ -368,19 +461,13 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
     shp_load_range(info, &lo, &hi);
     if (!hi)
         return 0;
-    uint64_t key = lo ^ (hi << 1);
-    for (unsigned i = 0; i < mods.n; i++)
-        if (mods.key[i] == key)
-            return 0;
-    if (mods.n == MAX_MODULES)
+    struct mod *m = module_at(lo + 1);
+    uint64_t key = module_key(info, lo, hi);
+    if (!m || m->key != key || !m->wanted || m->written || mods.nwritten == MAX_MODULES)
         return 0;
+    m->wanted = false;
     char exe[PATH_MAX];
-    const char *path = info->dlpi_name;
-    if (!path || !*path) {
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        exe[n > 0 ? n : 0] = 0;
-        path = exe;
-    }
+    const char *path = module_path(info, exe, sizeof(exe));
     size_t plen = strnlen(path, 4000);
     size_t rsize = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
     struct shp_rec_module *r = shp_reserve(SHP_REC_MODULE, rsize);
@@ -394,20 +481,38 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
     note_build_id(info, r);
     memcpy(r + 1, path, plen);
     shp_rec_publish(r, SHP_REC_MODULE, rsize);
-    mods.key[mods.n++] = key;
+    m->written = true;
+    mods.written[mods.nwritten++] = key;
     return 0;
 }
 
-void shp_modules_sync(void)
+/* Module records for the objects that frames[0..n) lie in and that this trace has none of yet:
+ * what offline symbolization needs for this stack, and no more. An object loaded since the last
+ * look (dlopen) is seen because the loader's counts moved. */
+static void modules_for(void *const *frames, int n)
 {
-    uint64_t adds = 0;
-    dl_iterate_phdr(adds_cb, &adds);
+    struct counts now = {0, 0};
+    dl_iterate_phdr(counts_cb, &now);
     pthread_mutex_lock(&mods.mu);
-    bool changed = adds != mods.adds;
-    if (changed || mods.n == 0) {
-        dl_iterate_phdr(module_cb, NULL);
-        mods.adds = adds;
+    bool changed = !mods.made || now.adds != mods.adds || now.subs != mods.subs;
+    if (changed) {
+        mods.n = 0;
+        dl_iterate_phdr(collect_cb, NULL);
+        sort_modules();
+        mods.adds = now.adds;
+        mods.subs = now.subs;
+        mods.made = true;
     }
+    bool want = false;
+    for (int i = 0; i < n; i++) {
+        struct mod *m = module_at((uintptr_t)frames[i]);
+        if (m && !m->written) {
+            m->wanted = true;
+            want = true;
+        }
+    }
+    if (want)
+        dl_iterate_phdr(write_cb, NULL);
     pthread_mutex_unlock(&mods.mu);
     if (changed && shp_cfg.stacks == SHP_STACKS_PYTHON)
         shp_py_modules_changed();
@@ -420,5 +525,6 @@ void shp_stacks_atfork_child(void)
     shp_py_atfork_child();
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;
-    mods.adds = 0;
+    mods.nwritten = 0;
+    mods.made = false;
 }

@@ -6,6 +6,7 @@
 #ifndef SHAPETRACE_WRAP_H
 #define SHAPETRACE_WRAP_H
 
+#include "preload/desc.h"
 #include "preload/preload.h"
 
 #define SHP_UNPAREN(...) __VA_ARGS__
@@ -51,23 +52,17 @@
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
-        if (!shp_kept_dormant(cls_) && !shp_armed()) {                                             \
-            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P)                                       \
-                shp_dormant_count(&c);                                                             \
-            SHP_CALL_REAL(r, real, args);                                                          \
-            if (cls_ == SHP_CLS_GROUP)                                                             \
-                shp_dormant_group(SHP_OP_##name, (int)r);                                          \
-            return r;                                                                              \
-        }                                                                                          \
-        shp_enter(&c);                                                                             \
+        shp_enter_cls(&c, cls_);                                                                   \
         SHP_CALL_REAL(r, real, args);                                                              \
         shp_leave(&c, (int)r);                                                                     \
         return r;                                                                                  \
     }
 
-/* The wrapper proper. While dormant, collectives, p2p and groups still take the recording half
- * (it counts their seq and group depth); everything else not kept calls the real function here,
- * with the guard held all the same: an unrecorded call is still the outermost one. */
+/* The wrapper proper. While dormant, a call that is not kept calls the real function here, with
+ * the guard held all the same (an unrecorded call is still the outermost one); after it, a
+ * collective or p2p call counts its seq (none if NCCL refused it) and a group call its depth,
+ * from the description built here of which only the communicator and the peer are used (the
+ * compiler drops the rest). */
 #define SHP_BODY(slot_, lib, cls_, name, args, desc)                                               \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
@@ -80,22 +75,27 @@
             SHP_CALL_REAL(r, real, args);                                                          \
             return r;                                                                              \
         }                                                                                          \
-        if (cls_ != SHP_CLS_COLL && cls_ != SHP_CLS_P2P && cls_ != SHP_CLS_GROUP &&                \
-            !shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
+        if (!shp_kept_dormant(cls_) && __builtin_expect(!shp_armed(), 0)) {                        \
             SHP_RET_##lib r;                                                                       \
             SHP_CALL_REAL(r, real, args);                                                          \
+            if (cls_ == SHP_CLS_COLL || cls_ == SHP_CLS_P2P) {                                     \
+                struct shp_desc d_ = {SHP_UNPAREN desc};                                           \
+                shp_dormant_count(SHP_OP_##name, cls_, slot_, d_.comm, d_.peer, (int)r);           \
+            }                                                                                      \
+            if (cls_ == SHP_CLS_GROUP)                                                             \
+                shp_dormant_group(SHP_OP_##name, (int)r);                                          \
             return r;                                                                              \
         }                                                                                          \
         return name##_rec##slot_ args;                                                             \
     }
 
 /* Types and prototypes: the compiler checks each against the library's own declaration. */
-#define SHP_DECLARE(num, lib, cls, name, params, args, desc)                                       \
+#define SHP_DECLARE(num, lib, cls, name, facts, params, args, desc)                                \
     typedef SHP_RET_##lib(*name##_fn) params;                                                      \
     __attribute__((visibility("default"))) SHP_RET_##lib name params;
 
 /* clang-format off */
-#define SHP_DEFINE(num, lib, cls, name, params, args, desc)                                             \
+#define SHP_DEFINE(num, lib, cls, name, facts, params, args, desc)                                      \
     SHP_RECORD(0, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(1, lib, cls, name, params, args, desc)                                              \
     SHP_RECORD(2, lib, cls, name, params, args, desc)                                              \
@@ -107,10 +107,10 @@
 
 _Static_assert(SHP_SLOTS == 4, "SHP_DEFINE makes four copies");
 
-#define SHP_VARIANT0(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name,
-#define SHP_VARIANT1(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
-#define SHP_VARIANT2(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
-#define SHP_VARIANT3(num, lib, cls, name, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
+#define SHP_VARIANT0(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name,
+#define SHP_VARIANT1(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s1,
+#define SHP_VARIANT2(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s2,
+#define SHP_VARIANT3(num, lib, cls, name, facts, params, args, desc) [SHP_OP_##name] = (void *)name##_s3,
 #define SHP_VARIANTS(list) \
     {{list(SHP_VARIANT0)}, {list(SHP_VARIANT1)}, {list(SHP_VARIANT2)}, {list(SHP_VARIANT3)}}
 /* clang-format on */

@@ -8,18 +8,26 @@
  * application that closes every descriptor, or counts on all it may open, never meets ours).
  * The mapping is made in segments as the file grows, within a share of what RLIMIT_AS leaves;
  * the file never grows past RLIMIT_FSIZE; both limits lower the cap (say so in the header) and
- * the records beyond are dropped and counted, as at the cap. No write of ours raises SIGXFSZ. */
+ * the records beyond are dropped and counted, as at the cap. No write of ours raises SIGXFSZ.
+ *
+ * The first store into a new page of the file costs the kernel 1 to 3 us (it allocates and
+ * zeroes the page; on a VM the host backs it too): 13 to 45 ns a call at 48 to 72 bytes a
+ * record. A helper thread faults the next pages in ahead of the tail instead, while the file is
+ * kept growing that far ahead (see prefault_main for what the helper may and may not do). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "common/fs.h"
@@ -30,20 +38,18 @@ enum { W_CLOSED, W_OPEN, W_FAILED };
 
 /* The file is mapped in segments of 2^shift bytes of file, each mapping OVERLAP bytes more, so
  * that a record that starts in a segment ends in the same mapping (no record is larger). */
-#define SEG_MAX 1024
+#define SEG_MAX SHP_SEG_MAX
 #define SEG_SHIFT_MAX 26 /* 64 MiB */
 #define SEG_SHIFT_MIN 20
 #define OVERLAP (512u << 10)
 _Static_assert(SHP_REC_MAX_SIZE <= OVERLAP, "a record fits in a segment's overlap");
 
+/* What every call record reads (preload.h: shp_reserve_call). */
+struct shp_writer_hot shp_wh;
+
 static struct {
-    /* What every record reads first, together. */
     _Atomic int state;
-    unsigned shift;
-    uint64_t mask;
     _Atomic uint64_t ready; /* [0, ready) is allocated and mapped by this process */
-    struct shp_file_header *hdr;
-    unsigned char *seg[SEG_MAX]; /* mapping of segment i, or NULL; published before `ready` */
     pthread_mutex_t mu;
     dev_t dev; /* the trace file's identity, checked each time it is opened again */
     ino_t ino;
@@ -58,6 +64,24 @@ static struct {
     _Atomic int pending_taken;
 } w = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* The helper thread that faults pages in ahead of the tail (see prefault_main). */
+#define PF_AHEAD (2ull << 20)   /* it keeps this much of the file faulted in past the tail */
+#define PF_STEP (256ull << 10)  /* one madvise call; the stop flag is read between them */
+#define PF_START (256ull << 10) /* a trace smaller than this never starts one */
+#define PF_STACK (64u << 10)
+static struct {
+    pthread_mutex_t mu;       /* held to start or join it, and from fork's prepare to its end */
+    _Atomic bool usable;      /* decided when the trace is made; false for good after a failure */
+    _Atomic int running;      /* set by its starter, cleared by the helper as its last act */
+    _Atomic int stop;         /* fork or exit: stop at the next step */
+    bool joinable;            /* a thread was started and not joined yet; under mu */
+    bool said;                /* the INFO line about it was logged; under mu */
+    pthread_t thread;         /* under mu */
+    _Atomic uint64_t done;    /* faulted in up to here */
+    _Atomic uint64_t kick_at; /* a record ending past this asks for the helper */
+    _Atomic uint64_t grow_at; /* a record ending past this grows the file PF_AHEAD further */
+} pf = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
 #define CHUNK_MIN (1ull << 20)
 #define CHUNK_MAX (64ull << 20)
 #define PAGE 4096ull
@@ -66,13 +90,13 @@ static struct {
 
 struct shp_file_header *shp_writer_header(void)
 {
-    return atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN ? w.hdr : NULL;
+    return atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN ? shp_wh.hdr : NULL;
 }
 
 static uint64_t seg_len(unsigned i)
 {
-    uint64_t start = (uint64_t)i << w.shift;
-    uint64_t len = (1ull << w.shift) + OVERLAP;
+    uint64_t start = (uint64_t)i << shp_wh.shift;
+    uint64_t len = (1ull << shp_wh.shift) + OVERLAP;
     return start + len > w.map_len ? w.map_len - start : len;
 }
 
@@ -93,22 +117,24 @@ static void clock_pair_store(struct shp_file_header *h)
     __atomic_store_n(&p->check, shp_clock_pair_check(tsc, ns), __ATOMIC_RELEASE);
 }
 
-/* Fault the pages of [from, to) in ahead of the tail (SHP_GROWTH_POPULATE), so that the records
- * stored there take no page fault. MADV_POPULATE_WRITE needs Linux 5.14; older kernels refuse it
- * and the records fault as with plain chunks. */
-static void populate(uint64_t from, uint64_t to)
+/* Fault the pages of [from, to) in ahead of the tail (SHP_GROWTH_POPULATE, and the helper), so
+ * that the records stored there take no page fault. MADV_POPULATE_WRITE needs Linux 5.14; older
+ * kernels refuse it and the records fault as with plain chunks. Returns 0 or -errno. */
+static int populate(uint64_t from, uint64_t to)
 {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
     from &= ~(PAGE - 1);
     while (from < to) {
-        unsigned i = (unsigned)(from >> w.shift);
-        uint64_t start = (uint64_t)i << w.shift, end = start + (1ull << w.shift);
+        unsigned i = (unsigned)(from >> shp_wh.shift);
+        uint64_t start = (uint64_t)i << shp_wh.shift, end = start + (1ull << shp_wh.shift);
         uint64_t stop = to < end ? to : end;
-        madvise(w.seg[i] + (from - start), (size_t)(stop - from), MADV_POPULATE_WRITE);
+        if (madvise(shp_wh.seg[i] + (from - start), (size_t)(stop - from), MADV_POPULATE_WRITE))
+            return -errno;
         from = stop;
     }
+    return 0;
 }
 
 static uint64_t limit_of(int resource)
@@ -116,6 +142,159 @@ static uint64_t limit_of(int resource)
     struct rlimit r;
     return getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY ? (uint64_t)r.rlim_cur
                                                                        : UINT64_MAX;
+}
+
+/* fast_end (preload.h) from what bounds it: what exists and is mapped, and where the helper must
+ * be asked again. Both only grow, so a refresh that races another can store too low a value,
+ * never too high: a record then takes the slow path once more. */
+/* Where a record must grow the file for the helper: PF_AHEAD before what exists, while the file
+ * may still grow and the helper is in use. Under w.mu, or before the trace is visible. */
+static void set_grow_at(void)
+{
+    uint64_t r = atomic_load_explicit(&w.ready, memory_order_relaxed);
+    uint64_t g = UINT64_MAX;
+    if (atomic_load_explicit(&pf.usable, memory_order_relaxed) && r < w.map_len)
+        g = r > PF_AHEAD ? r - PF_AHEAD : 0;
+    atomic_store_explicit(&pf.grow_at, g, memory_order_relaxed);
+}
+
+static void refresh_fast(void)
+{
+    if (atomic_load_explicit(&w.state, memory_order_acquire) != W_OPEN)
+        return;
+    uint64_t e = atomic_load_explicit(&w.ready, memory_order_acquire);
+    uint64_t g = atomic_load_explicit(&pf.grow_at, memory_order_relaxed);
+    uint64_t k = atomic_load_explicit(&pf.kick_at, memory_order_relaxed);
+    e = g < e ? g : e;
+    e = k < e ? k : e;
+    atomic_store_explicit(&shp_wh.fast_end, e, memory_order_release);
+}
+
+/* The helper thread: faults the pages of [tail, tail + PF_AHEAD) in, as far as the file exists,
+ * PF_STEP at a time, then ends (it lives a millisecond or so each time it is asked, and is
+ * never there for long). What it may do and what it never does:
+ * - it runs only our code (the guard is held: no wrapper records a call it would make), blocks
+ *   every signal (a signal sent to the process goes to one of the application's threads), and
+ *   makes no system call but madvise and prctl; no descriptor, no allocation, no lock;
+ * - it starts lazily: only once a trace has PF_START bytes of records, and again each time the
+ *   tail passes the middle of what it faulted in; never under RLIMIT_AS, nor when the user's
+ *   tasks could come near RLIMIT_NPROC (it would take a task the application may need);
+ * - fork: the prepare handler stops it and joins it, so that the fork finds none of our threads
+ *   (Python's os.fork counts the threads there are and warns of any) and the child has none;
+ *   the child starts its own for its own trace;
+ * - exit: it is never waited for (exit_group ends it); a process whose last thread of its own
+ *   ends with pthread_exit waits for the step in progress at most. */
+static void *prefault_main(void *arg)
+{
+    (void)arg;
+    shp_guard = 1;
+    prctl(PR_SET_NAME, "shapetrace", 0, 0, 0);
+    struct shp_file_header *h = shp_wh.hdr;
+    while (!atomic_load_explicit(&pf.stop, memory_order_acquire) &&
+           atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON) {
+        uint64_t tail = __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+        uint64_t ready = atomic_load_explicit(&w.ready, memory_order_acquire);
+        uint64_t from = atomic_load_explicit(&pf.done, memory_order_relaxed);
+        from = (from > tail ? from : tail) & ~(PAGE - 1);
+        uint64_t to = tail + PF_AHEAD < ready ? tail + PF_AHEAD : ready;
+        /* Less than a step to do: the tail has not come far enough for it to be worth a call;
+         * the next ask comes when it has (kick_at). Never a page at a time behind the tail. */
+        if (from + PF_STEP > to)
+            break;
+        to = from + PF_STEP < to ? from + PF_STEP : to;
+        int rc;
+        while ((rc = populate(from, to)) == -EINTR)
+            ;
+        if (rc < 0)
+            break;
+        atomic_store_explicit(&pf.done, to, memory_order_relaxed);
+        uint64_t k = to > PF_AHEAD / 2 ? to - PF_AHEAD / 2 : 0;
+        if (k > atomic_load_explicit(&pf.kick_at, memory_order_relaxed))
+            atomic_store_explicit(&pf.kick_at, k, memory_order_relaxed);
+        refresh_fast();
+    }
+    atomic_store_explicit(&pf.running, 0, memory_order_release);
+    return NULL;
+}
+
+/* True when a thread of ours cannot take a task that the application may need: no RLIMIT_NPROC,
+ * or one that the whole system's tasks (the user's are among them) are far below. */
+static bool task_to_spare(void)
+{
+    uint64_t nproc = limit_of(RLIMIT_NPROC);
+    if (nproc == UINT64_MAX)
+        return true;
+    struct sysinfo si;
+    return sysinfo(&si) == 0 && (uint64_t)si.procs * 2 + 64 <= nproc;
+}
+
+/* A record passed pf.kick_at: start the helper unless it runs (it then sees the new tail
+ * itself) or fork is under way. Only from call records, never from an allocation's: those may
+ * come from inside an allocator, and pthread_create allocates. */
+static void prefault_kick(void)
+{
+    if (!atomic_load_explicit(&pf.usable, memory_order_relaxed) ||
+        atomic_load_explicit(&pf.running, memory_order_acquire) ||
+        pthread_mutex_trylock(&pf.mu) != 0)
+        return;
+    if (!atomic_load_explicit(&pf.running, memory_order_acquire)) {
+        if (pf.joinable)
+            pthread_join(pf.thread, NULL);
+        pf.joinable = false;
+        pthread_attr_t attr;
+        sigset_t all;
+        sigfillset(&all);
+        bool ok = task_to_spare() && pthread_attr_init(&attr) == 0;
+        if (ok) {
+            atomic_store_explicit(&pf.running, 1, memory_order_release);
+            ok = pthread_attr_setstacksize(&attr, PF_STACK) == 0 &&
+                 pthread_attr_setsigmask_np(&attr, &all) == 0 &&
+                 pthread_create(&pf.thread, &attr, prefault_main, NULL) == 0;
+            pthread_attr_destroy(&attr);
+            pf.joinable = ok;
+        }
+        if (ok && !pf.said) {
+            pf.said = true;
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE,
+                    "a helper thread faults the trace's next pages in, ahead of the calls");
+        }
+        if (!ok) {
+            /* No helper: the calls fault their pages themselves, as without one. */
+            atomic_store_explicit(&pf.running, 0, memory_order_release);
+            atomic_store_explicit(&pf.usable, false, memory_order_relaxed);
+            atomic_store_explicit(&pf.kick_at, UINT64_MAX, memory_order_relaxed);
+            SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE,
+                    "no helper thread for the trace's pages; the calls fault them in themselves");
+        }
+    }
+    pthread_mutex_unlock(&pf.mu);
+}
+
+/* Whether this trace uses the helper (decided when it is made): wanted, the kernel can fault
+ * pages in for it (MADV_POPULATE_WRITE, Linux 5.14; tried on the header page, which is ours
+ * already), and no RLIMIT_AS for its stack to count against. */
+static bool prefault_usable(void)
+{
+    return shp_cfg.prefault && shp_cfg.growth != SHP_GROWTH_POPULATE &&
+           limit_of(RLIMIT_AS) == UINT64_MAX &&
+           madvise(shp_wh.seg[0], PAGE, MADV_POPULATE_WRITE) == 0;
+}
+
+void shp_writer_atfork_prepare(void)
+{
+    pthread_mutex_lock(&pf.mu);
+    atomic_store_explicit(&pf.stop, 1, memory_order_release);
+    if (pf.joinable)
+        pthread_join(pf.thread, NULL);
+    pf.joinable = false;
+    atomic_store_explicit(&pf.running, 0, memory_order_relaxed);
+    atomic_store_explicit(&pf.stop, 0, memory_order_relaxed);
+    /* Held until the fork is done: no call of another thread starts a helper meanwhile. */
+}
+
+void shp_writer_atfork_parent(void)
+{
+    pthread_mutex_unlock(&pf.mu);
 }
 
 static const char *limit_name(uint32_t why)
@@ -140,7 +319,7 @@ static void lower_cap(uint64_t len, uint32_t why, uint64_t limit)
     if (cap >= w.cap)
         return;
     w.cap = cap;
-    struct shp_file_header *h = w.hdr;
+    struct shp_file_header *h = shp_wh.hdr;
     if (h) {
         __atomic_store_n(&h->cap_limit, limit, __ATOMIC_RELAXED);
         __atomic_store_n(&h->cap_why, why, __ATOMIC_RELAXED);
@@ -222,20 +401,20 @@ static uint64_t as_share(void)
  * limit refused the mapping). */
 static int map_segments(int fd, uint64_t from, uint64_t to, uint64_t *mapped_to)
 {
-    for (unsigned i = (unsigned)(from >> w.shift); (uint64_t)i << w.shift < to; i++) {
-        if (w.seg[i])
+    for (unsigned i = (unsigned)(from >> shp_wh.shift); (uint64_t)i << shp_wh.shift < to; i++) {
+        if (shp_wh.seg[i])
             continue;
         uint64_t len = seg_len(i);
         void *m = MAP_FAILED;
         if (w.as_mapped + len <= as_share())
             m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                     (off_t)((uint64_t)i << w.shift));
+                     (off_t)((uint64_t)i << shp_wh.shift));
         if (m == MAP_FAILED) {
-            *mapped_to = (uint64_t)i << w.shift;
+            *mapped_to = (uint64_t)i << shp_wh.shift;
             return -ENOMEM;
         }
         w.as_mapped += len;
-        __atomic_store_n(&w.seg[i], (unsigned char *)m, __ATOMIC_RELEASE);
+        __atomic_store_n(&shp_wh.seg[i], (unsigned char *)m, __ATOMIC_RELEASE);
     }
     return 0;
 }
@@ -287,12 +466,14 @@ static int grow(uint64_t need)
     close(fd);
     if (want > have && e == 0) {
         /* `attach` may have grown the file too: the header keeps the larger. */
-        struct shp_file_header *h = w.hdr;
+        struct shp_file_header *h = shp_wh.hdr;
         uint64_t a = __atomic_load_n(&h->allocated, __ATOMIC_RELAXED);
         while (a < want && !__atomic_compare_exchange_n(&h->allocated, &a, want, true,
                                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
             ;
         atomic_store_explicit(&w.ready, want, memory_order_release);
+        set_grow_at();
+        refresh_fast();
         if (shp_cfg.growth == SHP_GROWTH_POPULATE)
             populate(have, want);
         /* Once a chunk: a trace killed at any point converts with a pair this recent. */
@@ -402,17 +583,17 @@ static bool plan(uint32_t *cap_why, uint64_t *cap_limit)
         *cap_why = SHP_CAP_FSIZE;
         *cap_limit = fsize;
     }
-    w.shift = SEG_SHIFT_MAX;
-    while ((w.map_len >> w.shift) >= SEG_MAX)
-        w.shift++;
+    shp_wh.shift = SEG_SHIFT_MAX;
+    while ((w.map_len >> shp_wh.shift) >= SEG_MAX)
+        shp_wh.shift++;
     uint64_t as = limit_of(RLIMIT_AS);
     if (as != UINT64_MAX) {
         uint64_t budget = as_share();
         /* Segments small enough that a few fit in the share, so that a small trace maps
          * little; then the cap that the share can map whole. */
-        while (w.shift > SEG_SHIFT_MIN && ((1ull << w.shift) + OVERLAP) * 4 > budget)
-            w.shift--;
-        uint64_t fit = budget / ((1ull << w.shift) + OVERLAP) << w.shift;
+        while (shp_wh.shift > SEG_SHIFT_MIN && ((1ull << shp_wh.shift) + OVERLAP) * 4 > budget)
+            shp_wh.shift--;
+        uint64_t fit = budget / ((1ull << shp_wh.shift) + OVERLAP) << shp_wh.shift;
         if (fit < w.map_len) {
             w.cap = cap_for(fit);
             w.map_len = fit;
@@ -420,11 +601,11 @@ static bool plan(uint32_t *cap_why, uint64_t *cap_limit)
             *cap_limit = as;
         }
     }
-    if (w.map_len > (uint64_t)SEG_MAX << w.shift) {
-        w.map_len = (uint64_t)SEG_MAX << w.shift;
+    if (w.map_len > (uint64_t)SEG_MAX << shp_wh.shift) {
+        w.map_len = (uint64_t)SEG_MAX << shp_wh.shift;
         w.cap = cap_for(w.map_len);
     }
-    w.mask = (1ull << w.shift) - 1;
+    shp_wh.mask = (1ull << shp_wh.shift) - 1;
     if (w.cap - SHP_HEADER_SIZE < MIN_RECORDS) {
         snprintf(w.why, sizeof(w.why), "the %s of %llu KiB leaves no room for a trace",
                  limit_name(*cap_why), (unsigned long long)(*cap_limit >> 10));
@@ -502,15 +683,21 @@ static int open_file(void)
     if (fail)
         goto fail;
     close(fd);
-    w.hdr = (struct shp_file_header *)w.seg[0];
-    w.hdr->allocated = first;
+    shp_wh.hdr = (struct shp_file_header *)shp_wh.seg[0];
+    shp_wh.hdr->allocated = first;
     w.npairs = 0;
-    write_header(w.hdr, cap_why, cap_limit);
+    write_header(shp_wh.hdr, cap_why, cap_limit);
     atomic_store_explicit(&w.ready, first, memory_order_release);
     if (shp_cfg.growth == SHP_GROWTH_POPULATE)
         populate(SHP_HEADER_SIZE, first);
+    bool helper = prefault_usable();
+    atomic_store_explicit(&pf.usable, helper, memory_order_relaxed);
+    atomic_store_explicit(&pf.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&pf.kick_at, helper ? SHP_HEADER_SIZE + PF_START : UINT64_MAX,
+                          memory_order_relaxed);
+    set_grow_at();
     /* From now on the header's control words are the ones a tool can flip. */
-    shp_ctl_use(w.hdr->ctl);
+    shp_ctl_use(shp_wh.hdr->ctl);
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE, "trace %s", w.path);
     if (cap_why != SHP_CAP_MAX_MB)
         SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_TRACE,
@@ -520,9 +707,9 @@ static int open_file(void)
 fail:
     snprintf(w.why, sizeof(w.why), "cannot make the trace %s: %s", w.path, fail);
     for (unsigned i = 0; i < SEG_MAX; i++)
-        if (w.seg[i]) {
-            munmap(w.seg[i], (size_t)seg_len(i));
-            w.seg[i] = NULL;
+        if (shp_wh.seg[i]) {
+            munmap(shp_wh.seg[i], (size_t)seg_len(i));
+            shp_wh.seg[i] = NULL;
         }
     w.as_mapped = 0;
     close(fd);
@@ -545,8 +732,10 @@ int shp_writer_open(void)
     if (st == W_CLOSED) {
         rc = open_file();
         atomic_store_explicit(&w.state, rc == 0 ? W_OPEN : W_FAILED, memory_order_release);
-        if (rc == 0)
+        if (rc == 0) {
+            refresh_fast();
             rc = 1;
+        }
     } else if (st == W_FAILED) {
         rc = -EIO;
     }
@@ -554,7 +743,7 @@ int shp_writer_open(void)
     if (rc < 0 && st == W_CLOSED)
         shp_disable(w.why); /* the one line that says why */
     if (rc == 1 && w.pending[0])
-        write_note(w.hdr, w.pending);
+        write_note(shp_wh.hdr, w.pending);
     return rc;
 }
 
@@ -588,11 +777,32 @@ static const char *switched_off(struct shp_file_header *h, int rc)
     return phrases[reason];
 }
 
+/* A call record ended past where the helper needs the file grown (pf.grow_at: it faults in
+ * only what exists, and a growth right where the calls write had them fault the new chunk's
+ * first pages side by side with it: copies 94 against 48 ns a call) or must be asked again
+ * (pf.kick_at). The growth is ahead of need: when it fails it is not tried ahead again, and the
+ * record that needs the bytes meets the failure itself (a limit, a full disk, no descriptor, a
+ * replaced file) and says what it is. */
+static void ahead(uint64_t end)
+{
+    if (end > atomic_load_explicit(&pf.grow_at, memory_order_relaxed) && grow(end + PF_AHEAD) < 0)
+        atomic_store_explicit(&pf.grow_at, UINT64_MAX, memory_order_relaxed);
+    uint64_t k = atomic_load_explicit(&pf.kick_at, memory_order_relaxed);
+    if (end > k) {
+        prefault_kick();
+        /* Asked: the next records need not ask again while it catches up. */
+        uint64_t next = end + PF_STEP;
+        while (k < next && !atomic_compare_exchange_weak_explicit(
+                               &pf.kick_at, &k, next, memory_order_relaxed, memory_order_relaxed))
+            ;
+    }
+}
+
 void *shp_writer_reserve(unsigned type, size_t size, const char **why)
 {
     if (__builtin_expect(atomic_load_explicit(&w.state, memory_order_acquire) != W_OPEN, 0))
         return NULL;
-    struct shp_file_header *h = w.hdr;
+    struct shp_file_header *h = shp_wh.hdr;
     uint64_t off = shp_rec_reserve(h, shp_rec_limit(h, type), size);
     if (!off) {
         dropped(h, size);
@@ -600,6 +810,8 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
         return NULL;
     }
     uint64_t end = off + size;
+    /* Growing the file and starting the helper make system calls: errno is the caller's. */
+    int saved = errno;
     if (end > atomic_load_explicit(&w.ready, memory_order_acquire)) {
         int rc = grow(end);
         if (rc < 0) {
@@ -613,11 +825,16 @@ void *shp_writer_reserve(unsigned type, size_t size, const char **why)
                 cap_reached(h);
             else
                 *why = switched_off(h, rc);
+            errno = saved;
             return NULL;
         }
     }
-    unsigned char *base = __atomic_load_n(&w.seg[off >> w.shift], __ATOMIC_RELAXED);
-    void *r = base + (off & w.mask);
+    if (shp_rec_role(type) & SHP_ROLE_COMPACT)
+        ahead(end);
+    refresh_fast();
+    errno = saved;
+    unsigned char *base = __atomic_load_n(&shp_wh.seg[off >> shp_wh.shift], __ATOMIC_RELAXED);
+    void *r = base + (off & shp_wh.mask);
     /* The reserved size first, so a reader can step over this record if we die filling it. */
     shp_rec_mark_reserved(r, size);
     return r;
@@ -639,8 +856,9 @@ static void write_note(struct shp_file_header *h, const char *text)
         return;
     }
     struct shp_rec_mark *m =
-        (struct shp_rec_mark *)(__atomic_load_n(&w.seg[off >> w.shift], __ATOMIC_RELAXED) +
-                                (off & w.mask));
+        (struct shp_rec_mark *)(__atomic_load_n(&shp_wh.seg[off >> shp_wh.shift],
+                                                __ATOMIC_RELAXED) +
+                                (off & shp_wh.mask));
     shp_rec_mark_reserved(m, size);
     memset((char *)m + sizeof(m->h), 0, sizeof(*m) - sizeof(m->h));
     struct timespec ts;
@@ -672,9 +890,9 @@ int shp_writer_comm_index(const void *rec)
     const unsigned char *p = rec;
     uint64_t off = 0;
     for (unsigned i = 0; i < SEG_MAX && !off; i++) {
-        const unsigned char *s = __atomic_load_n(&w.seg[i], __ATOMIC_ACQUIRE);
+        const unsigned char *s = __atomic_load_n(&shp_wh.seg[i], __ATOMIC_ACQUIRE);
         if (s && p >= s && p < s + seg_len(i))
-            off = ((uint64_t)i << w.shift) + (uint64_t)(p - s);
+            off = ((uint64_t)i << shp_wh.shift) + (uint64_t)(p - s);
     }
     if (off < SHP_HEADER_SIZE)
         return -1;
@@ -692,27 +910,39 @@ uint32_t shp_writer_gen(void)
 
 void shp_writer_close(void)
 {
+    /* The helper is told to stop, never waited for: exit_group ends it. */
+    atomic_store_explicit(&pf.usable, false, memory_order_relaxed);
+    atomic_store_explicit(&pf.stop, 1, memory_order_release);
     /* The mapping stays: destructors that run after ours (NCCL's, torch's) may still be traced,
      * and their records land after the flag, which readers accept. */
     if (atomic_load_explicit(&w.state, memory_order_acquire) == W_OPEN) {
         pthread_mutex_lock(&w.mu);
-        clock_pair_store(w.hdr);
+        clock_pair_store(shp_wh.hdr);
         pthread_mutex_unlock(&w.mu);
-        __atomic_or_fetch(&w.hdr->flags, SHP_FILE_COMPLETE, __ATOMIC_RELEASE);
+        __atomic_or_fetch(&shp_wh.hdr->flags, SHP_FILE_COMPLETE, __ATOMIC_RELEASE);
     }
 }
 
 void shp_writer_atfork_child(void)
 {
+    /* Our records stop at once: the file below is the parent's. */
+    atomic_store(&shp_wh.fast_end, 0);
+    /* The parent's helper was joined before the fork (shp_writer_atfork_prepare). */
+    pthread_mutex_init(&pf.mu, NULL);
+    pf.joinable = false;
+    pf.said = false;
+    atomic_store(&pf.running, 0);
+    atomic_store(&pf.stop, 0);
+    atomic_store(&pf.usable, false);
     /* The parent's file is the parent's: the child unmaps it and opens its own at its first
      * record. */
     for (unsigned i = 0; i < SEG_MAX; i++)
-        if (w.seg[i]) {
-            munmap(w.seg[i], (size_t)seg_len(i));
-            w.seg[i] = NULL;
+        if (shp_wh.seg[i]) {
+            munmap(shp_wh.seg[i], (size_t)seg_len(i));
+            shp_wh.seg[i] = NULL;
         }
     w.as_mapped = 0;
-    w.hdr = NULL;
+    shp_wh.hdr = NULL;
     w.pending[0] = 0;
     atomic_store(&w.pending_taken, 0);
     atomic_store(&w.ready, 0);

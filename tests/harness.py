@@ -1,5 +1,6 @@
 """shapetrace tests: the runner the Python suites share. Runs every test_* function of a module,
 one line each, and ends with 'LABEL: N passed, M failed' (the line tests/run.sh adds up)."""
+import glob
 import os
 import shutil
 import subprocess
@@ -16,6 +17,37 @@ def tool_env():
                                          capture_output=True, text=True).stdout.strip()
         e["ASAN_OPTIONS"] = "detect_leaks=0:verify_asan_link_order=0"
     return e
+
+
+def values_env(tests_dir, **extra):
+    """tool_env() with the doubles as a real job has them for --values: the runtime over the
+    driver (SHP_DOUBLE_VIA_DRIVER), whose libcuda.so.1 the NCCL double finds on the library path
+    (tests_dir); `extra` added, None values removed."""
+    e = tool_env()
+    e.pop("SHAPETRACE_DIR", None)
+    e["SHP_DOUBLE_VIA_DRIVER"] = "1"
+    e["LD_LIBRARY_PATH"] = tests_dir
+    for k, v in extra.items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return e
+def other_pythons():
+    """CPython 3.10 to 3.13 interpreters besides the default `python3`, where pyenv has them."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    have = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[1])"],
+                          capture_output=True, text=True).stdout.strip()
+    found = []
+    for minor in (10, 11, 12, 13):
+        if str(minor) == have:
+            continue
+        for v in sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*"))):
+            py = os.path.join(v, "bin", f"python3.{minor}")
+            if os.access(py, os.X_OK):
+                found.append(py)
+                break
+    return found
 
 
 class NotRun(Exception):

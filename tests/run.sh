@@ -37,6 +37,14 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "test_lib (thread)" "$B/tests/test_lib"
     suite "test_findings (thread)" "$B/tests/test_findings"
     suite "analyze (thread)" python3 tests/test_analyze.py "$B"
+    suite "values (thread)" python3 tests/test_values.py "$B"
+    # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files.
+    suite "hostile readers (thread)" python3 tests/test_hostile.py "$B" \
+        test_one_communicator_of_two_sizes_is_a_finding \
+        test_two_processes_claiming_one_rank_are_named_both \
+        test_collectives_tied_to_no_communicator_are_counted \
+        test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
+        test_a_seq_far_ahead_is_lined_up_at_once
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
     # export's threads: the analysis beside the walk's scan, the file's writer.
@@ -53,10 +61,13 @@ else
             suite "$(basename "$t")" "$t"
         fi
     done
+    suite "calls" python3 tests/test_calls.py "$B"
     suite "preload and tools" python3 tests/test_preload.py "$B"
     suite "analyze" python3 tests/test_analyze.py "$B"
+    suite "values" python3 tests/test_values.py "$B"
     suite "hostile" python3 tests/test_hostile.py "$B"
     suite "pictures" python3 tests/test_pictures.py "$B"
+    suite "snapshot" python3 tests/test_snapshot.py "$B"
 fi
 
 echo "== total ($B)"

@@ -15,7 +15,7 @@ import struct
 import tempfile
 import time
 
-from harness import NotRun, run_all  # the script's own folder, tests/, is on sys.path
+from harness import NotRun, other_pythons, run_all  # tests/, the script's folder, is on sys.path
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -374,6 +374,54 @@ def test_rtld_local_module():
     assert site_has(ars[0], "mod_run (")
 
 
+def modules_and_stacks(path):
+    """A trace's module records, as (path, lo, hi), and its native stacks' frames, read by hand."""
+    with open(path, "rb") as f:
+        data = f.read()
+    tail = min(int.from_bytes(data[72:80], "little"), len(data))
+    mods, frames, off = [], [], 4096
+    while off + 8 <= tail:
+        word = int.from_bytes(data[off:off + 4], "little")
+        size = (word & 0xffff) * 8
+        if word >> 24 != 0xA7 or size == 0:
+            break
+        rtype = (word >> 16) & 0xff
+        if rtype == 9:  # SHP_REC_MODULE
+            lo, hi = struct.unpack_from("<QQ", data, off + 16)
+            plen = struct.unpack_from("<H", data, off + 38)[0]
+            mods.append((data[off + 72:off + 72 + plen].decode(), lo, hi))
+        elif rtype == 8:  # SHP_REC_STACK
+            n = struct.unpack_from("<I", data, off + 12)[0]
+            frames += struct.unpack_from(f"<{n}Q", data, off + 16)
+        off += size
+    return mods, frames
+
+
+def test_module_records_only_for_the_objects_stacks_use():
+    """A module record is written for each object that a stored stack has a frame in, and for no
+    other (a torch rank's trace held 68 where its stacks used 6 to 8): here NCCL is reached
+    only through a module opened with dlopen after the trace exists, and a forked child writes
+    the records its own stacks need."""
+    d, p = traced("modrec", [f"{T}/local_module", f"{T}/mod_nccl.so", "3"],
+                  opts=["--stacks", "native"])
+    [f] = glob.glob(os.path.join(d, "*.shptrace"))
+    mods, frames = modules_and_stacks(f)
+    names = sorted(os.path.basename(m[0]) for m in mods)
+    assert names == ["libc.so.6", "local_module", "mod_nccl.so"], names
+    uncovered = [hex(a) for a in frames if not any(lo <= a - 1 < hi for _, lo, hi in mods)]
+    assert frames and not uncovered, uncovered
+    ev, _ = dump(d)
+    assert all(site_has(a, "mod_run (") for a in ops(ev, "ncclAllReduce")), ops(ev, "ncclAllReduce")
+    d, _ = traced("modrec-fork", [f"{T}/scenario", "fork"], opts=["--stacks", "native"])
+    files = glob.glob(os.path.join(d, "*.shptrace"))
+    assert len(files) == 2, files
+    for f in files:
+        mods, frames = modules_and_stacks(f)
+        uncovered = [hex(a) for a in frames if not any(lo <= a - 1 < hi for _, lo, hi in mods)]
+        assert frames and not uncovered and len(mods) == len({m[0] for m in mods}), (f, mods)
+        assert "libcudart.so.13" not in " ".join(m[0] for m in mods), mods
+
+
 def symbols_run(name):
     """A module of its own, traced from a copy that the test can take away afterwards."""
     moddir = os.path.join(TMP, name + "-mod")
@@ -636,23 +684,6 @@ def check_python_call_sites(py, name):
     assert counts.get(SHP_REC_PYCODE) == 13, counts  # the 13 functions on those stacks
     assert 5 <= counts.get(SHP_REC_PYSTACK, 0) <= 16, counts  # for 43 calls
     return ev
-
-
-def other_pythons():
-    """CPython 3.10 to 3.13 interpreters besides the default one, where pyenv has them."""
-    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    have = subprocess.run(["python3", "-c", "import sys; print(sys.version_info[1])"],
-                          capture_output=True, text=True).stdout.strip()
-    found = []
-    for minor in (10, 11, 12, 13):
-        if str(minor) == have:
-            continue
-        for v in sorted(glob.glob(os.path.join(root, "versions", f"3.{minor}.*"))):
-            py = os.path.join(v, "bin", f"python3.{minor}")
-            if os.access(py, os.X_OK):
-                found.append(py)
-                break
-    return found
 
 
 def test_python_call_sites():

@@ -21,13 +21,25 @@
 #define SHP_ENV_LIBUNWIND "SHAPETRACE_LIBUNWIND"       /* the libunwind to load for native stacks */
 #define SHP_ENV_CLOCK "SHAPETRACE_CLOCK" /* tsc (where usable, the default) or monotonic */
 #define SHP_ENV_FILE_GROWTH                                                                        \
-    "SHAPETRACE_FILE_GROWTH" /* chunk, populate or full (bench/RESULTS.md) */
+    "SHAPETRACE_FILE_GROWTH"                   /* chunk, populate or full (bench/RESULTS.md) */
+#define SHP_ENV_PREFAULT "SHAPETRACE_PREFAULT" /* 0: no helper thread faults the pages in */
 
+/* Fingerprints of values that must agree across ranks (preload/values.c). */
+#define SHP_ENV_VALUES "SHAPETRACE_VALUES" /* collectives, copies or all; unset or none: off */
+#define SHP_ENV_VALUES_EVERY "SHAPETRACE_VALUES_EVERY" /* fingerprint every Nth call (1) */
+#define SHP_ENV_VALUES_SITE "SHAPETRACE_VALUES_SITE"   /* copies: a glob on a frame's function */
 /* Read by the tools: globs (comma-separated) of frames that are framework code, added to the site
  * rule's built-in list (tools/lib/site.h), as --site-skip does. */
 #define SHP_ENV_SITE_SKIP "SHAPETRACE_SITE_SKIP"
+/* Read by `shapetrace snapshot`: milliseconds to hold each process stopped after its copy, so
+ * that a test can kill the command while a target is stopped under it. */
+#define SHP_ENV_SNAPSHOT_HOLD_MS "SHAPETRACE_SNAPSHOT_HOLD_MS"
 
 #define SHP_DEFAULT_DIR "shapetrace-trace"
+#define SHP_DEFAULT_VALUES_EVERY 1
+#define SHP_MAX_VALUES_EVERY 1000000000
+#define SHP_DEFAULT_VALUES_SITE "*"
+#define SHP_VALUES_SITE_MAX 256 /* bytes of a site glob, its NUL included */
 #define SHP_DEFAULT_STACKS "python"
 #define SHP_DEFAULT_MAX_MB 1024
 #define SHP_MIN_MAX_MB 1 /* a smaller SHAPETRACE_MAX_MB is raised to this */

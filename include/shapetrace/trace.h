@@ -17,6 +17,12 @@
  * frequent calls (1-D copies, collectives, p2p, graph launches) have compact records of 48 to
  * 72 bytes that pack pointers into 48 bits and name their communicator by an index into the
  * header's table (SHP_REC_COPY_C and after); the check is an additive sum (shp_rec_check).
+ *
+ * Version 3 is version 2 with one more record type, SHP_REC_VALUE (SHAPETRACE_VALUES). A writer
+ * stamps 3 only on a trace that may hold value records: a reader of version 2 then refuses the
+ * trace with its one-line error instead of taking every value record for a torn one and calling
+ * the trace incomplete. A trace without them is still version 2, byte for byte, and readers of
+ * either version read it.
  */
 #ifndef SHAPETRACE_TRACE_H
 #define SHAPETRACE_TRACE_H
@@ -25,10 +31,17 @@
 #include <stdint.h>
 
 #define SHP_TRACE_MAGIC "SHPTRACE"
-#define SHP_TRACE_VERSION 2u
+#define SHP_TRACE_VERSION 2u        /* what a writer stamps on a trace without value records */
+#define SHP_TRACE_VERSION_VALUES 3u /* ... and on one that may hold them (SHP_REC_VALUE) */
 #define SHP_BYTE_ORDER_MARK 0x01020304u
 #define SHP_HEADER_SIZE 4096u
 #define SHP_TRACE_SUFFIX ".shptrace"
+
+/* True for the format versions this tree reads (and writes). */
+static inline int shp_trace_version_known(uint32_t v)
+{
+    return v == SHP_TRACE_VERSION || v == SHP_TRACE_VERSION_VALUES;
+}
 
 /* Header flags. */
 #define SHP_FILE_COMPLETE 0x1u /* the writer closed the trace at process exit */
@@ -161,6 +174,10 @@ _Static_assert(sizeof(struct shp_rec) == 8, "record header");
 #define SHP_EV_KIND_DEFAULT 0x2u  /* copy asked for cudaMemcpyDefault; `kind` was resolved */
 #define SHP_EV_COMM_UNKNOWN 0x4u  /* communicator was never seen being created */
 #define SHP_EV_DROPPED_STACK 0x8u /* a stack was asked for but not stored */
+/* A communicator record written when NCCL could first tell the rank and size of a communicator
+ * made non-blocking (its creation returned ncclInProgress, and its record says -1 of -1): same
+ * id and handle as that record; calls after it name it. */
+#define SHP_EV_COMM_LEARNED 0x10u
 
 /* What every full call record starts with. A call is published when it is entered, so that a
  * trace shows the calls a process was inside when it hung or died; the fields from `result` on
@@ -462,18 +479,67 @@ _Static_assert(sizeof(struct shp_rec_pystack) == 24, "pystack layout");
 /* Flags: more frames than SHP_PYSTACK_MAX_FRAMES; the outermost ones are not stored. */
 #define SHP_PYSTACK_TRUNCATED 0x1u
 
+/* SHP_REC_VALUE (version 3): the fingerprint (include/shapetrace/values.h) of the bytes a call
+ * produced: a collective's receive buffer, or the bytes a copy moved. Written right after its
+ * call returns, by the calling thread, so that it follows its call closely in the file; `fp` and
+ * `status` are completed when the fingerprint has been read back (a kernel on the call's stream,
+ * read without synchronizing it), `status` last, and are not covered by `check`
+ * (SHP_ROLE_LATE). A record still SHP_VALUE_PENDING was never read back: the process ended
+ * first (killed, or exited without running its exit handlers). */
+struct shp_rec_value {
+    struct shp_rec h;
+    uint64_t t;     /* when the fingerprint was asked for, in the header's clock */
+    uint64_t call;  /* file offset of the call's record */
+    uint64_t comm;  /* collectives: the communicator's id; copies: that of the last collective
+                       the process issued before the copy; 0 if none */
+    uint64_t seq;   /* collectives: the call's seq; copies: that last collective's; UINT64_MAX
+                       if none */
+    uint64_t occ;   /* copies: how many copies from this site came before (every one counted,
+                       fingerprinted or not); collectives: 0 */
+    uint64_t bytes; /* bytes fingerprinted */
+    uint64_t site;  /* copies: a hash of the call site that every process running the same code
+                       computes alike (its frames' names, files and offsets; not addresses);
+                       collectives: 0 */
+    uint32_t stack; /* the call's stack id, 0 if none */
+    uint16_t op;    /* the call's op (enum shp_op) */
+    uint8_t what;   /* SHP_VALUE_OUTPUT or SHP_VALUE_COPIED */
+    uint8_t how;    /* SHP_VALUE_DEVICE (a kernel after the call) or SHP_VALUE_HOST */
+    /* completed later */
+    uint64_t fp;     /* the fingerprint, once status is SHP_VALUE_DONE */
+    uint32_t status; /* SHP_VALUE_*, stored last */
+    uint32_t pad;
+};
+_Static_assert(sizeof(struct shp_rec_value) == 88, "value layout");
+#define SHP_VALUE_LATE_BYTES 16 /* fp, status, pad: completed after the record is published */
+/* what */
+#define SHP_VALUE_OUTPUT 1 /* the receive buffer of an all-reduce, all-gather or broadcast */
+#define SHP_VALUE_COPIED 2 /* the bytes a copy moved */
+/* how */
+#define SHP_VALUE_DEVICE 1 /* a kernel on the call's stream, right after it */
+#define SHP_VALUE_HOST 2   /* on the host as the call returned (a synchronous copy) */
+/* status */
+#define SHP_VALUE_PENDING 0 /* asked for, not read back */
+#define SHP_VALUE_DONE 1    /* fp holds the fingerprint */
+#define SHP_VALUE_CAPTURED                                                                         \
+    2                    /* skipped: the call was captured into a CUDA graph (it ran nothing)      \
+                          */
+#define SHP_VALUE_BUSY 3 /* skipped: every slot for fingerprints in flight was taken */
+#define SHP_VALUE_LOST 4 /* not read back: fingerprints were switched off after an error */
+
 /* Every record type, once: X(name, number, min_size, role, as).
  *   number    stored in each record's first word: never renumber one
  *   min_size  the record's size when it has no variable part; else the size of its fixed part
  *   role      SHP_ROLE_CALL: starts with struct shp_ev, completed after the call (see `check`);
  *             SHP_ROLE_META: bookkeeping that later records cannot be read without, allowed in
  *             the reserve beyond the cap (header `cap`); SHP_ROLE_VAR: a variable part follows;
- *             SHP_ROLE_COMPACT: starts with struct shp_head, completed by its `done` word
+ *             SHP_ROLE_COMPACT: starts with struct shp_head, completed by its `done` word;
+ *             SHP_ROLE_LATE: its last SHP_VALUE_LATE_BYTES are completed after it is published
  *   as        the type a reader reports it as: a compact record's full type, else its own */
 #define SHP_ROLE_CALL 0x1u
 #define SHP_ROLE_META 0x2u
 #define SHP_ROLE_VAR 0x4u
 #define SHP_ROLE_COMPACT 0x8u
+#define SHP_ROLE_LATE 0x10u
 /* clang-format off */
 #define SHP_REC_TYPES(X) \
     X(RESERVED, 0, 8, 0, 0) /* space reserved by a writer that had not published it yet */ \
@@ -493,7 +559,8 @@ _Static_assert(sizeof(struct shp_rec_pystack) == 24, "pystack layout");
     X(COPY_C, 14, sizeof(struct shp_rec_copy_c), SHP_ROLE_COMPACT, 5) \
     X(COLL_C, 15, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 2) \
     X(P2P_C, 16, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 3) \
-    X(LAUNCH_C, 17, sizeof(struct shp_rec_launch_c), SHP_ROLE_COMPACT, 7)
+    X(LAUNCH_C, 17, sizeof(struct shp_rec_launch_c), SHP_ROLE_COMPACT, 7) \
+    X(VALUE, 18, sizeof(struct shp_rec_value), SHP_ROLE_LATE, 18)
 /* clang-format on */
 
 enum shp_rec_type {
@@ -508,17 +575,34 @@ _Static_assert(SHP_REC_TYPE_COUNT == 0 SHP_REC_TYPES(SHP_X_REC_DENSE),
 #undef SHP_X_REC_DENSE
 
 /* What the list says of a record type: its minimum size (its exact size unless SHP_ROLE_VAR), its
- * role bits (SHP_ROLE_*) and the type it is read as; all 0 for an unknown type. */
+ * role bits (SHP_ROLE_*), the type it is read as, and the bytes [skip_lo, skip_hi) that are
+ * completed after the record is published, which `check` leaves out (none: 0, 0); all 0 for an
+ * unknown type. */
 struct shp_rec_info {
     size_t min_size;
     unsigned role;
     unsigned as;
+    unsigned skip_lo, skip_hi;
 };
+
+/* The completed-later bytes by role: [32, 64) of a full call record, `done` of a compact one,
+ * the last SHP_VALUE_LATE_BYTES of a SHP_ROLE_LATE one (of a fixed size). */
+#define SHP_REC_SKIP_LO(role, min)                                                                 \
+    ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_LO                                              \
+     : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE                                               \
+     : (role)&SHP_ROLE_LATE    ? (min)-SHP_VALUE_LATE_BYTES                                        \
+                               : 0)
+#define SHP_REC_SKIP_HI(role, min)                                                                 \
+    ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_HI                                              \
+     : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE + 8                                           \
+     : (role)&SHP_ROLE_LATE    ? (min)                                                             \
+                               : 0)
 
 /* The list as a table indexed by type (a lookup: the switch it replaces was 5% of analyze's
  * instructions). */
 static const struct shp_rec_info shp_rec_table[] = {
-#define SHP_X_REC_INFO(name, num, min, role, as) [num] = {min, role, as},
+#define SHP_X_REC_INFO(name, num, min, role, as)                                                   \
+    [num] = {min, role, as, SHP_REC_SKIP_LO(role, min), SHP_REC_SKIP_HI(role, min)},
     SHP_REC_TYPES(SHP_X_REC_INFO)
 #undef SHP_X_REC_INFO
 };
@@ -527,7 +611,7 @@ static inline struct shp_rec_info shp_rec_info(unsigned type)
 {
     if (type < sizeof(shp_rec_table) / sizeof(shp_rec_table[0]))
         return shp_rec_table[type];
-    return (struct shp_rec_info){0, 0, 0};
+    return (struct shp_rec_info){0, 0, 0, 0, 0};
 }
 
 static inline unsigned shp_rec_role(unsigned type)
@@ -565,19 +649,16 @@ static inline uint64_t shp_mix64(uint64_t h)
 }
 
 /* The check stored in shp_rec.check: a Fletcher-style pair of additive sums over the record's
- * 8-byte words after the first, leaving out what a call record completes after the call (bytes
- * [32, 64) of a full one, `done` of a compact one). Additive (two adds a word, no multiply chain
- * to wait on) and still position-dependent: a torn record (words left zero, or from an older
- * record) or a damaged word changes it. Inline so that writer and reader compute exactly the same
- * thing. */
+ * 8-byte words after the first, leaving out what a record completes after it is published (bytes
+ * [32, 64) of a full call record, `done` of a compact one, the last SHP_VALUE_LATE_BYTES of a
+ * SHP_ROLE_LATE one). Additive (two adds a word, no multiply chain to wait on) and still
+ * position-dependent: a torn record (words left zero, or from an older record) or a damaged word
+ * changes it. Inline so that writer and reader compute exactly the same thing. */
 static inline uint32_t shp_rec_check(const void *rec, unsigned type, size_t size)
 {
     const unsigned char *p = (const unsigned char *)rec;
-    unsigned role = shp_rec_role(type);
-    size_t lo = role & SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_LO
-                : role & SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE
-                                          : size;
-    size_t hi = role & SHP_ROLE_CALL ? SHP_EV_CHECK_SKIP_HI : lo + 8;
+    struct shp_rec_info ri = shp_rec_info(type);
+    size_t lo = ri.skip_lo, hi = ri.skip_hi;
     uint64_t a = 0x9e3779b97f4a7c15ull ^ size ^ ((uint64_t)type << 40), b = a;
     for (size_t i = 8; i < size; i += 8) {
         uint64_t w;

@@ -1,14 +1,20 @@
 /* Test double of the CUDA driver, libcuda.so.1: cuGetProcAddress and the driver functions that
  * shapetrace traces (copies, allocations, capture and graphs), on device and pinned arenas of its
- * own, without a GPU. Defined against the real cuda.h. Test equipment: see README.md. */
+ * own, without a GPU; and what shapetrace's fingerprint kernel needs (contexts, modules, kernel
+ * launches, events), the kernel run in C on host memory. Defined against the real cuda.h. Test
+ * equipment: see README.md. */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "include/shapetrace/values.h"
 #include "tests/doubles/arena.h"
 
 /* Everything not static is driver API; keep it exported even in a -fvisibility=hidden build. */
@@ -159,9 +165,30 @@ struct CUgraphExec_st {
     struct CUgraph_st *graph;
 };
 
+/* A stream, and the capture it is in: its own (origin itself) or one it joined by waiting on an
+ * event recorded in it, as the runtime double does it (cudart.c): each counts its work in the
+ * capture (ops), and a forked stream is joined back once a stream of the capture has waited on
+ * an event recorded after its last work (joined == ops). */
 struct CUstream_st {
     struct CUgraph_st *capturing;
+    /* next: every stream made, for the end of a capture and so that another library's handle
+     * is never read */
+    struct CUstream_st *origin, *next;
+    unsigned long long id, ops, joined;
 };
+
+/* An event: where it was recorded in a capture (fork and join), and the kernels launched on its
+ * stream before it (they run when it is queried). */
+struct CUevent_st {
+    struct CUstream_st *from; /* recorded on a capturing stream: which one, after how much */
+    unsigned long long capture, mark;
+    CUstream stream;
+    uint64_t upto; /* the launches recorded before it; 0: never recorded */
+};
+
+static struct CUstream_st *streams;
+static unsigned long long next_capture = 1;
+static uint64_t launch_ids; /* kernels launched so far (below) */
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -169,12 +196,144 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     if (!phStream)
         return CUDA_ERROR_INVALID_VALUE;
     *phStream = calloc(1, sizeof(**phStream));
-    return *phStream ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!*phStream)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    (*phStream)->next = streams;
+    streams = *phStream;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
 }
+
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    (void)Flags;
+    if (!phEvent)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phEvent = calloc(1, sizeof(**phEvent));
+    return *phEvent ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    if (!hEvent)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    bool captured = hStream && hStream->capturing && hStream->origin;
+    hEvent->from = captured ? hStream : NULL;
+    hEvent->capture = captured ? hStream->origin->id : 0;
+    hEvent->mark = captured ? hStream->ops : 0;
+    hEvent->stream = hStream;
+    hEvent->upto = launch_ids;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+/* A wait on an event recorded in a capture forks the waiting stream into it, or joins the
+ * recording stream's work back; the legacy stream cannot take part. */
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    (void)Flags;
+    if (!hEvent)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    struct CUstream_st *o = hEvent->from ? hEvent->from->origin : NULL;
+    if (o && o->capturing && o->id == hEvent->capture) {
+        if (!hStream) {
+            r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        } else if (!hStream->capturing) {
+            hStream->capturing = o->capturing;
+            hStream->origin = o;
+            hStream->ops = 0;
+            hStream->joined = ~0ull;
+        } else if (hStream->origin != o) {
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        }
+        if (r == CUDA_SUCCESS && hEvent->from != hStream && hEvent->mark == hEvent->from->ops)
+            hEvent->from->joined = hEvent->mark;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The capture a stream is in (CUDA 11.3's form: no edge data); no graph, no dependencies.
+ * cuda.h 13 declares this exported form only for the driver's own build. */
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   size_t *numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                   const CUgraphNode **dependencies_out,
+                                   size_t *numDependencies_out)
+{
+    if (!captureStatus_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    bool on = hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD &&
+              hStream->capturing;
+    *captureStatus_out = on ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (on && id_out)
+        *id_out = hStream->origin->id;
+    pthread_mutex_unlock(&lock);
+    if (graph_out)
+        *graph_out = NULL;
+    if (dependencies_out)
+        *dependencies_out = NULL;
+    if (numDependencies_out)
+        *numDependencies_out = 0;
+    return CUDA_SUCCESS;
+}
+
+/* h if it is one of the double's streams, else NULL: a runtime's stream (the runtime double's),
+ * the legacy or per-thread stream, which a real driver knows too and this one only by handle. */
+static struct CUstream_st *own_stream(CUstream h)
+{
+    pthread_mutex_lock(&lock);
+    struct CUstream_st *s = streams;
+    while (s && s != h)
+        s = s->next;
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+static void run_launches(CUstream stream, uint64_t upto);
 
 CUresult cuStreamSynchronize(CUstream hStream)
 {
-    return hStream && hStream->capturing ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+    struct CUstream_st *s = own_stream(hStream);
+    if (s && s->capturing)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    run_launches(hStream, UINT64_MAX);
+    return CUDA_SUCCESS;
+}
+
+/* A runtime's stream is capturing as the loaded runtime says (the runtime double's own
+ * streams); the double's own as its own record says. */
+typedef int (*rt_capturing_fn)(void *, int *);
+
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    if (!captureStatus)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s = own_stream(hStream);
+    *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (s) {
+        if (s->capturing)
+            *captureStatus = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        return CUDA_SUCCESS;
+    }
+    static _Atomic(rt_capturing_fn) rt_cached;
+    rt_capturing_fn rt = atomic_load(&rt_cached);
+    if (!rt) {
+        rt = (rt_capturing_fn)dlsym(RTLD_DEFAULT, "cudaStreamIsCapturing");
+        atomic_store(&rt_cached, rt);
+    }
+    int st = 0;
+    if (rt && rt(hStream, &st) == 0)
+        *captureStatus = (CUstreamCaptureStatus)st; /* the runtime's numbers are the driver's */
+    return CUDA_SUCCESS;
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
@@ -185,16 +344,39 @@ CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
     if (hStream->capturing)
         return CUDA_ERROR_ILLEGAL_STATE;
     hStream->capturing = calloc(1, sizeof(*hStream->capturing));
-    return hStream->capturing ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!hStream->capturing)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    hStream->origin = hStream;
+    hStream->id = next_capture++;
+    hStream->ops = hStream->joined = 0;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
 }
 
+/* Only the origin ends a capture; every stream forked into it must have been joined back
+ * (CUDA_ERROR_STREAM_CAPTURE_UNJOINED otherwise, and the capture is gone). */
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     if (!hStream || !hStream->capturing || !phGraph)
         return CUDA_ERROR_ILLEGAL_STATE;
-    *phGraph = hStream->capturing;
+    if (hStream->origin != hStream)
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    pthread_mutex_lock(&lock);
+    bool unjoined = false;
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s != hStream && s->origin == hStream && s->capturing) {
+            unjoined |= s->joined != s->ops;
+            s->capturing = NULL;
+            s->origin = NULL;
+        }
+    pthread_mutex_unlock(&lock);
+    *phGraph = unjoined ? NULL : hStream->capturing;
+    if (unjoined)
+        free(hStream->capturing);
     hStream->capturing = NULL;
-    return CUDA_SUCCESS;
+    hStream->origin = NULL;
+    return unjoined ? CUDA_ERROR_STREAM_CAPTURE_UNJOINED : CUDA_SUCCESS;
 }
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -212,7 +394,8 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    if (!hGraphExec || (hStream && hStream->capturing))
+    struct CUstream_st *own = own_stream(hStream);
+    if (!hGraphExec || (own && own->capturing))
         return CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; i < hGraphExec->graph->n; i++) {
         const struct node *nd = &hGraphExec->graph->nodes[i];
@@ -236,11 +419,13 @@ static CUresult copy(void *dst, int dst_dev, const void *src, int src_dev, size_
     if (d < 0 || s < 0 || (dst_dev == 1 && d != 1) || (dst_dev == 0 && d != 0) ||
         (src_dev == 1 && s != 1) || (src_dev == 0 && s != 0))
         return CUDA_ERROR_INVALID_VALUE;
-    if (stream && stream->capturing) {
-        struct CUgraph_st *g = stream->capturing;
+    struct CUstream_st *own = stream ? own_stream(stream) : NULL;
+    if (own && own->capturing) {
+        struct CUgraph_st *g = own->capturing;
         if (g->n == (int)(sizeof(g->nodes) / sizeof(g->nodes[0])))
             return CUDA_ERROR_OUT_OF_MEMORY;
         g->nodes[g->n++] = (struct node){dst, src, n};
+        stream->ops++;
         return CUDA_SUCCESS;
     }
     memmove(dst, src, n);
@@ -347,6 +532,236 @@ CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
     return cuMemcpyDtoH_v2(dstHost, srcDevice, ByteCount);
 }
 
+/* ---- contexts, modules, kernels, events: shapetrace's fingerprint kernel ---- */
+
+/* SHP_DOUBLE_CU_FAIL=NAME makes the function NAME of this section fail (CUDA_ERROR_UNKNOWN), for
+ * tests of what a caller does when the driver refuses. SHP_DOUBLE_CU_ERRNO=N: each function that
+ * asks fails() returns with errno N, as the real driver's can (its ioctls, its reads of /proc),
+ * for tests that a caller of the driver keeps the application's errno. */
+static const char *fail_name;
+static int fail_errno;
+static pthread_once_t fail_once = PTHREAD_ONCE_INIT;
+
+static void read_fail(void)
+{
+    fail_name = getenv("SHP_DOUBLE_CU_FAIL");
+    const char *e = getenv("SHP_DOUBLE_CU_ERRNO");
+    fail_errno = e ? atoi(e) : 0;
+}
+
+static bool fails(const char *name)
+{
+    pthread_once(&fail_once, read_fail);
+    if (fail_errno)
+        errno = fail_errno;
+    return fail_name && !strcmp(fail_name, name);
+}
+
+/* One context, current on every thread unless another is pushed. */
+struct CUctx_st {
+    int device;
+};
+static struct CUctx_st the_ctx;
+static _Thread_local CUcontext ctx_stack[8];
+static _Thread_local int ctx_depth;
+
+CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = ctx_depth ? ctx_stack[ctx_depth - 1] : &the_ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    if (!ctx || ctx_depth == (int)(sizeof(ctx_stack) / sizeof(ctx_stack[0])))
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    if (!ctx_depth)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = ctx_stack[--ctx_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    if (!ctx || !ctxId)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ctxId = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    (void)hStream;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = &the_ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    if (!pdptr || !p || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    bool pinned = in_arena(&pinned_arena, (uintptr_t)p) && find_live(&pinned_arena, p);
+    pthread_mutex_unlock(&lock);
+    if (!pinned)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)(uintptr_t)p; /* unified addressing: the same address */
+    return CUDA_SUCCESS;
+}
+
+/* A module is PTX text; the one kernel it can hold is the fingerprint. */
+struct CUmod_st {
+    bool fingerprint;
+};
+struct CUfunc_st {
+    int unused;
+};
+static struct CUfunc_st fingerprint_fn;
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fails("cuModuleLoadData"))
+        return CUDA_ERROR_UNKNOWN;
+    const char *ptx = image;
+    if (strncmp(ptx, ".version ", 9) && !strstr(ptx, "\n.version "))
+        return CUDA_ERROR_INVALID_IMAGE;
+    *module = calloc(1, sizeof(**module));
+    if (!*module)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    (*module)->fingerprint = strstr(ptx, ".entry " SHP_VALUES_ENTRY "(") != NULL;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    if (!hfunc || !hmod || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!hmod->fingerprint || strcmp(name, SHP_VALUES_ENTRY))
+        return CUDA_ERROR_NOT_FOUND;
+    *hfunc = &fingerprint_fn;
+    return CUDA_SUCCESS;
+}
+
+/* A launched kernel runs later, as on a GPU: when an event recorded after it on its stream is
+ * queried or synchronized, or its stream is synchronized. So what happens to its bytes between
+ * the launch and then (another stream's kernel, in a test a plain write) is what it reads. */
+struct launch {
+    CUstream stream;
+    uint64_t id;
+    uint64_t src, n, out;
+    unsigned blocks, threads;
+    struct launch *next;
+};
+static struct launch *launches, **launches_tail = &launches;
+
+/* The fingerprint kernel, as the PTX computes it: block b's threads take the words b * threads
+ * + t, t + blocks * threads, ... and block 0 the tail; each block stores its two sums. */
+static void run_fingerprint(const struct launch *l)
+{
+    const unsigned char *p = (const void *)(uintptr_t)l->src;
+    uint64_t *out = (uint64_t *)(uintptr_t)l->out, stride = (uint64_t)l->blocks * l->threads;
+    uint64_t a[SHP_VALUES_MAX_BLOCKS] = {0}, s[SHP_VALUES_MAX_BLOCKS] = {0};
+    for (uint64_t i = 0; i < l->n / 8; i++) {
+        uint64_t w, b = i % stride / l->threads; /* the block whose thread takes word i */
+        memcpy(&w, p + 8 * i, 8);
+        a[b] += shp_values_lane_a(w, i);
+        s[b] += shp_values_lane_b(w, i);
+    }
+    shp_values_tail_sums(p, l->n, &a[0], &s[0]);
+    for (unsigned b = 0; b < l->blocks; b++) {
+        out[2 * b] = a[b];
+        out[2 * b + 1] = s[b];
+    }
+}
+
+/* Run the launches on `stream` up to id `upto`, in order. Under the lock: a query that finds
+ * nothing left to run must not return while another thread's query still runs its kernel. */
+static void run_launches(CUstream stream, uint64_t upto)
+{
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        struct launch **pp = &launches, *l;
+        while (*pp && !((*pp)->stream == stream && (*pp)->id <= upto))
+            pp = &(*pp)->next;
+        if (!(l = *pp))
+            break;
+        *pp = l->next;
+        if (launches_tail == &l->next)
+            launches_tail = pp;
+        run_fingerprint(l);
+        free(l);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                        void **kernelParams, void **extra)
+{
+    (void)sharedMemBytes;
+    if (f != &fingerprint_fn || !kernelParams || extra || !gridDimX || !blockDimX ||
+        gridDimY != 1 || gridDimZ != 1 || blockDimY != 1 || blockDimZ != 1 ||
+        gridDimX > SHP_VALUES_MAX_BLOCKS || blockDimX > SHP_VALUES_THREADS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fails("cuLaunchKernel"))
+        return CUDA_ERROR_UNKNOWN;
+    struct CUstream_st *own = own_stream(hStream);
+    if (own && own->capturing)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* kernels are not nodes here */
+    struct launch *l = calloc(1, sizeof(*l));
+    if (!l)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    l->stream = hStream;
+    memcpy(&l->src, kernelParams[0], 8);
+    memcpy(&l->n, kernelParams[1], 8);
+    memcpy(&l->out, kernelParams[2], 8);
+    l->blocks = gridDimX;
+    l->threads = blockDimX;
+    pthread_mutex_lock(&lock);
+    l->id = ++launch_ids;
+    *launches_tail = l;
+    launches_tail = &l->next;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(CUevent hEvent)
+{
+    if (!hEvent)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fails("cuEventQuery"))
+        return CUDA_ERROR_UNKNOWN;
+    if (hEvent->upto)
+        run_launches(hEvent->stream, hEvent->upto);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(CUevent hEvent)
+{
+    return cuEventQuery(hEvent);
+}
+
+CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    free(hEvent);
+    return CUDA_SUCCESS;
+}
+
 /* ---- cuGetProcAddress ---- */
 
 /* What the double answers: base name, the version it appeared in, and the entry points. */
@@ -382,6 +797,10 @@ static const struct {
     {"cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL},
     {"cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL},
     {"cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL},
+    {"cuEventCreate", 2000, (void *)cuEventCreate, NULL},
+    {"cuEventRecord", 2000, (void *)cuEventRecord, NULL},
+    {"cuStreamWaitEvent", 3020, (void *)cuStreamWaitEvent, NULL},
+    {"cuStreamGetCaptureInfo", 11030, (void *)cuStreamGetCaptureInfo_v2, NULL},
     {"cuGraphInstantiateWithFlags", 11040, (void *)cuGraphInstantiateWithFlags, NULL},
     {"cuGraphLaunch", 10000, (void *)cuGraphLaunch, NULL},
     {"cuGetProcAddress", 12000, NULL, NULL}, /* filled in below: itself */

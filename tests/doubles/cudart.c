@@ -69,12 +69,24 @@ struct CUstream_st {
     enum capture_state capture;
     enum cudaStreamCaptureMode mode;
     pthread_t capturer;
-    struct nodes captured; /* what the capture holds so far */
+    struct nodes captured; /* the origin's: what the capture holds so far */
+    /* Fork and join, as CUDA does them: a stream that waits on an event recorded on a capturing
+     * stream joins that capture, and its work goes into the capture's graph (origin: the stream
+     * that began it, itself for the origin; id: the capture's unique id). Each stream counts its
+     * work in the capture (ops); a forked stream is joined back once a stream of the capture has
+     * waited on an event recorded after its last work (joined == ops). Ending the capture with a
+     * forked stream not joined back is cudaErrorStreamCaptureUnjoined. */
+    struct CUstream_st *origin;
+    unsigned long long id;
+    unsigned long long ops, joined;
 };
 
 struct CUevent_st {
     struct obj obj;
     bool recorded;
+    /* recorded on a capturing stream: which one, in which capture, after how much of its work */
+    struct CUstream_st *from;
+    unsigned long long capture, mark;
 };
 
 struct CUgraph_st {
@@ -91,6 +103,7 @@ struct CUgraphExec_st {
 
 static struct obj *registry;
 static unsigned long long next_graph_id = 1;
+static unsigned long long next_capture_id = 1;
 static struct CUstream_st legacy_stream = {.legacy = true};
 static _Thread_local struct CUstream_st thread_stream;
 
@@ -130,6 +143,8 @@ static cudaError_t status(cudaError_t e)
     X(cudaErrorStreamCaptureInvalidated,                                                           \
       "operation failed due to a previous error during capture")                                   \
     X(cudaErrorStreamCaptureUnmatched, "capture was not ended in the same stream as it began")     \
+    X(cudaErrorStreamCaptureUnjoined, "capturing stream has unjoined work")                        \
+    X(cudaErrorStreamCaptureIsolation, "dependency created on uncaptured work in another stream")  \
     X(cudaErrorStreamCaptureImplicit,                                                              \
       "operation would make the legacy stream depend on a capturing blocking stream")              \
     X(cudaErrorStreamCaptureWrongThread,                                                           \
@@ -177,6 +192,10 @@ cudaError_t cudaPeekAtLastError(void)
 
 /* ---- devices --------------------------------------------------------------------------------- */
 
+/* SHP_DOUBLE_RT_ERRNO=M: every copy that moves bytes returns with errno M, as a real runtime's
+ * can (its driver's ioctls), for tests that a wrapper's caller sees errno as the copy left it. */
+static int copy_errno;
+
 static int env_int(const char *name, int fallback, int lo, int hi)
 {
     const char *s = getenv(name);
@@ -198,6 +217,7 @@ static void read_env(void)
     /* torchrun's LOCAL_RANK is what a real job passes to cudaSetDevice; starting there lets a
      * program that never calls it still spread its ranks over devices. */
     initial_device = env_int("LOCAL_RANK", 0, 0, device_count > 0 ? device_count - 1 : 0);
+    copy_errno = env_int("SHP_DOUBLE_RT_ERRNO", 0, 0, 4095);
 }
 
 static int ndevices(void)
@@ -606,6 +626,9 @@ static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src, size_t s
         else if (drv((uintptr_t)d, (uintptr_t)sr, width) != 0)
             return cudaErrorUnknown;
     }
+    pthread_once(&env_once, read_env);
+    if (copy_errno)
+        errno = copy_errno;
     return cudaSuccess;
 }
 
@@ -771,6 +794,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return cudaSuccess;
 }
 
+static void leave_capture(struct CUstream_st *o, bool invalid);
+
 /* Nothing is ever pending, but waiting on a capturing stream is illegal and, as in CUDA, it
  * invalidates the capture. */
 static cudaError_t stream_wait(cudaStream_t stream, bool per_thread)
@@ -783,7 +808,10 @@ static cudaError_t stream_wait(cudaStream_t stream, bool per_thread)
     if (!s) {
         e = cudaErrorInvalidResourceHandle;
     } else if (s->capture != CAPTURE_NONE) {
-        s->capture = CAPTURE_INVALIDATED;
+        if (s->origin && s->origin != s)
+            leave_capture(s->origin, true); /* a forked stream's wait invalidates its capture */
+        else
+            s->capture = CAPTURE_INVALIDATED;
         e = cudaErrorStreamCaptureUnsupported;
     }
     pthread_mutex_unlock(&lock);
@@ -830,13 +858,93 @@ static cudaError_t event_record(cudaEvent_t event, cudaStream_t stream, bool per
 {
     cudaError_t e = cudaSuccess;
 
+    struct CUstream_st *s;
+
     pthread_mutex_lock(&lock);
-    if (!event || !live_obj(event, OBJ_EVENT) || !resolve_stream(stream, per_thread))
+    if (!event || !live_obj(event, OBJ_EVENT) || !(s = resolve_stream(stream, per_thread))) {
         e = cudaErrorInvalidResourceHandle;
-    else
+    } else {
         event->recorded = true;
+        bool captured = s->capture == CAPTURE_ACTIVE && s->origin;
+        event->from = captured ? s : NULL;
+        event->capture = captured ? s->origin->id : 0;
+        event->mark = captured ? s->ops : 0;
+    }
     pthread_mutex_unlock(&lock);
     return status(e);
+}
+
+/* Whether stream s belongs to the capture whose origin is o. Caller holds lock. */
+static bool in_capture(const struct CUstream_st *s, const struct CUstream_st *o)
+{
+    return s->capture != CAPTURE_NONE && s->origin == o;
+}
+
+/* Every stream of the capture whose origin is o leaves it (o included); with `invalid`, the
+ * capture is invalidated instead, o keeping it until its end reports it. Caller holds lock. */
+static void leave_capture(struct CUstream_st *o, bool invalid)
+{
+    for (struct obj *ob = registry; ob; ob = ob->next) {
+        struct CUstream_st *s = (struct CUstream_st *)ob;
+        if (ob->kind != OBJ_STREAM || s == o || !in_capture(s, o))
+            continue;
+        s->capture = CAPTURE_NONE;
+        s->origin = NULL;
+    }
+    if (invalid)
+        o->capture = CAPTURE_INVALIDATED;
+}
+
+/* A wait on an event recorded in a capture: the waiting stream joins that capture (a fork), or,
+ * already in it, takes on the recording stream's work up to the event (a join). A wait on an
+ * event of another capture is cudaErrorStreamCaptureIsolation, and invalidates it. */
+static cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event, unsigned int flags,
+                                     bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+
+    if (flags & ~(unsigned int)cudaEventWaitExternal)
+        return status(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s || !event || !live_obj(event, OBJ_EVENT)) {
+        e = cudaErrorInvalidResourceHandle;
+    } else if (event->from && event->capture && event->from->origin &&
+               event->from->origin->id == event->capture &&
+               event->from->origin->capture == CAPTURE_ACTIVE) {
+        struct CUstream_st *o = event->from->origin;
+        if (s->legacy) {
+            e = cudaErrorStreamCaptureImplicit;
+            leave_capture(o, true);
+        } else if (s->capture == CAPTURE_NONE) {
+            s->capture = CAPTURE_ACTIVE;
+            s->mode = o->mode;
+            s->capturer = o->capturer;
+            s->origin = o;
+            s->ops = 0;
+            s->joined = ~0ull; /* a fork, joined back only by a wait on its own work */
+        } else if (s->origin != o) {
+            e = cudaErrorStreamCaptureIsolation;
+            leave_capture(o, true);
+            if (s->origin)
+                leave_capture(s->origin, true);
+        }
+        if (e == cudaSuccess && event->from != s && event->mark == event->from->ops)
+            event->from->joined = event->mark;
+    }
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    return stream_wait_event(stream, event, flags, false);
+}
+
+cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+    return stream_wait_event(stream, event, flags, true);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
@@ -905,8 +1013,12 @@ static bool capture_node(cudaStream_t stream, bool per_thread, const struct node
     pthread_mutex_lock(&lock);
     struct CUstream_st *s = resolve_stream(stream, per_thread);
     bool capturing = s && s->capture == CAPTURE_ACTIVE;
-    if (capturing && !add_node(&s->captured, n))
+    /* A forked stream's work goes into the graph of the capture it joined. */
+    struct CUstream_st *o = capturing && s->origin ? s->origin : s;
+    if (capturing && !add_node(&o->captured, n))
         *e = cudaErrorMemoryAllocation;
+    else if (capturing)
+        s->ops++;
     pthread_mutex_unlock(&lock);
     return capturing;
 }
@@ -944,6 +1056,9 @@ static cudaError_t begin_capture(cudaStream_t stream, enum cudaStreamCaptureMode
         s->capture = CAPTURE_ACTIVE;
         s->mode = mode;
         s->capturer = pthread_self();
+        s->origin = s;
+        s->id = next_capture_id++;
+        s->ops = s->joined = 0;
         free_nodes(&s->captured);
     }
     pthread_mutex_unlock(&lock);
@@ -958,6 +1073,18 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     return begin_capture(stream, mode, true);
+}
+
+/* Whether a stream forked into the capture whose origin is o has work (or a fork) that no
+ * stream of the capture has waited on. Caller holds lock. */
+static bool unjoined(const struct CUstream_st *o)
+{
+    for (const struct obj *ob = registry; ob; ob = ob->next) {
+        const struct CUstream_st *s = (const struct CUstream_st *)ob;
+        if (ob->kind == OBJ_STREAM && s != o && in_capture(s, o) && s->joined != s->ops)
+            return true;
+    }
+    return false;
 }
 
 static cudaError_t end_capture(cudaStream_t stream, cudaGraph_t *pGraph, bool per_thread)
@@ -975,16 +1102,29 @@ static cudaError_t end_capture(cudaStream_t stream, cudaGraph_t *pGraph, bool pe
         e = cudaErrorInvalidResourceHandle;
     } else if (s->capture == CAPTURE_NONE) {
         e = cudaErrorIllegalState;
+    } else if (s->origin != s) {
+        e = cudaErrorStreamCaptureUnmatched; /* a forked stream cannot end the capture */
+        leave_capture(s->origin, true);
     } else if (s->mode != cudaStreamCaptureModeRelaxed &&
                !pthread_equal(s->capturer, pthread_self())) {
         e = cudaErrorStreamCaptureWrongThread;
     } else if (s->capture == CAPTURE_INVALIDATED) {
+        leave_capture(s, false);
         s->capture = CAPTURE_NONE;
+        s->origin = NULL;
         free_nodes(&s->captured);
         e = cudaErrorStreamCaptureInvalidated;
+    } else if (unjoined(s)) {
+        leave_capture(s, false);
+        s->capture = CAPTURE_NONE;
+        s->origin = NULL;
+        free_nodes(&s->captured);
+        e = cudaErrorStreamCaptureUnjoined;
     } else if (!(g = calloc(1, sizeof(*g)))) {
         e = cudaErrorMemoryAllocation;
     } else {
+        leave_capture(s, false);
+        s->origin = NULL;
         s->capture = CAPTURE_NONE;
         g->nodes = s->captured;
         s->captured = (struct nodes){0};
@@ -1026,6 +1166,59 @@ static cudaError_t is_capturing(cudaStream_t stream, enum cudaStreamCaptureStatu
         *pCaptureStatus = cudaStreamCaptureStatusNone;
     pthread_mutex_unlock(&lock);
     return status(e);
+}
+
+/* The capture a stream is in, its own or one it joined: CUDA 13's seven arguments (a caller
+ * built against CUDA 12 passes six; the last is then never read). No graph under construction
+ * and no dependencies are given (NULL, 0). */
+static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *status_out,
+                                unsigned long long *id_out, cudaGraph_t *graph_out,
+                                const cudaGraphNode_t **deps_out,
+                                const cudaGraphEdgeData **edges_out, size_t *ndeps_out,
+                                bool per_thread)
+{
+    cudaError_t e = cudaSuccess;
+    struct CUstream_st *s;
+
+    if (!status_out)
+        return status(cudaErrorInvalidValue);
+    pthread_mutex_lock(&lock);
+    s = resolve_stream(stream, per_thread);
+    if (!s) {
+        e = cudaErrorInvalidResourceHandle;
+    } else {
+        *status_out = s->capture == CAPTURE_ACTIVE        ? cudaStreamCaptureStatusActive
+                      : s->capture == CAPTURE_INVALIDATED ? cudaStreamCaptureStatusInvalidated
+                                                          : cudaStreamCaptureStatusNone;
+        if (id_out && s->capture != CAPTURE_NONE && s->origin)
+            *id_out = s->origin->id;
+        if (graph_out)
+            *graph_out = NULL;
+        if (deps_out)
+            *deps_out = NULL;
+        if (edges_out)
+            *edges_out = NULL;
+        if (ndeps_out)
+            *ndeps_out = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return status(e);
+}
+
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *st,
+                                     unsigned long long *id, cudaGraph_t *graph,
+                                     const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                     size_t *ndeps)
+{
+    return capture_info(stream, st, id, graph, deps, edges, ndeps, false);
+}
+
+cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus *st,
+                                          unsigned long long *id, cudaGraph_t *graph,
+                                          const cudaGraphNode_t **deps,
+                                          const cudaGraphEdgeData **edges, size_t *ndeps)
+{
+    return capture_info(stream, st, id, graph, deps, edges, ndeps, true);
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus)

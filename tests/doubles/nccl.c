@@ -72,6 +72,8 @@ struct ncclComm {
     bool entered;       /* this rank counts among the segment's members */
     bool joined;        /* every rank has mapped the segment */
     bool pending;       /* handed out inside a group that has not ended: not usable yet */
+    uint64_t ready_ns;  /* made non-blocking (config.blocking = 0): in progress until then, as if
+                           NCCL finished it in the background; 0 for a blocking comm */
     uint32_t round;     /* the next collective round, counted alike by every rank */
     uint32_t nchildren; /* splits and shrinks made from this comm: names their segments */
 };
@@ -867,6 +869,26 @@ static ncclResult_t check_comm(ncclComm_t comm, const char *fn)
     return ncclSuccess;
 }
 
+static uint64_t now_ns(void);
+
+/* Whether the comm's creation is still in progress: in a group that has not ended, or made
+ * non-blocking and not finished yet. Asking costs nothing and changes nothing, as
+ * ncclCommGetAsyncError in NCCL is a read. */
+static bool in_progress(ncclComm_t comm)
+{
+    return comm->pending || (comm->ready_ns && now_ns() < comm->ready_ns);
+}
+
+/* How long a non-blocking creation stays in progress (SHAPETRACE_DOUBLE_NONBLOCKING_MS, default
+ * 20): the work is done at the call, the comm reported ready only once this has passed, so that
+ * a caller must poll ncclCommGetAsyncError as with NCCL. */
+static void nonblocking(ncclComm_t comm)
+{
+    const char *v = getenv("SHAPETRACE_DOUBLE_NONBLOCKING_MS");
+    long ms = v && *v ? strtol(v, NULL, 10) : 20;
+    comm->ready_ns = now_ns() + (uint64_t)(ms > 0 ? ms : 1) * 1000000u;
+}
+
 /* NCCL's message for a comm whose creation is still in progress (ncclCommEnsureReady). */
 static ncclResult_t pending_fail(const char *fn)
 {
@@ -885,7 +907,7 @@ static ncclResult_t check_ready(ncclComm_t comm, const char *fn)
     if (r == ncclSuccess && comm->async_error != ncclSuccess)
         return fail(comm->async_error, "%s : rank %d's communicator is in error (%s)", fn,
                     comm->rank, pncclGetErrorString(comm->async_error));
-    if (r == ncclSuccess && comm->pending)
+    if (r == ncclSuccess && in_progress(comm))
         return pending_fail(fn);
     return r;
 }
@@ -902,7 +924,7 @@ static ncclResult_t check_usable(ncclComm_t comm, const char *fn)
                     "%s : rank %d's communicator is in error (%s) since an earlier call on it "
                     "timed out or failed; destroy or abort it",
                     fn, comm->rank, pncclGetErrorString(comm->async_error));
-    if (r == ncclSuccess && comm->pending)
+    if (r == ncclSuccess && in_progress(comm))
         return pending_fail(fn);
     return r;
 }
@@ -2751,22 +2773,39 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
     return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL);
 }
 
+/* config.blocking = 0: NCCL returns ncclInProgress and the comm is ready later (nonblocking). */
+static bool is_nonblocking(const ncclConfig_t *config)
+{
+    return config && config->blocking == 0;
+}
+
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
          int rank, ncclConfig_t *config)
 {
-    return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config);
+    ncclResult_t r = init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config);
+
+    if (r != ncclSuccess || !is_nonblocking(config))
+        return r;
+    nonblocking(*comm);
+    return ncclInProgress;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank,
          int nId, ncclUniqueId *commIds, ncclConfig_t *config)
 {
+    ncclResult_t r;
+
     if (nId < 1 || !commIds) {
         if (newcomm)
             *newcomm = NULL;
         return fail(ncclInvalidArgument, "ncclCommInitRankScalable : invalid nId %d or commIds %p",
                     nId, (void *)commIds);
     }
-    return init_rank("ncclCommInitRankScalable", newcomm, nranks, &commIds[0], myrank, config);
+    r = init_rank("ncclCommInitRankScalable", newcomm, nranks, &commIds[0], myrank, config);
+    if (r != ncclSuccess || !is_nonblocking(config))
+        return r;
+    nonblocking(*newcomm);
+    return ncclInProgress;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *devlist)
@@ -2849,8 +2888,12 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
                          color));
     if ((r = check_config(config, "ncclCommSplit")) != ncclSuccess)
         return note(r);
-    return note(submit_child(&(struct op){
-        .kind = OP_SPLIT, .comm = comm, .color = color, .key = key, .newcomm = newcomm}));
+    r = submit_child(&(struct op){
+        .kind = OP_SPLIT, .comm = comm, .color = color, .key = key, .newcomm = newcomm});
+    if (r != ncclSuccess || !is_nonblocking(config) || !*newcomm)
+        return note(r);
+    nonblocking(*newcomm);
+    return ncclInProgress;
 }
 
 /* Excluded ranks do not call; every other rank calls with the same list. */
@@ -3007,7 +3050,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     if (!asyncError)
         return fail(ncclInvalidArgument, "ncclCommGetAsyncError : asyncError argument is NULL");
     *asyncError =
-        comm->pending && comm->async_error == ncclSuccess ? ncclInProgress : comm->async_error;
+        in_progress(comm) && comm->async_error == ncclSuccess ? ncclInProgress : comm->async_error;
     return ncclSuccess;
 }
 

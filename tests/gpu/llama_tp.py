@@ -10,8 +10,9 @@ decoding without a cache. Code no one here wrote, for the verdicts' call sites.
   leave    it leaves the decode loop after step 2 (the others go on: a missing collective)
   hang     it leaves the decode loop after step 2 and sleeps --hang-s seconds while the others
            wait in their next all-reduce (for `shapetrace snapshot` of a job not traced)
-  perturb  its replicated input embeddings are one unit in the last place off in one element
-           (values differ, shapes agree: --values)
+  perturb  its replicated input embeddings are one unit in the last place off in one element:
+           the residual stream it adds every layer's all-reduced output to differs, so its
+           logits do (values differ, shapes agree: run --values copies --values-site decode_step)
 --share-gpu puts every rank on cuda:0 (each claims its own NCCL host, loopback sockets).
 Prints 'llama: rank R step S token T' per step and 'llama: rank R done'."""
 import argparse
@@ -68,7 +69,9 @@ def decode_step(model, ids, perturb):
             # one unit in the last place: the next bf16 bit pattern of the first element
             emb.view(torch.int16).view(-1)[0] += 1
         logits = model(inputs_embeds=emb, use_cache=False).logits
-    return torch.argmax(logits[:, -1], dim=-1, keepdim=True)
+        # the logits this rank samples from, on the host (every rank holds them whole)
+        last = logits[:, -1].float().cpu()
+    return torch.argmax(last, dim=-1, keepdim=True).to(ids.device)
 
 
 def main():

@@ -3,7 +3,9 @@
 # ranks sharing one GPU. Writes a few files under ${OUT:-build/gpu} (summary, logs and traces as
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
-#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets harm llama cupy bench decode (default all)
+#   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts harm llama cupy snapshot values
+#                  bench decode (default all)
+#                  decode (default all)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -11,7 +13,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets harm llama cupy bench decode}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -43,14 +45,15 @@ SUMMARY=$W/summary.txt
 : >"$SUMMARY"
 note() { echo "$*" >>"$SUMMARY"; }
 
-# traced NAME SECONDS CMD...: runs CMD under `shapetrace run` into $W/traces/NAME, in the
-# background, killed after SECONDS; its status lands in $W/logs/NAME.rc.
+# traced NAME SECONDS CMD...: runs CMD under `shapetrace run $run_opts` into $W/traces/NAME, in
+# the background, killed after SECONDS; its status lands in $W/logs/NAME.rc.
+run_opts=""
 traced() {
     name=$1 secs=$2
     shift 2
     rm -rf "$W/traces/$name"
     (
-        timeout -k 5 "$secs" "$SHP_TOOL_RUN" --dir "$W/traces/$name" -- $JOB_ENV "$@" \
+        timeout -k 5 "$secs" "$SHP_TOOL_RUN" $run_opts --dir "$W/traces/$name" -- $JOB_ENV "$@" \
             >"$W/logs/$name.log" 2>&1
         echo $? >"$W/logs/$name.rc"
     ) &
@@ -105,9 +108,39 @@ for n in $RANKS; do
         done
     fi
     wait
+    if has verdicts; then
+        # NCCL on a side stream inside graphs, and a call NCCL refuses (ctypes, as pynccl);
+        # torch_tp.py with non-blocking communicators (ncclInProgress at their creation).
+        for v in clean planted; do
+            p=""
+            [ "$v" = planted ] && p=--plant
+            rm -f "$W/uid_side${n}_$v" "$W/uid_refused${n}_$v"
+            traced "side${n}_$v" 150 $(tr_run "$n") "$here/nccl_verdicts.py" \
+                "$W/uid_side${n}_$v" sidestream $p --share-gpu --deadline 20
+            traced "refused${n}_$v" 150 $(tr_run "$n") "$here/nccl_verdicts.py" \
+                "$W/uid_refused${n}_$v" refused $p --share-gpu --deadline 20
+        done
+        for plant in none desync; do
+            traced "tp${n}_nonblocking_$plant" 180 env TORCH_NCCL_USE_COMM_NONBLOCKING=1 \
+                $(tr_run "$n") "$examples/torch_tp.py" --share-gpu --timeout 20 --plant "$plant"
+        done
+        wait
+    fi
 done
 wait
 echo "multi-rank runs took $(($(date +%s) - start)) s"
+
+# shapetrace snapshot of a hung 4-rank job started without shapetrace, alone on the machine
+# (--all pictures every process of this user that maps NCCL): its verdict lines go to the
+# summary as they are; its log, JSON and text view to the logs.
+if has snapshot; then
+    mkdir -p "$W/snapshot"
+    timeout -k 5 600 python3 "$here/snapshot_check.py" "$W/snapshot" 4 >"$W/logs/snapshot.log" 2>&1
+    grep -E '^(PASS|FAIL|INFO) snapshot' "$W/logs/snapshot.log" >>"$SUMMARY"
+    grep -qE '^(PASS|FAIL) snapshot' "$W/logs/snapshot.log" ||
+        note "FAIL snapshot: no verdict (see logs/snapshot.log)"
+    cp "$W"/snapshot/*.json "$W"/snapshot/*.txt "$W"/snapshot/*.log "$W/logs/" 2>/dev/null
+fi
 
 if has smoke; then
     grep -q '^check.*FAIL' "$W/logs/smoke.log" &&
@@ -151,6 +184,30 @@ for n in $RANKS; do
             note "INFO tp${n}_$plant: exit status $(rc_of "tp${n}_$plant")"
         done
     fi
+    if has verdicts; then
+        verdict count "side${n}_clean" "$W/traces/side${n}_clean" "$n" ncclAllReduce=3 \
+            ncclAllReduce@captured=2 cudaGraphLaunch=4
+        verdict analyze "side${n}_clean" "$W/traces/side${n}_clean" "$n" none
+        verdict analyze "side${n}_planted" "$W/traces/side${n}_planted" "$n" \
+            count_mismatch:$([ "$n" -eq 2 ] && echo 0,1 || echo "$last"):all_reduce@nccl_verdicts.py
+        verdict analyze "refused${n}_clean" "$W/traces/refused${n}_clean" "$n" none
+        verdict analyze "refused${n}_planted" "$W/traces/refused${n}_planted" "$n" \
+            failed_collective:$last:broadcast@nccl_verdicts.py
+        verdict analyze "tp${n}_nonblocking_none" "${d}_nonblocking_none" "$n" none -- \
+            --dim hidden=7168
+        verdict analyze "tp${n}_nonblocking_desync" "${d}_nonblocking_desync" "$n" \
+            count_mismatch:$desync_ranks:row_parallel -- --dim hidden=1024 --dim tp="$n"
+        for v in nonblocking_none nonblocking_desync; do
+            note "INFO tp${n}_$v: exit status $(rc_of "tp${n}_$v"); $(st dump --json --no-stacks \
+                "${d}_$v" 2>/dev/null | grep -c '"op":"none".*"comm_kind"') communicator records \
+learned after ncclInProgress, $(st dump --json --no-stacks "${d}_$v" 2>/dev/null |
+                grep -c '"result":7') creations that returned ncclInProgress"
+        done
+        for v in side${n}_clean side${n}_planted refused${n}_clean refused${n}_planted; do
+            note "INFO $v: exit status $(rc_of "$v"); $(grep -c 'done$' "$W/logs/$v.log") of $n \
+ranks done"
+        done
+    fi
     if has llama; then
         # A Hugging Face Llama under DTensor: the site of the diverging all-reduce is the
         # model's forward in modeling_llama.py, never torch's dispatch.
@@ -184,6 +241,87 @@ for n in $RANKS; do
         verdict analyze "pynccl$n/analyze" "$W/traces/pynccl$n" "$n" none
     fi
 done
+
+if has values; then
+    # The fingerprint kernel against the host's bits, one process.
+    timeout -k 5 300 "$SHP_TOOL_RUN" --values all --values-site 'fingerprint_*' \
+        --dir "$W/traces/values_hash" -- $JOB_ENV python3 "$here/values_hash.py" \
+        --run "$W/values_hash" >"$W/logs/values_hash.log" 2>&1 ||
+        note "FAIL values_hash/run: exit status $?, see its log"
+    SHP_FINGERPRINT=$(cd "$B/tests" && pwd)/shp_fingerprint python3 "$here/values_hash.py" \
+        --check "$W/traces/values_hash" "$W/values_hash" >>"$SUMMARY" 2>&1
+    # NCCL's promise: 4 ranks, one job per algorithm and protocol, under --values collectives.
+    : >"$W/promise.jsonl"
+    for algo in Ring Tree; do
+        for proto in LL LL128 Simple; do
+            name=promise_${algo}_$proto
+            rm -rf "$W/traces/$name"
+            (
+                timeout -k 5 300 "$SHP_TOOL_RUN" --values collectives --dir "$W/traces/$name" \
+                    -- $JOB_ENV NCCL_ALGO=$algo NCCL_PROTO=$proto $(tr_run 4) \
+                    "$here/values_promise.py" "$W/promise.jsonl" --share-gpu \
+                    >"$W/logs/$name.log" 2>&1
+                echo $? >"$W/logs/$name.rc"
+            ) &
+        done
+    done
+    wait # the six jobs side by side: each is mostly waiting on loopback sockets
+    for algo in Ring Tree; do
+        for proto in LL LL128 Simple; do
+            name=promise_${algo}_$proto
+            rc=$(rc_of "$name")
+            if [ "$rc" = 0 ]; then
+                verdict analyze "$name" "$W/traces/$name" 4 none
+            else
+                note "INFO $name: NCCL_ALGO=$algo NCCL_PROTO=$proto did not run (exit $rc):" \
+                    "$(grep -m 1 -i 'error' "$W/logs/$name.log")"
+            fi
+        done
+    done
+    python3 "$here/values_promise.py" --table "$W/promise.jsonl" >"$W/promise_table.txt" 2>&1 &&
+        note "PASS values_promise: $(tail -n 1 "$W/promise_table.txt")" ||
+        note "FAIL values_promise: $(tail -n 1 "$W/promise_table.txt") (table: promise_table.txt)"
+    # torch_tp.py under --values: the clean run silent, one ulp in one rank's batch found
+    # (after the other jobs: fewer processes share the GPU).
+    # llama_tp.py --plant perturb: the last rank's embeddings one unit in the last place off at
+    # every step. The all-reduces' outputs agree (every rank receives the same sum), but that
+    # rank's residual stream, and so the logits it copies to the host to sample from, do not:
+    # the copy at decode_step is where the values first differ.
+    run_opts="--values"
+    for n in $RANKS; do
+        for plant in none ulp; do
+            traced "tp${n}_values_$plant" 180 $(tr_run "$n") "$examples/torch_tp.py" --share-gpu \
+                --timeout 20 --plant "$plant"
+        done
+        wait
+    done
+    run_opts="--values all --values-site decode_step"
+    for n in $RANKS; do
+        traced "llama${n}_values_perturb" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+            --timeout 20 --plant perturb
+        traced "llama${n}_values_none" 180 $(tr_run "$n") "$here/llama_tp.py" --share-gpu \
+            --timeout 20 --plant none
+        wait
+    done
+    run_opts=""
+    for n in $RANKS; do
+        ulp_ranks=$((n > 1 ? 1 : 0))
+        [ "$n" -eq 2 ] && ulp_ranks=0,1
+        verdict analyze "tp${n}_values_none" "$W/traces/tp${n}_values_none" "$n" none -- \
+            --dim hidden=7168
+        verdict analyze "tp${n}_values_ulp" "$W/traces/tp${n}_values_ulp" "$n" \
+            value_mismatch:$ulp_ranks:embed
+        for plant in none ulp; do
+            note "INFO tp${n}_values_$plant: exit status $(rc_of "tp${n}_values_$plant")"
+        done
+        last=$((n - 1))
+        perturbed=$last
+        [ "$n" -eq 2 ] && perturbed=0,1
+        verdict analyze "llama${n}_values_none" "$W/traces/llama${n}_values_none" "$n" none
+        verdict analyze "llama${n}_values_perturb" "$W/traces/llama${n}_values_perturb" "$n" \
+            value_mismatch:$perturbed:decode_step@llama_tp.py
+    done
+fi
 
 if has harm; then
     # One torch process untraced, then traced with native and with Python stacks: the same
@@ -247,6 +385,24 @@ if has bench; then
     done
     python3 "$here/bench_table.py" "$res" >"$W/bench_table.txt" 2>&1
     cp "$res" "$OUT/bench.jsonl"
+    # --values: the decode loop armed against dormant, in one process per configuration.
+    vres=$W/bench_values.jsonl
+    : >"$vres"
+    for cfg in none every1 every100; do
+        port=$((port + 1))
+        case $cfg in
+        none) set -- ;;
+        every1) set -- --values all --values-every 1 ;;
+        every100) set -- --values all --values-every 100 ;;
+        esac
+        rm -rf "$W/traces/bench_values_$cfg"
+        $pin timeout -k 5 300 "$SHP_TOOL_RUN" --dormant "$@" --dir "$W/traces/bench_values_$cfg" \
+            -- $JOB_ENV python3 "$here/bench_values.py" "$vres" "$cfg" "$port" \
+            --attach "$W/traces/bench_values_$cfg" --tool "$SHP_TOOL" --tool-ld "$tool_ld" \
+            >"$W/logs/bench_values_$cfg.log" 2>&1 || note "FAIL bench values $cfg: see its log"
+    done
+    python3 "$here/bench_values.py" --table "$vres" >>"$W/bench_table.txt" 2>&1
+    cp "$vres" "$OUT/bench_values.jsonl"
 fi
 
 if has decode; then
@@ -285,9 +441,11 @@ tar -C "$W" -czf "$OUT/logs.tar.gz" logs
 tar -C "$W" --exclude="traces/bench_*" --exclude="traces/decode_*" -czf "$OUT/traces.tar.gz" traces
 cp "$SUMMARY" "$OUT/summary.txt"
 [ -f "$W/bench_table.txt" ] && cp "$W/bench_table.txt" "$OUT/bench_table.txt"
+[ -f "$W/promise_table.txt" ] && cp "$W/promise_table.txt" "$OUT/promise_table.txt"
 [ -f "$W/decode_table.txt" ] && cp "$W/decode_table.txt" "$OUT/decode_table.txt"
 echo "== check-gpu summary ($(date -u +%Y-%m-%dT%H:%MZ), $(($(date +%s) - start)) s)"
 [ -f "$W/bench_table.txt" ] && cat "$W/bench_table.txt"
+[ -f "$W/promise_table.txt" ] && cat "$W/promise_table.txt"
 [ -f "$W/decode_table.txt" ] && cat "$W/decode_table.txt"
 cat "$SUMMARY"
 ! grep -q '^FAIL' "$SUMMARY"

@@ -33,7 +33,8 @@ def site_frame(event):
     if event.get("site"):
         return event["site"]
     for frame in event.get("stack") or []:
-        if frame.startswith("py: ") and "/torch/" not in frame:
+        # torch's own files: below site-packages (torch's virtualenv may live in /opt/torch)
+        if frame.startswith("py: ") and "-packages/torch/" not in frame:
             return frame
     return None
 

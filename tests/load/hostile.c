@@ -19,11 +19,33 @@
  *   lastfd N          opens /dev/null until it runs out, closes one, makes its first N copies,
  *                     then opens one more file: the one it freed
  *   stderr FILE N     puts its data FILE (5 bytes) on descriptor 2, then N copies
- *   umask N           umask 0777, then N copies */
+ *   umask N           umask 0777, then N copies
+ *   values N          what --values touches: after a failing cudaMalloc and closing every
+ *                     descriptor above 2, N async device-to-device copies on a stream and N
+ *                     synchronous ones to the host, the data checked; prints the bytes' sum,
+ *                     the CUDA error still pending and its descriptors
+ *   values-exit S     an async copy, then exit(S); values-_exit S: the same with _exit (no exit
+ *                     handlers run)
+ *   errno N           N rounds of six calls, each made with errno set to a value of its own:
+ *                     an async device-to-device copy on a stream, one of kind Default, a
+ *                     synchronous copy to the host, a graph launch, an all-reduce on a
+ *                     communicator of one rank and one NCCL refuses (an invalid datatype);
+ *                     prints for each how many calls returned with errno as it was set, and
+ *                     what the others returned with
+ *   alone N           a program of one thread that counts on being one: blocks SIGUSR2, takes
+ *                     SIGALRM from a 1 ms timer (sent to the process, so to any thread that does
+ *                     not block it) and notes which thread got each; N copies in 20 rounds, each
+ *                     ended by a fork whose parent counts its threads at once (as Python's
+ *                     os.fork does before it warns) and whose child makes 500 copies; counts its
+ *                     threads every 1000 copies (the most, on stderr); checks its
+ *                     signal mask; then main ends with pthread_exit: the process must end when
+ *                     its only thread does */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <nccl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -33,6 +55,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int copies(int n)
@@ -240,6 +264,186 @@ static int on_stderr(const char *file, int n)
     return rc ? rc : st.st_size == 5 ? 0 : 6;
 }
 
+/* Descriptors open now. */
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+static int values(int n)
+{
+    void *huge;
+    /* The application's own error, left pending: fingerprints must not clear or change it. */
+    cudaError_t pending = cudaMalloc(&huge, (size_t)1 << 62);
+    for (int fd = 3; fd < 4096; fd++)
+        close(fd);
+    cudaStream_t s;
+    unsigned char *a, *b, host[4096];
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, sizeof(host)) ||
+        cudaMalloc((void **)&b, sizeof(host)))
+        return 3;
+    unsigned long sum = 0;
+    for (int i = 0; i < n; i++) {
+        for (size_t k = 0; k < sizeof(host); k++)
+            host[k] = (unsigned char)(k * 31 + (size_t)i);
+        if (cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice) ||
+            cudaMemcpyAsync(b, a, sizeof(host), cudaMemcpyDeviceToDevice, s) ||
+            cudaStreamSynchronize(s) || cudaMemcpy(host, b, sizeof(host), cudaMemcpyDeviceToHost))
+            return 3;
+        for (size_t k = 0; k < sizeof(host); k++) {
+            if (host[k] != (unsigned char)(k * 31 + (size_t)i))
+                return 4;
+            sum += host[k];
+        }
+    }
+    printf("sum %lu, error pending %d (%s), descriptors %d\n", sum, (int)cudaGetLastError(),
+           pending == cudaErrorMemoryAllocation ? "as the failed malloc left it" : "?", open_fds());
+    return 0;
+}
+
+static int values_exit(int status, int hard)
+{
+    unsigned char *a, *b;
+    cudaStream_t s;
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, 64) || cudaMalloc((void **)&b, 64) ||
+        cudaMemcpyAsync(b, a, 64, cudaMemcpyDeviceToDevice, s))
+        return 3;
+    printf("leaving with %d\n", status);
+    fflush(stdout);
+    if (hard)
+        _exit(status);
+    exit(status);
+}
+
+/* What errno a wrapper's caller sees: the value the real function left, which is the caller's
+ * own where the real function does not touch it. */
+static int errno_seen(int n)
+{
+    static const char *const what[] = {"cudaMemcpyAsync D2D", "cudaMemcpyAsync Default",
+                                       "cudaMemcpy D2H",      "cudaGraphLaunch",
+                                       "ncclAllReduce",       "ncclAllReduce refused"};
+    int kept[6] = {0}, other[6] = {0};
+    unsigned char *a, *b, host[256] = {1};
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    ncclUniqueId id;
+    ncclComm_t comm;
+    if (cudaStreamCreate(&s) || cudaMalloc((void **)&a, sizeof(host)) ||
+        cudaMalloc((void **)&b, sizeof(host)) ||
+        cudaMemcpy(a, host, sizeof(host), cudaMemcpyHostToDevice) ||
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) || cudaStreamEndCapture(s, &g) ||
+        cudaGraphInstantiate(&exec, g, 0) || ncclGetUniqueId(&id) ||
+        ncclCommInitRank(&comm, 1, id, 0))
+        return 3;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 6; k++) {
+            int mark = 1000 + (i * 6 + k) % 3000, rc;
+            errno = mark;
+            if (k == 0)
+                rc = cudaMemcpyAsync(b, a, sizeof(host), cudaMemcpyDeviceToDevice, s);
+            else if (k == 1)
+                rc = cudaMemcpyAsync(a, b, sizeof(host), cudaMemcpyDefault, s);
+            else if (k == 2)
+                rc = cudaMemcpy(host, b, sizeof(host), cudaMemcpyDeviceToHost);
+            else if (k == 3)
+                rc = cudaGraphLaunch(exec, s);
+            else if (k == 4)
+                rc = ncclAllReduce(a, b, sizeof(host) / 4, ncclFloat32, ncclSum, comm, s);
+            else
+                rc = ncclAllReduce(a, b, 1, (ncclDataType_t)99, ncclSum, comm, s) ==
+                             ncclInvalidArgument
+                         ? 0
+                         : 1;
+            int seen = errno;
+            if (rc)
+                return 3;
+            if (seen == mark)
+                kept[k]++;
+            else
+                other[k] = seen;
+        }
+    }
+    if (cudaStreamSynchronize(s) || ncclCommDestroy(comm))
+        return 3;
+    for (int k = 0; k < 6; k++)
+        printf("%s: %d of %d returned with errno as set, the others with %d\n", what[k], kept[k], n,
+               other[k]);
+    return 0;
+}
+
+static volatile sig_atomic_t alarms_here, alarms_elsewhere;
+static pid_t main_tid;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    if ((pid_t)syscall(SYS_gettid) == main_tid)
+        alarms_here++;
+    else
+        alarms_elsewhere++;
+}
+
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int alone(int n)
+{
+    main_tid = (pid_t)syscall(SYS_gettid);
+    sigset_t mine, now;
+    sigemptyset(&mine);
+    sigaddset(&mine, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &mine, NULL);
+    signal(SIGALRM, on_alarm);
+    struct itimerval every = {{0, 1000}, {0, 1000}}, off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &every, NULL);
+    float *dev, host[16] = {0};
+    if (cudaMalloc((void **)&dev, sizeof(host)) != cudaSuccess)
+        return 3;
+    int single = 0, children = 0, most = 1;
+    for (int k = 0; k < 20; k++) {
+        for (int i = 0; i < n / 20; i++) {
+            if (cudaMemcpy(dev, host, sizeof(host), cudaMemcpyHostToDevice) != cudaSuccess)
+                return 3;
+            if (i % 1000 == 999) {
+                int t = threads_now();
+                most = t > most ? t : most;
+            }
+        }
+        pid_t pid = fork();
+        if (pid == 0)
+            exit(copies(500));
+        single += threads_now() == 1;
+        int st;
+        children += pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st);
+    }
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigprocmask(SIG_BLOCK, NULL, &now);
+    int same = 1;
+    for (int sig = 1; sig < SIGRTMIN; sig++)
+        same &= sigismember(&now, sig) == sigismember(&mine, sig);
+    printf("20 forks: %d found one thread, %d children exited 0\n", single, children);
+    printf("SIGALRM: %s on the main thread, %d on another; signal mask %s\n",
+           alarms_here ? "taken" : "never taken", (int)alarms_elsewhere,
+           same ? "as it was set" : "changed");
+    /* Not on stdout, which the test compares with the untraced run's: the preload's helper
+     * thread, while it runs, is one of these. */
+    fprintf(stderr, "hostile: at most %d threads seen during the copies\n", most);
+    fflush(stdout);
+    pthread_exit(NULL);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -289,10 +493,21 @@ int main(int argc, char **argv)
         umask(0777);
         return copies(atoi(argv[2]));
     }
+    if (argc > 2 && !strcmp(argv[1], "values"))
+        return values(atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "values-exit"))
+        return values_exit(atoi(argv[2]), 0);
+    if (argc > 2 && !strcmp(argv[1], "values-_exit"))
+        return values_exit(atoi(argv[2]), 1);
+    if (argc > 2 && !strcmp(argv[1], "errno"))
+        return errno_seen(atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "alone"))
+        return alone(atoi(argv[2]));
     fprintf(
         stderr,
         "usage: hostile closeall FILE N | calls N | exec N | linger N | pause N M | write FILE "
         "BYTES N | fsize KB N FILE | malloc MB N | vmsize | reuse A B N | nofile N | lastfd N | "
-        "stderr FILE N | umask N\n");
+        "stderr FILE N | umask N | values N | values-exit S | values-_exit S | errno N | "
+        "alone N\n");
     return 2;
 }

@@ -7,8 +7,13 @@
  *          it)
  *        | phases GO_FILE NPROC K STALL_RANK (NPROC processes share one communicator id; each
  *          makes K copies and all-reduces, STALL_RANK three fewer, says "ready", waits for
- *          GO_FILE to exist, then makes 5 more of each) */
+ *          GO_FILE to exist, then makes 5 more of each)
+ *        | joined (captures joined through events: an all-reduce and a copy on a side stream that
+ *          joins the capture by waiting on an event, replayed 3 times; a fork left unjoined; the
+ *          same fork and join at the driver level, with libcuda.so.1 opened by name) */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -93,6 +98,12 @@ struct worker {
     ncclComm_t comm;
 };
 
+/* The threads share one communicator and take turns on it, as NCCL requires ("it is not allowed
+ * to issue NCCL operations to a single communicator in parallel with multiple threads"; "it is
+ * safe ... as long as users can guarantee only one thread operates the communicator at a
+ * time"); their copies run at the same time. */
+static pthread_mutex_t comm_turn = PTHREAD_MUTEX_INITIALIZER;
+
 static void *work(void *arg)
 {
     struct worker *w = arg;
@@ -100,7 +111,10 @@ static void *work(void *arg)
     for (int i = 0; i < w->iters; i++) {
         host[0] = (float)i;
         CHECK_CUDA(cudaMemcpy(w->dev + w->id * 64, host, sizeof(host), cudaMemcpyHostToDevice));
-        CHECK_NCCL(ncclAllReduce(w->dev, w->dev, 8, ncclFloat32, ncclSum, w->comm, 0));
+        pthread_mutex_lock(&comm_turn);
+        ncclResult_t r = ncclAllReduce(w->dev, w->dev, 8, ncclFloat32, ncclSum, w->comm, 0);
+        pthread_mutex_unlock(&comm_turn);
+        CHECK_NCCL(r);
     }
     return NULL;
 }
@@ -170,6 +184,86 @@ static int graph(void)
         CHECK_CUDA(cudaGraphLaunch(exec, s));
     CHECK_NCCL(ncclAllReduce(a, a, 1024, ncclFloat32, ncclSum, comm, s));
     printf("graph ok\n");
+    return 0;
+}
+
+/* Captures joined through events, as torch and vLLM put NCCL on a side stream inside a graph. */
+__attribute__((noinline)) static void side_stream_work(ncclComm_t comm, float *a, float *host,
+                                                       cudaStream_t side)
+{
+    CHECK_NCCL(ncclAllReduce(a, a, 1024, ncclFloat32, ncclSum, comm, side));
+    CHECK_CUDA(cudaMemcpyAsync(host, a, 64, cudaMemcpyDeviceToHost, side));
+}
+
+typedef CUresult (*cu_stream_fn)(CUstream *, unsigned int);
+typedef CUresult (*cu_event_fn)(CUevent *, unsigned int);
+typedef CUresult (*cu_record_fn)(CUevent, CUstream);
+typedef CUresult (*cu_wait_fn)(CUstream, CUevent, unsigned int);
+typedef CUresult (*cu_begin_fn)(CUstream, CUstreamCaptureMode);
+typedef CUresult (*cu_end_fn)(CUstream, CUgraph *);
+typedef CUresult (*cu_alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*cu_htod_fn)(CUdeviceptr, const void *, size_t, CUstream);
+
+/* The same fork and join with the driver's own calls (CuPy, JAX). */
+static int driver_joined(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return 1;
+    cu_stream_fn mk = (cu_stream_fn)dlsym(h, "cuStreamCreate");
+    cu_event_fn ev = (cu_event_fn)dlsym(h, "cuEventCreate");
+    cu_record_fn rec = (cu_record_fn)dlsym(h, "cuEventRecord");
+    cu_wait_fn wait = (cu_wait_fn)dlsym(h, "cuStreamWaitEvent");
+    cu_begin_fn begin = (cu_begin_fn)dlsym(h, "cuStreamBeginCapture_v2");
+    cu_end_fn end = (cu_end_fn)dlsym(h, "cuStreamEndCapture");
+    cu_alloc_fn alloc = (cu_alloc_fn)dlsym(h, "cuMemAlloc_v2");
+    cu_htod_fn htod = (cu_htod_fn)dlsym(h, "cuMemcpyHtoDAsync_v2");
+    CUstream s, side;
+    CUevent fork, join;
+    CUdeviceptr d;
+    CUgraph g;
+    static char bytes[64];
+    if (!mk || !ev || !rec || !wait || !begin || !end || !alloc || !htod || mk(&s, 0) ||
+        mk(&side, 0) || ev(&fork, 0) || ev(&join, 0) || alloc(&d, 64))
+        return 1;
+    if (begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL) || rec(fork, s) || wait(side, fork, 0) ||
+        htod(d, bytes, sizeof(bytes), side) || rec(join, side) || wait(s, join, 0) || end(s, &g))
+        return 1;
+    return 0;
+}
+
+static int joined(void)
+{
+    cudaStream_t s, side;
+    cudaEvent_t fork, join;
+    float *a, host[16];
+    CHECK_CUDA(cudaStreamCreate(&s));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreate(&fork));
+    CHECK_CUDA(cudaEventCreate(&join));
+    CHECK_CUDA(cudaMalloc((void **)&a, 4096));
+    ncclComm_t comm = one_rank_comm();
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaEventRecord(fork, s));
+    CHECK_CUDA(cudaStreamWaitEvent(side, fork, 0));
+    side_stream_work(comm, a, host, side);
+    CHECK_CUDA(cudaEventRecord(join, side));
+    CHECK_CUDA(cudaStreamWaitEvent(s, join, 0));
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    for (int i = 0; i < 3; i++)
+        CHECK_CUDA(cudaGraphLaunch(exec, s));
+    /* A fork that is never joined back: CUDA ends that capture with an error. */
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaEventRecord(fork, s));
+    CHECK_CUDA(cudaStreamWaitEvent(side, fork, 0));
+    CHECK_CUDA(cudaMemcpyAsync(host, a, 64, cudaMemcpyDeviceToHost, side));
+    cudaError_t unjoined = cudaStreamEndCapture(s, &g);
+    /* Afterwards the side stream is eager again. */
+    CHECK_NCCL(ncclAllReduce(a, a, 16, ncclFloat32, ncclSum, comm, side));
+    printf("joined ok; unjoined %d; driver %d\n", (int)unjoined, driver_joined());
     return 0;
 }
 
@@ -290,6 +384,8 @@ int main(int argc, char **argv)
         return nested();
     if (!strcmp(what, "overrun"))
         return read_past_the_end();
+    if (!strcmp(what, "joined"))
+        return joined();
     if (!strcmp(what, "phases") && argc > 5)
         return phases(argv, argv[2], atoi(argv[3]), argv[4], argv[5]);
     if (!strcmp(what, "phases-child") && argc > 5)

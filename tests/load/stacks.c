@@ -77,6 +77,33 @@ static void graph_buckets(ncclComm_t comm, void *buf)
     replay_buckets(comm, buf, capture_bucket, 2, false);
 }
 
+/* The same as torch's ProcessGroupNCCL and vLLM do it inside a graph: NCCL runs on a side
+ * stream that joins the capture through an event (a fork) and is joined back into it (a join);
+ * the all-reduce is never issued on the capturing stream itself. */
+NOINLINE static void capture_bucket_side(ncclComm_t comm, cudaStream_t s, void *buf, size_t tokens,
+                                         cudaGraphExec_t *exec)
+{
+    static cudaStream_t side;
+    static cudaEvent_t fork, join;
+    if (!side) {
+        EX_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        EX_CHECK(cudaEventCreate(&fork));
+        EX_CHECK(cudaEventCreate(&join));
+    }
+    EX_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    EX_CHECK(cudaEventRecord(fork, s));
+    EX_CHECK(cudaStreamWaitEvent(side, fork, 0));
+    EX_CHECK(ncclAllReduce(buf, buf, tokens * 256, ncclBfloat16, ncclSum, comm, side));
+    EX_CHECK(cudaEventRecord(join, side));
+    EX_CHECK(cudaStreamWaitEvent(s, join, 0));
+    instantiate_capture(s, exec);
+}
+
+static void graph_side_stream(ncclComm_t comm, void *buf)
+{
+    replay_buckets(comm, buf, capture_bucket_side, 2, false);
+}
+
 /* vLLM data parallel: the ranks agree on the padded token count, then run the graph of its
  * bucket; the planted rank picks the graph by its own unpadded count (vLLM pull request
  * 25906). */
@@ -480,6 +507,208 @@ static void graph_gathered(ncclComm_t comm, void *buf)
     }
 }
 
+/* ---- a rarely taken branch: one extra all-reduce, identical to its neighbours ---- */
+
+NOINLINE static void layer_all_reduce(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclAllReduce(buf, buf, 1024, ncclBfloat16, ncclSum, comm, 0));
+}
+
+NOINLINE static void rare_branch(ncclComm_t comm, void *buf)
+{
+    EX_CHECK(ncclAllReduce(buf, buf, 1024, ncclBfloat16, ncclSum, comm, 0));
+}
+
+static void extra_branch(ncclComm_t comm, void *buf)
+{
+    for (int step = 0; step < 4; step++) {
+        layer_all_reduce(comm, buf);
+        if (planted && rank == 1 && step == 1)
+            rare_branch(comm, buf);
+        EX_CHECK(ncclAllGather(buf, (char *)buf + 8192, 256, ncclBfloat16, comm, 0));
+    }
+}
+
+/* ---- torch serving traced dormant (run --dormant), each rank armed with attach --on at its
+ * own point: ranks 0 to 3 at their collectives #0, #16, #22 and #26 ---- */
+
+/* Arms this process as a user would (shapetrace attach PID --on, $SHP_TOOL): recording starts
+ * at its next call. */
+static void arm_self(void)
+{
+    const char *tool = getenv("SHP_TOOL");
+    char cmd[4096];
+    if (!tool ||
+        snprintf(cmd, sizeof(cmd), "'%s' attach %d --on >/dev/null 2>&1", tool, (int)getpid()) >=
+            (int)sizeof(cmd) ||
+        system(cmd) != 0) {
+        fprintf(stderr, "rank %d: could not arm itself (SHP_TOOL=%s)\n", rank, tool ? tool : "");
+        exit(1);
+    }
+}
+
+NOINLINE static void serve_step(ncclComm_t comm, void *buf, int step)
+{
+    size_t n = planted && rank == 2 && step == 69 ? 4095 : 4096;
+    EX_CHECK(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, comm, 0));
+}
+
+/* Every tenth step also passes a token count around the ring (a group of a send and a
+ * receive), numbered per peer and direction as NCCL numbers them. */
+NOINLINE static void ring_exchange(ncclComm_t comm, char *buf)
+{
+    EX_CHECK(ncclGroupStart());
+    EX_CHECK(ncclSend(buf + 16384, 64, ncclInt32, (rank + 1) % world, comm, 0));
+    EX_CHECK(ncclRecv(buf + 32768, 64, ncclInt32, (rank + world - 1) % world, comm, 0));
+    EX_CHECK(ncclGroupEnd());
+}
+
+static void dormant(ncclComm_t comm, void *buf)
+{
+    static const int armed_at[] = {0, 16, 22, 26};
+    for (int step = 0; step < 80; step++) {
+        if (step == armed_at[rank % 4])
+            arm_self();
+        serve_step(comm, buf, step);
+        if (step % 10 == 5)
+            ring_exchange(comm, buf);
+    }
+}
+
+/* ---- a data-parallel worker whose trace reaches its cap (run --max-mb 1): rank 1 also copies
+ * its metrics to the host at every step, so its trace fills first and drops the rest ---- */
+
+NOINLINE static void dp_step(ncclComm_t comm, void *buf, int step)
+{
+    size_t n = planted && rank == 3 && step == 4000 ? 1023 : 1024;
+    EX_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, 0));
+}
+
+static void capped(ncclComm_t comm, void *buf)
+{
+    static char metrics[64];
+    for (int step = 0; step < 5000; step++) {
+        dp_step(comm, buf, step);
+        for (int k = 0; rank == 1 && k < 4; k++)
+            EX_CHECK(cudaMemcpy(metrics, (char *)buf + 64 * k, 64, cudaMemcpyDeviceToHost));
+    }
+}
+
+/* ---- calls NCCL refuses (ncclInvalidArgument: nothing enqueued, no seq taken) ---- */
+
+/* FSDP: each layer's parameters are all-gathered into an unsharded buffer that is freed after
+ * use (its storage resized to 0, data_ptr() NULL) and allocated again before the next gather.
+ * The planted rank forgets to allocate it again for layer 2: NCCL refuses the gather, and torch
+ * raises (the rank exits). */
+NOINLINE static void gather_layer(ncclComm_t comm, const char *shard, char *unsharded)
+{
+    EX_CHECK(ncclAllGather(shard, unsharded, 512, ncclBfloat16, comm, 0));
+}
+
+static void fsdp_freed(ncclComm_t comm, void *buf)
+{
+    char *shard = buf, *full = (char *)buf + 8192;
+    for (int layer = 0; layer < 4; layer++) {
+        char *unsharded = planted && rank == 2 && layer == 2 ? NULL : full;
+        gather_layer(comm, shard, unsharded);
+        EX_CHECK(ncclReduceScatter(full, shard, 512, ncclBfloat16, ncclSum, comm, 0));
+    }
+}
+
+/* vLLM's pynccl on a tensor-parallel group of two: the planted rank broadcasts from the global
+ * rank of the group's first member instead of its rank in the group (an invalid root), and its
+ * wrapper drops NCCL's return code: it goes on with the next call. */
+NOINLINE static void tp_broadcast(ncclComm_t tp, void *buf, int root)
+{
+    (void)ncclBroadcast(buf, buf, 256, ncclInt32, root, tp, 0); /* the code is not checked */
+}
+
+static void pynccl_root(ncclComm_t comm, void *buf)
+{
+    ncclComm_t tp;
+    EX_CHECK(ncclCommSplit(comm, rank / 2, rank, &tp, NULL));
+    for (int step = 0; step < 4; step++) {
+        tp_broadcast(tp, buf, planted && rank == 3 && step == 1 ? 2 : 0);
+        EX_CHECK(ncclAllReduce(buf, buf, 1024, ncclBfloat16, ncclSum, tp, 0));
+        EX_CHECK(ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, 0));
+    }
+}
+
+/* ---- SGLang speculative decoding (EAGLE) with DP attention: the target model all-reduces on
+ * the tensor-parallel group, the draft model all-gathers on a sub-communicator of its own. The
+ * planted rank, idle at step 3 (an empty batch in DP attention), runs the draft's collective
+ * before the target's, as the hang reported for EAGLE with DP attention does: every rank waits
+ * for another. ---- */
+
+NOINLINE static void target_forward(ncclComm_t tp, void *buf)
+{
+    EX_CHECK(ncclAllReduce(buf, buf, 2048, ncclBfloat16, ncclSum, tp, 0));
+}
+
+NOINLINE static void draft_forward(ncclComm_t draft, void *buf)
+{
+    EX_CHECK(ncclAllGather(buf, (char *)buf + 16384, 256, ncclBfloat16, draft, 0));
+}
+
+static void eagle_dp(ncclComm_t comm, void *buf)
+{
+    ncclComm_t draft;
+    EX_CHECK(ncclCommSplit(comm, 0, rank, &draft, NULL));
+    for (int step = 0; step < 5; step++) {
+        if (planted && rank == 2 && step == 3) {
+            draft_forward(draft, buf); /* the idle rank's dummy draft pass comes first */
+            target_forward(comm, buf);
+            continue;
+        }
+        target_forward(comm, buf);
+        draft_forward(draft, buf);
+    }
+}
+
+/* ---- torch with non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1), 8 ranks: the
+ * tensor-parallel groups are split with config.blocking = 0 and a data-parallel communicator is
+ * initialized the same way; both return ncclInProgress and are polled until ready, as
+ * ProcessGroupNCCL's waitUntilInitialized does ---- */
+
+static void wait_ready(ncclComm_t comm)
+{
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+        EX_CHECK(ncclCommGetAsyncError(comm, &state));
+        if (state == ncclInProgress)
+            usleep(1000);
+    }
+    EX_CHECK(state);
+}
+
+NOINLINE static void tp_reduce(ncclComm_t tp, void *buf, int step)
+{
+    size_t n = planted && rank == 5 && step == 3 ? 2047 : 2048;
+    EX_CHECK(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, tp, 0));
+}
+
+static void nonblocking_comms(ncclComm_t comm, void *buf)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t tp, dp;
+    ncclResult_t r = ncclCommSplit(comm, rank / 4, rank, &tp, &config);
+    if (r != ncclInProgress && r != ncclSuccess)
+        EX_CHECK(r);
+    wait_ready(tp);
+    ncclUniqueId id;
+    EX_CHECK(shp_uid_exchange(&id, rank));
+    r = ncclCommInitRankConfig(&dp, world, id, rank, &config);
+    if (r != ncclInProgress && r != ncclSuccess)
+        EX_CHECK(r);
+    wait_ready(dp);
+    for (int step = 0; step < 5; step++) {
+        tp_reduce(tp, buf, step);
+        EX_CHECK(ncclAllReduce((char *)buf + 8192, (char *)buf + 8192, 256, ncclFloat32, ncclSum,
+                               dp, 0));
+    }
+}
+
 struct pattern {
     const char *name;
     void (*run)(ncclComm_t comm, void *buf);
@@ -487,6 +716,7 @@ struct pattern {
 
 static const struct pattern patterns[] = {
     {"graph_buckets", graph_buckets},
+    {"graph_side_stream", graph_side_stream},
     {"dp_padding", dp_padding},
     {"pynccl", pynccl},
     {"coalesced", coalesced_groups},
@@ -505,6 +735,13 @@ static const struct pattern patterns[] = {
     {"replay_output", replay_output},
     {"replay_shapes", replay_shapes},
     {"graph_gathered", graph_gathered},
+    {"extra_branch", extra_branch},
+    {"dormant", dormant},
+    {"capped", capped},
+    {"fsdp_freed", fsdp_freed},
+    {"pynccl_root", pynccl_root},
+    {"eagle_dp", eagle_dp},
+    {"nonblocking", nonblocking_comms},
     {"decode_graphs", decode_graphs},
 };
 

@@ -384,6 +384,76 @@ static void test_streams_graphs(void)
     cudaGetLastError();
 }
 
+/* Fork and join, as CUDA does them: a stream waiting on an event recorded on a capturing stream
+ * joins that capture; the capture ends only once the fork is joined back. */
+static void test_capture_fork_join(void)
+{
+    cudaStream_t s = NULL, side = NULL, other = NULL;
+    cudaEvent_t fork = NULL, join = NULL, stranger = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0, side_id = 0;
+    char host[8] = "forked", *d = NULL;
+
+    CHECK(cudaStreamCreate(&s) == 0 && cudaStreamCreate(&side) == 0 &&
+              cudaStreamCreate(&other) == 0 && cudaEventCreate(&fork) == 0 &&
+              cudaEventCreate(&join) == 0 && cudaEventCreate(&stranger) == 0 &&
+              cudaMalloc((void **)&d, 8) == 0,
+          "streams and events");
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+              cudaEventRecord(fork, s) == cudaSuccess &&
+              cudaStreamWaitEvent(side, fork, 0) == cudaSuccess,
+          "a fork: the side stream waits on an event recorded on the capturing stream");
+    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive,
+          "the side stream is capturing now");
+    bool info = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL) == cudaSuccess &&
+                cudaStreamGetCaptureInfo(side, &st, &side_id, NULL, NULL, NULL, NULL) == 0;
+    CHECK(info && st == cudaStreamCaptureStatusActive && id && id == side_id,
+          "cudaStreamGetCaptureInfo gives both streams the capture's id (%llu, %llu)", id, side_id);
+    CHECK(cudaMemcpyAsync(d, host, 8, cudaMemcpyHostToDevice, side) == cudaSuccess &&
+              cudaEventRecord(join, side) == cudaSuccess,
+          "work on the side stream goes into the capture");
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureUnjoined && !g,
+          "ending it before the join: cudaErrorStreamCaptureUnjoined");
+    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
+              cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
+          "and neither stream captures any more");
+
+    CHECK(cudaMemcpy(d, host, 8, cudaMemcpyHostToDevice) == cudaSuccess, "an eager copy");
+    memset(host, 0, sizeof(host));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+              cudaEventRecord(fork, s) == cudaSuccess &&
+              cudaStreamWaitEvent(side, fork, 0) == cudaSuccess &&
+              cudaMemcpyAsync(host, d, 8, cudaMemcpyDeviceToHost, side) == cudaSuccess &&
+              cudaEventRecord(join, side) == cudaSuccess &&
+              cudaStreamWaitEvent(s, join, 0) == cudaSuccess,
+          "fork, work on the side stream, join back");
+    CHECK(cudaStreamGetCaptureInfo(side, &st, &side_id, NULL, NULL, NULL, NULL) == 0 &&
+              side_id != id,
+          "a new capture, a new id");
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g && host[0] == 0,
+          "then the capture ends, and the side stream's copy moved nothing");
+    CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess && cudaGraphLaunch(x, s) == cudaSuccess &&
+              !strcmp(host, "forked"),
+          "a launch runs the side stream's copy");
+    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone,
+          "the side stream left the capture with it");
+
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+              cudaStreamBeginCapture(other, cudaStreamCaptureModeGlobal) == cudaSuccess &&
+              cudaEventRecord(stranger, other) == cudaSuccess &&
+              cudaStreamWaitEvent(s, stranger, 0) == cudaErrorStreamCaptureIsolation,
+          "waiting on another capture's event: cudaErrorStreamCaptureIsolation");
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated &&
+              cudaStreamEndCapture(other, &g) == cudaErrorStreamCaptureInvalidated,
+          "and both captures are invalidated");
+    CHECK(cudaGraphExecDestroy(x) == 0 && cudaStreamDestroy(s) == 0 &&
+              cudaStreamDestroy(side) == 0 && cudaStreamDestroy(other) == 0 && cudaFree(d) == 0,
+          "clean up");
+    cudaGetLastError();
+}
+
 static void test_misc_cudart(const char *self)
 {
     int v = 0;
@@ -1103,6 +1173,7 @@ int main(int argc, char **argv)
     test_copies_2d();
     test_memset_peer_ptds();
     test_streams_graphs();
+    test_capture_fork_join();
     test_misc_cudart(argv[0]);
     test_nccl_single();
     test_nccl_clique_setup();

@@ -1,8 +1,11 @@
 /* Unit tests of the analyzer's finding store (tools/analyze/findings.c), linked without the
  * command's main: adding findings, their culprits and calls, the causal order, merging a
- * worker's findings, and the naming of counts as shapes. */
+ * worker's findings, the naming of counts as shapes, and the list of kinds against
+ * docs/CONTRACTS.md (read from the top of the tree, where make check runs the tests). */
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/unit/harness.h"
@@ -10,7 +13,7 @@
 
 static struct an_finding *add(struct an_findings *fs, uint64_t comm, uint64_t seq, uint64_t t)
 {
-    struct an_finding *f = an_finding_add(fs, AN_COUNT_MISMATCH, true);
+    struct an_finding *f = an_finding_add(fs, AN_COUNT_MISMATCH);
     f->comm = comm;
     f->seq = f->position = seq; /* a collective finding: executed position as seq here */
     f->t_ns = t;
@@ -26,9 +29,10 @@ static void test_add(void)
 {
     test_group("add");
     struct an_findings fs = {0};
-    struct an_finding *f = an_finding_add(&fs, AN_P2P_DTYPE_MISMATCH, false);
+    struct an_finding *f = an_finding_add(&fs, AN_P2P_DTYPE_MISMATCH);
     test_cond("a finding is added", f && fs.n == 1);
-    test_cond("with its kind and severity", f->kind == AN_P2P_DTYPE_MISMATCH && !f->error);
+    test_cond("with its kind and its kind's severity",
+              f->kind == AN_P2P_DTYPE_MISMATCH && !f->error);
     test_cond("and no seq", f->seq == SHP_NONE && f->comm == 0 && f->nranks == 0);
     for (int i = 0; i < 20; i++)
         an_finding_rank(f, i % 18);
@@ -44,7 +48,7 @@ static void test_add(void)
         an_finding_event(f, &r, 600);
     test_cond("calls past the limit are not kept", f->nevents == AN_MAX_EVENTS);
     for (int i = 0; i < 40; i++)
-        an_finding_add(&fs, AN_OP_MISMATCH, true);
+        an_finding_add(&fs, AN_OP_MISMATCH);
     test_cond("the store grows", fs.n == 41 && fs.v[0].kind == AN_P2P_DTYPE_MISMATCH);
     an_findings_free(&fs);
     test_cond("and is empty after free", fs.n == 0 && fs.v == NULL);
@@ -71,12 +75,12 @@ static void test_order(void)
     /* An unanswered receive waiting on a rank that a later-clocked finding names comes
      * after it: the rank was held up there. */
     struct an_findings h = {0};
-    struct an_finding *u = an_finding_add(&h, AN_P2P_UNMATCHED, true);
+    struct an_finding *u = an_finding_add(&h, AN_P2P_UNMATCHED);
     u->t_ns = 100;
     u->waits_on = 2;
     an_finding_rank(u, 2);
     an_finding_rank(u, 3);
-    struct an_finding *m = an_finding_add(&h, AN_P2P_SIZE_MISMATCH, true);
+    struct an_finding *m = an_finding_add(&h, AN_P2P_SIZE_MISMATCH);
     m->t_ns = 200;
     an_finding_rank(m, 1);
     an_finding_rank(m, 2);
@@ -143,7 +147,7 @@ static void test_naming(void)
 
     /* A culprit's comm rank is kept beside its global rank, once. */
     struct an_findings fs = {0};
-    struct an_finding *f = an_finding_add(&fs, AN_P2P_UNMATCHED, true);
+    struct an_finding *f = an_finding_add(&fs, AN_P2P_UNMATCHED);
     an_finding_rank_in(f, 5, 1);
     an_finding_rank(f, 6);
     an_finding_rank_in(f, 5, 3);
@@ -152,10 +156,67 @@ static void test_naming(void)
     an_findings_free(&fs);
 }
 
+/* The list of kinds: each enum constant is its name in capitals, and docs/CONTRACTS.md's table
+ * of kinds says, row by row in the list's order, each kind's name, severity and what. */
+static void test_kinds(void)
+{
+    test_group("kinds");
+    static const char *const constants[AN_KIND_COUNT] = {
+#define AN_X_CONSTANT(kind, name, severity, what) #kind,
+        AN_KINDS(AN_X_CONSTANT)
+#undef AN_X_CONSTANT
+    };
+    bool upper = true;
+    for (int k = 0; k < AN_KIND_COUNT; k++) {
+        const char *n = an_kind_names[k], *c = constants[k];
+        while (*n && toupper((unsigned char)*n) == *c)
+            n++, c++;
+        upper = upper && !*n && !*c;
+    }
+    test_cond("each enum constant is its kind's name in capitals", upper);
+
+    struct an_findings fs = {0};
+    test_cond("a finding takes its kind's severity",
+              an_finding_add(&fs, AN_COUNT_MISMATCH)->error &&
+                  !an_finding_add(&fs, AN_UNTIED_CALLS)->error &&
+                  an_finding_add(&fs, AN_IMPOSSIBLE_SIZE)->error);
+    an_findings_free(&fs);
+
+    FILE *in = fopen("docs/CONTRACTS.md", "r");
+    test_cond("docs/CONTRACTS.md is there to read", in != NULL);
+    if (!in)
+        return;
+    char line[4096], want[4096];
+    bool table = false;
+    int k = 0, rows = 0;
+    while (fgets(line, sizeof(line), in)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!table) {
+            table = !strcmp(line, "| kind | severity | what |");
+            continue;
+        }
+        if (!strncmp(line, "|---", 4))
+            continue;
+        if (line[0] != '|')
+            break;
+        rows++;
+        if (k < AN_KIND_COUNT) {
+            snprintf(want, sizeof(want), "| `%s` | %s | %s |", an_kind_names[k],
+                     an_kind_is_error[k] ? "error" : "warning", an_kind_whats[k]);
+            test_str(an_kind_names[k], line, want);
+            k++;
+        }
+    }
+    fclose(in);
+    test_cond("the contract has the table of kinds", table);
+    test_cond("one row for each kind, no more", rows == AN_KIND_COUNT);
+}
+
 int main(void)
 {
     test_add();
     test_order();
     test_naming();
+    test_kinds();
     return test_report();
 }

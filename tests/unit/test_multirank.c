@@ -777,6 +777,66 @@ static void child_split(void)
           "destroy all");
 }
 
+/* Polls ncclCommGetAsyncError until the comm is no longer in progress; the polls it took. */
+static int poll_ready(ncclComm_t comm, ncclResult_t *state)
+{
+    int polls = 0;
+
+    *state = ncclInProgress;
+    while (*state == ncclInProgress && polls < 100000) {
+        if (ncclCommGetAsyncError(comm, state) != ncclSuccess)
+            break;
+        polls++;
+        if (*state == ncclInProgress)
+            usleep(500);
+    }
+    return polls;
+}
+
+/* config.blocking = 0, as NCCL: the creation returns ncclInProgress, the comm's attributes are
+ * refused until ncclCommGetAsyncError (a read, which changes nothing) says it is ready. */
+static void child_nonblocking(void)
+{
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t world = NULL, half = NULL;
+    ncclUniqueId id;
+    ncclResult_t r, state;
+    int n = -1, rk = -1, halfm[2] = {me % 2, me % 2 + 2}, all[4] = {0, 1, 2, 3};
+
+    if (nranks != 4)
+        fatal("nonblocking wants 4 ranks");
+    config.blocking = 0;
+    if (shp_uid_exchange(&id, me) != 0)
+        fatal("no unique id");
+    r = ncclCommInitRankConfig(&world, nranks, id, me, &config);
+    CHECK(r == ncclInProgress && world, "a non-blocking init returns ncclInProgress (%d)", (int)r);
+    if (!world)
+        fatal("no comm");
+    CHECK(ncclCommUserRank(world, &rk) == ncclInvalidArgument && rk == -1 &&
+              ncclCommCount(world, &n) == ncclInvalidArgument,
+          "its rank and size are refused while it is in progress");
+    CHECK(ncclCommGetAsyncError(world, &state) == ncclSuccess && state == ncclInProgress,
+          "ncclCommGetAsyncError says ncclInProgress");
+    CHECK(ncclAllReduce(all, all, 1, ncclInt32, ncclSum, world, 0) == ncclInvalidArgument,
+          "a collective on it is refused (ncclInvalidArgument) until it is ready");
+    int polls = poll_ready(world, &state);
+    CHECK(state == ncclSuccess && polls > 1, "ready after %d polls", polls);
+    bool known = ncclCommUserRank(world, &rk) == ncclSuccess && ncclCommCount(world, &n) == 0;
+    CHECK(known && rk == me && n == 4, "then its rank (%d) and size (%d)", rk, n);
+    check_sum_on(world, all, 4, "the non-blocking world");
+    r = ncclCommSplit(world, me % 2, me, &half, &config);
+    CHECK(r == ncclInProgress && half, "a non-blocking split returns ncclInProgress (%d)", (int)r);
+    if (!half)
+        fatal("no half");
+    CHECK(ncclCommUserRank(half, &rk) == ncclInvalidArgument, "the child is refused at first");
+    polls = poll_ready(half, &state);
+    known = state == ncclSuccess && ncclCommUserRank(half, &rk) == ncclSuccess;
+    CHECK(known && rk == me / 2, "then ready, rank %d after %d polls", rk, polls);
+    check_sum_on(half, halfm, 2, "the non-blocking half");
+    CHECK(ncclCommDestroy(half) == ncclSuccess && ncclCommDestroy(world) == ncclSuccess,
+          "destroy both");
+}
+
 static void child_shrink(void)
 {
     ncclComm_t world = init_world(), small = NULL;
@@ -1167,6 +1227,7 @@ static const struct scenario scenarios[] = {
     {"p2p_blocking", child_p2p_blocking, 4, "5", quiet},
     {"split", child_split, 4, "5", quiet},
     {"shrink", child_shrink, 4, "5", quiet},
+    {"nonblocking", child_nonblocking, 4, "5", quiet},
     {"mismatch", child_mismatch, 4, "5", quiet},
     {"missing", child_missing, 4, "1", after_missing},
     {"missing_p2p", child_missing_p2p, 2, "1", after_missing_p2p},

@@ -1,6 +1,10 @@
 /* shapetrace unit test: the contract's numbers. Op numbers and record type numbers are stored in
- * traces on disk, so they are pinned here as they were when those traces were written; and the
- * tables generated from the call list agree with the list (library, class, name lookup). */
+ * traces on disk, so they are pinned here as they were when those traces were written; the
+ * tables generated from the call list agree with the list (library, class, name lookup); and the
+ * facts of every row are what the hand-written tables said before they became columns of the
+ * list (size rules, roots, reductions, aliases, the driver's cuGetProcAddress rows). */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -129,6 +133,139 @@ static const struct {
     {"cuGraphLaunch_ptsz", 98},
 };
 
+/* The NCCL facts as common/ops.c's elem_rule, preload/record.c's uses_root and uses_redop,
+ * tools/lib/event.c's root-only rule and tools/analyze/align.c's Bcast rule had them: elements
+ * sent and received for a count of 10 on 4 ranks, which buffer only the root touches, whether a
+ * reduction is taken, and the op the call is one operation with. Ops not listed: none of them. */
+static const struct {
+    unsigned op;
+    uint64_t send, recv;
+    int root;
+    bool redop;
+    unsigned same;
+} golden_facts[] = {
+    {SHP_OP_ncclAllReduce, 10, 10, SHP_ROOT_NONE, true, SHP_OP_ncclAllReduce},
+    {SHP_OP_ncclBroadcast, 10, 10, SHP_ROOT_SENDS, false, SHP_OP_ncclBroadcast},
+    {SHP_OP_ncclBcast, 10, 10, SHP_ROOT_SENDS, false, SHP_OP_ncclBroadcast},
+    {SHP_OP_ncclReduce, 10, 10, SHP_ROOT_RECVS, true, SHP_OP_ncclReduce},
+    {SHP_OP_ncclAllGather, 10, 40, SHP_ROOT_NONE, false, SHP_OP_ncclAllGather},
+    {SHP_OP_ncclReduceScatter, 40, 10, SHP_ROOT_NONE, true, SHP_OP_ncclReduceScatter},
+    {SHP_OP_ncclAlltoAll, 40, 40, SHP_ROOT_NONE, false, SHP_OP_ncclAlltoAll},
+    {SHP_OP_ncclGather, 10, 40, SHP_ROOT_RECVS, false, SHP_OP_ncclGather},
+    {SHP_OP_ncclScatter, 40, 10, SHP_ROOT_SENDS, false, SHP_OP_ncclScatter},
+    {SHP_OP_ncclSend, 10, 0, SHP_ROOT_NONE, false, SHP_OP_ncclSend},
+    {SHP_OP_ncclRecv, 0, 10, SHP_ROOT_NONE, false, SHP_OP_ncclRecv},
+};
+
+/* preload/cuda.c's proc_rows as they were: a base name cuGetProcAddress is asked for, the
+ * version from which it is answered with ours, our op in the legacy stream mode and in the
+ * per-thread one (0: the same as the legacy one). */
+static const struct {
+    const char *name;
+    int since;
+    unsigned legacy, per_thread;
+} golden_proc[] = {
+    {"cuMemcpy", 4000, SHP_OP_cuMemcpy, SHP_OP_cuMemcpy_ptds},
+    {"cuMemcpyAsync", 4000, SHP_OP_cuMemcpyAsync, SHP_OP_cuMemcpyAsync_ptsz},
+    {"cuMemcpyHtoD", 3020, SHP_OP_cuMemcpyHtoD_v2, SHP_OP_cuMemcpyHtoD_v2_ptds},
+    {"cuMemcpyDtoH", 3020, SHP_OP_cuMemcpyDtoH_v2, SHP_OP_cuMemcpyDtoH_v2_ptds},
+    {"cuMemcpyDtoD", 3020, SHP_OP_cuMemcpyDtoD_v2, SHP_OP_cuMemcpyDtoD_v2_ptds},
+    {"cuMemcpyHtoDAsync", 3020, SHP_OP_cuMemcpyHtoDAsync_v2, SHP_OP_cuMemcpyHtoDAsync_v2_ptsz},
+    {"cuMemcpyDtoHAsync", 3020, SHP_OP_cuMemcpyDtoHAsync_v2, SHP_OP_cuMemcpyDtoHAsync_v2_ptsz},
+    {"cuMemcpyDtoDAsync", 3020, SHP_OP_cuMemcpyDtoDAsync_v2, SHP_OP_cuMemcpyDtoDAsync_v2_ptsz},
+    {"cuMemcpy2D", 3020, SHP_OP_cuMemcpy2D_v2, SHP_OP_cuMemcpy2D_v2_ptds},
+    {"cuMemcpy2DUnaligned", 3020, SHP_OP_cuMemcpy2DUnaligned_v2,
+     SHP_OP_cuMemcpy2DUnaligned_v2_ptds},
+    {"cuMemcpy2DAsync", 3020, SHP_OP_cuMemcpy2DAsync_v2, SHP_OP_cuMemcpy2DAsync_v2_ptsz},
+    {"cuMemcpyPeer", 4000, SHP_OP_cuMemcpyPeer, SHP_OP_cuMemcpyPeer_ptds},
+    {"cuMemcpyPeerAsync", 4000, SHP_OP_cuMemcpyPeerAsync, SHP_OP_cuMemcpyPeerAsync_ptsz},
+    {"cuMemAlloc", 3020, SHP_OP_cuMemAlloc_v2, 0},
+    {"cuMemAllocManaged", 6000, SHP_OP_cuMemAllocManaged, 0},
+    {"cuMemAllocAsync", 11020, SHP_OP_cuMemAllocAsync, SHP_OP_cuMemAllocAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 11020, SHP_OP_cuMemAllocFromPoolAsync,
+     SHP_OP_cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemFree", 3020, SHP_OP_cuMemFree_v2, 0},
+    {"cuMemFreeAsync", 11020, SHP_OP_cuMemFreeAsync, SHP_OP_cuMemFreeAsync_ptsz},
+    {"cuMemAllocHost", 3020, SHP_OP_cuMemAllocHost_v2, 0},
+    {"cuMemHostAlloc", 2020, SHP_OP_cuMemHostAlloc, 0},
+    {"cuMemFreeHost", 2000, SHP_OP_cuMemFreeHost, 0},
+    {"cuStreamBeginCapture", 10010, SHP_OP_cuStreamBeginCapture_v2,
+     SHP_OP_cuStreamBeginCapture_v2_ptsz},
+    {"cuStreamBeginCaptureToGraph", 12030, SHP_OP_cuStreamBeginCaptureToGraph,
+     SHP_OP_cuStreamBeginCaptureToGraph_ptsz},
+    {"cuStreamEndCapture", 10000, SHP_OP_cuStreamEndCapture, SHP_OP_cuStreamEndCapture_ptsz},
+    {"cuGraphInstantiateWithFlags", 11040, SHP_OP_cuGraphInstantiateWithFlags, 0},
+    {"cuGraphInstantiateWithParams", 12000, SHP_OP_cuGraphInstantiateWithParams,
+     SHP_OP_cuGraphInstantiateWithParams_ptsz},
+    {"cuGraphLaunch", 10000, SHP_OP_cuGraphLaunch, SHP_OP_cuGraphLaunch_ptsz},
+};
+
+static void check_facts(void)
+{
+    size_t nfacts = sizeof(golden_facts) / sizeof(golden_facts[0]);
+    for (unsigned op = 0; op <= SHP_OP_COUNT; op++) {
+        uint64_t want_send = 0, want_recv = 0;
+        int want_root = SHP_ROOT_NONE;
+        bool want_redop = false;
+        unsigned want_same = op;
+        for (size_t i = 0; i < nfacts; i++)
+            if (golden_facts[i].op == op) {
+                want_send = golden_facts[i].send;
+                want_recv = golden_facts[i].recv;
+                want_root = golden_facts[i].root;
+                want_redop = golden_facts[i].redop;
+                want_same = golden_facts[i].same;
+            }
+        uint64_t send = 99, recv = 99;
+        shp_op_elems(op, 10, 4, &send, &recv);
+        CHECK(send == want_send && recv == want_recv, "%s: sends %llu and receives %llu of 10 on 4",
+              shp_op_name(op), (unsigned long long)send, (unsigned long long)recv);
+        CHECK(shp_op_root(op) == want_root, "%s: root fact %d", shp_op_name(op), shp_op_root(op));
+        CHECK(shp_op_redop(op) == want_redop, "%s: redop fact", shp_op_name(op));
+        CHECK(shp_op_same(op) == want_same, "%s: one operation with %s", shp_op_name(op),
+              shp_op_name(shp_op_same(op)));
+    }
+    uint64_t send = 99, recv = 99;
+    shp_op_elems(SHP_OP_ncclAllGather, 10, 0, &send, &recv);
+    CHECK(send == 10 && recv == 10, "an unknown communicator size counts as one rank");
+    CHECK(shp_op_root(1000) == SHP_ROOT_NONE && !shp_op_redop(1000) && shp_op_same(1000) == 1000,
+          "an unknown op has no facts");
+
+    size_t nproc = sizeof(golden_proc) / sizeof(golden_proc[0]);
+    for (size_t i = 0; i < nproc; i++) {
+        const char *n = golden_proc[i].name;
+        int since = golden_proc[i].since;
+        unsigned leg = golden_proc[i].legacy,
+                 pt = golden_proc[i].per_thread ? golden_proc[i].per_thread : leg;
+        CHECK(shp_op_proc(n, since, false) == leg && shp_op_proc(n, 13000, false) == leg,
+              "%s: legacy lookup answers %s", n, shp_op_name(shp_op_proc(n, since, false)));
+        CHECK(shp_op_proc(n, since, true) == pt && shp_op_proc(n, 13000, true) == pt,
+              "%s: per-thread lookup answers %s", n, shp_op_name(shp_op_proc(n, since, true)));
+        CHECK(shp_op_proc(n, since - 1, false) == SHP_OP_NONE &&
+                  shp_op_proc(n, since - 1, true) == SHP_OP_NONE,
+              "%s: not answered below %d", n, since);
+    }
+    /* Every driver op is reached by one of those rows, and no other op is. */
+    unsigned reached = 0;
+    for (unsigned op = 1; op < SHP_OP_COUNT; op++) {
+        int since = -1, mode = -1;
+        const char *base = shp_op_proc_base(op, &since, &mode);
+        bool found = false;
+        for (size_t i = 0; base && i < nproc; i++)
+            found = found || (!strcmp(golden_proc[i].name, base) && golden_proc[i].since == since &&
+                              (golden_proc[i].legacy == op || golden_proc[i].per_thread == op));
+        CHECK(!base == (shp_op_lib(op) != SHP_LIB_CUDA) && (!base || found),
+              "%s: base %s since %d mode %d", shp_op_name(op), base ? base : "(none)", since, mode);
+        reached += base != NULL;
+    }
+    CHECK(reached == 49, "%u driver entry points", reached);
+    CHECK(shp_op_proc("cuGraphInstantiate", 13000, false) == SHP_OP_NONE &&
+              shp_op_proc("cuMemcpyHtoD_v2", 13000, false) == SHP_OP_NONE &&
+              shp_op_proc("cudaMemcpy", 13000, false) == SHP_OP_NONE &&
+              shp_op_proc("", 13000, true) == SHP_OP_NONE,
+          "names that are no base of ours are not answered");
+}
+
 static const struct {
     const char *name;
     unsigned type, min_size, role;
@@ -150,6 +287,7 @@ static const struct {
     {"COLL_C", 15, 72, SHP_ROLE_COMPACT},
     {"P2P_C", 16, 72, SHP_ROLE_COMPACT},
     {"LAUNCH_C", 17, 48, SHP_ROLE_COMPACT},
+    {"VALUE", 18, 88, SHP_ROLE_LATE}, /* format version 3 */
 };
 
 int main(void)
@@ -176,6 +314,8 @@ int main(void)
     CHECK(shp_op_lookup("ncclNoSuchCall") == SHP_OP_NONE && shp_op_lib(0) == -1 &&
               shp_op_lib(SHP_OP_COUNT) == -1 && !strcmp(shp_op_name(SHP_OP_COUNT), "?"),
           "unknown ops");
+
+    check_facts();
 
     size_t nrecs = sizeof(golden_recs) / sizeof(golden_recs[0]);
     CHECK(SHP_REC_TYPE_COUNT == nrecs + 1, "SHP_REC_TYPE_COUNT %d", (int)SHP_REC_TYPE_COUNT);

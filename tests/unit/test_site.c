@@ -189,6 +189,17 @@ static void test_native(void)
         nat("start_thread (libc.so.6)", "/x/libc.so.6"),
     };
     test_cond("all framework: the innermost Python frame", shp_site_pick(NULL, fw, N(fw)) == 1);
+    struct shp_site_frame clock[] = {
+        nat("__vdso_clock_gettime+0x56 ([vdso])", "[vdso]"),
+        nat("clock_gettime@@GLIBC_2.17 (clock_gettime.c:42)", "/x/libc.so.6"),
+        nat("spin (app.c:8)", "/opt/app/bin/app"),
+    };
+    test_cond("the vDSO is the kernel's, below libc: skipped",
+              shp_site_pick(NULL, clock, N(clock)) == 2);
+    struct shp_site_frame vdso_pid = nat("0xb66 ([vdso: 2295])", "[vdso: 2295]");
+    test_cond("so is libdwfl's name for it", shp_site_skipped(NULL, &vdso_pid));
+    struct shp_site_frame notv = nat("run (v.c:1)", "/opt/app/v");
+    test_cond("a module named v is not the vDSO", !shp_site_skipped(NULL, &notv));
     test_cond("the standard library is the interpreter's", shp_site_skipped(NULL, &fw[1]));
     test_cond("no frames: 0", shp_site_pick(NULL, NULL, 0) == 0);
 }

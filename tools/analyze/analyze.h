@@ -68,6 +68,7 @@ struct an_result {
     struct an_result_match *matches; /* with o->matches: every send and the receive it matched,
                                         in the order the p2p pass matched them */
     size_t nmatches;
+    struct an_values_counts values; /* the fingerprints compared (--values); all 0 without */
 };
 
 /* Runs every pass over the session's traces (reading o->expect first when an_options_expect

@@ -19,12 +19,13 @@
 #include "tools/analyze/replay.h"
 #include "tools/lib/out.h"
 
-extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers;
-extern const struct an_pass an_pass_lineage, an_pass_expect;
+extern const struct an_pass an_pass_align, an_pass_p2p, an_pass_buffers, an_pass_waitfor;
+extern const struct an_pass an_pass_lineage, an_pass_expect, an_pass_values;
 
-/* Passes that see every process's events merged by time, in this order. */
-static const struct an_pass *const merged_passes[] = {&an_pass_align, &an_pass_p2p,
-                                                      &an_pass_buffers};
+/* Passes that see every process's events merged by time, in this order (the wait-for pass after
+ * the alignment: its deadlocks take in the alignment's findings that they explain). */
+static const struct an_pass *const merged_passes[] = {
+    &an_pass_align, &an_pass_p2p, &an_pass_buffers, &an_pass_waitfor, &an_pass_values};
 /* Passes that see one process's events at a time, in this order: a pass sees what the passes
  * before it left in the step (lineage's producers, for the expectations). */
 static const struct an_pass *const process_passes[] = {&an_pass_lineage, &an_pass_expect};
@@ -223,6 +224,7 @@ static int build_result(struct an_ctx *ctx, struct an_result *res)
     res->collectives = ctx->collectives;
     res->comms = ctx->comms;
     res->ncomms = ctx->ncomms;
+    res->values = ctx->values;
     ctx->comms = NULL;
     ctx->ncomms = 0;
     res->last = calloc(ctx->nprocs ? ctx->nprocs : 1, sizeof(*res->last));
@@ -352,7 +354,8 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
     c_merge = cpu_s() - c_merge;
     if (o->stats)
         fprintf(stderr,
-                "shapetrace: main thread, merge (align, p2p, buffers): wall %.3f s, CPU %.3f s, "
+                "shapetrace: main thread, merge (align, p2p, buffers, waitfor): wall %.3f s, CPU "
+                "%.3f s, "
                 "%" PRIu64 " events\n",
                 t_merge, c_merge, ctx.events);
     join_workers(&ctx, workers, main_state, o->stats);

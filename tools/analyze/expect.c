@@ -8,6 +8,7 @@
 #include "tools/analyze/expect.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -15,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/ops.h"
 #include "tools/analyze/findings.h"
@@ -131,9 +134,25 @@ static int known_keys(json_t *o, const char *const *keys, const char *path, cons
 /* The file whole, past a UTF-8 byte-order mark (editors on some systems write one). */
 static json_t *load_json(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    /* Opened without blocking and read only if it is a regular file: a FIFO (or a device) named
+     * as the expectation file would hold analyze in open() or read() forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        shp_err("%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        shp_err("%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         shp_err("%s: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     char *buf = NULL;
@@ -427,7 +446,7 @@ static void expect_event(void *st, struct an_ctx *ctx, struct an_step *s)
         x->violated++;
         if (x->finding != SIZE_MAX)
             continue;
-        struct an_finding *f = an_finding_add(&ctx->findings, AN_EXPECTATION_VIOLATION, true);
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_EXPECTATION_VIOLATION);
         if (!f)
             return;
         x->finding = (size_t)(f - ctx->findings.v);

@@ -10,12 +10,19 @@
 #include "tools/analyze/pass.h"
 #include "tools/lib/session.h"
 
-const char *const an_kind_names[AN_KIND_COUNT] = {
-    "op_mismatch",   "count_mismatch",     "dtype_mismatch",    "redop_mismatch",
-    "root_mismatch", "missing_collective", "p2p_size_mismatch", "p2p_dtype_mismatch",
-    "p2p_unmatched", "buffer_overrun",     "shape_mismatch",    "expectation_violation",
-    "missing_rank",  "stale_read",
-};
+#define AN_X_NAME(kind, name, severity, what) [AN_##kind] = #name,
+const char *const an_kind_names[AN_KIND_COUNT] = {AN_KINDS(AN_X_NAME)};
+#undef AN_X_NAME
+
+#define AN_SEVERITY_ERROR true
+#define AN_SEVERITY_WARNING false
+#define AN_X_ERROR(kind, name, severity, what) [AN_##kind] = AN_SEVERITY_##severity,
+const bool an_kind_is_error[AN_KIND_COUNT] = {AN_KINDS(AN_X_ERROR)};
+#undef AN_X_ERROR
+
+#define AN_X_WHAT(kind, name, severity, what) [AN_##kind] = what,
+const char *const an_kind_whats[AN_KIND_COUNT] = {AN_KINDS(AN_X_WHAT)};
+#undef AN_X_WHAT
 
 static bool reserve(struct an_findings *fs, size_t more)
 {
@@ -32,14 +39,14 @@ static bool reserve(struct an_findings *fs, size_t more)
     return true;
 }
 
-struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind, bool error)
+struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind)
 {
     if (!reserve(fs, 1))
         return NULL;
     struct an_finding *f = &fs->v[fs->n++];
     memset(f, 0, sizeof(*f));
     f->kind = kind;
-    f->error = error;
+    f->error = kind < AN_KIND_COUNT && an_kind_is_error[kind];
     f->seq = f->position = SHP_NONE;
     f->waits_on = -1;
     for (int i = 0; i < AN_MAX_RANKS; i++)

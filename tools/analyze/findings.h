@@ -9,25 +9,70 @@
 
 #include "tools/lib/event.h"
 
-/* Finding kinds: the list of docs/CONTRACTS.md, extended at the end (never reorder). */
+/* Finding kinds, listed once: X(KIND, name, severity, what) gives the enum constant AN_KIND, the
+ * name of the contract, ERROR or WARNING (the severity of every finding of the kind), and the
+ * "what" of docs/CONTRACTS.md's table of kinds, word for word, in the table's order
+ * (tests/unit/test_findings.c compares the two). Extended at the end, never reordered. */
+/* clang-format off */
+#define AN_KINDS(X) \
+X(OP_MISMATCH, op_mismatch, ERROR, \
+  "members of a communicator called different collectives at one `seq`") \
+X(COUNT_MISMATCH, count_mismatch, ERROR, \
+  "... the same collective with different counts (by the op's size rule)") \
+X(DTYPE_MISMATCH, dtype_mismatch, ERROR, "... with different datatypes") \
+X(REDOP_MISMATCH, redop_mismatch, ERROR, "... with different reductions") \
+X(ROOT_MISMATCH, root_mismatch, ERROR, "... with different roots") \
+X(MISSING_COLLECTIVE, missing_collective, ERROR, \
+  "a rank skipped a collective, or ended (hung, died, finished) before one that the others " \
+  "entered, or made one more than the others (in the middle, or at the end after the others " \
+  "finished normally: then it is the culprit)") \
+X(P2P_SIZE_MISMATCH, p2p_size_mismatch, ERROR, "a send and its receive differ in bytes") \
+X(P2P_DTYPE_MISMATCH, p2p_dtype_mismatch, WARNING, "the same bytes, in different datatypes") \
+X(P2P_UNMATCHED, p2p_unmatched, ERROR, "sends or receives left without a partner") \
+X(BUFFER_OVERRUN, buffer_overrun, ERROR, \
+  "a call's byte range runs past the traced allocation that holds its buffer") \
+X(SHAPE_MISMATCH, shape_mismatch, ERROR, \
+  "a consumer cuts a region across the rows its producer wrote") \
+X(EXPECTATION_VIOLATION, expectation_violation, ERROR, \
+  "a call that `--expect` selects cannot have the expected shape or datatype") \
+X(MISSING_RANK, missing_rank, ERROR, "a communicator member that no trace provides") \
+X(STALE_READ, stale_read, ERROR, \
+  "a read, executed where it was issued, runs past what the latest graph replay wrote into a " \
+  "buffer into bytes an earlier replay wrote from the same start (added)") \
+X(VALUE_MISMATCH, value_mismatch, ERROR, \
+  "with `--values`: members of a communicator received other bytes from one all-reduce, " \
+  "all-gather or broadcast (`seq` is its), or copied other bytes at their n-th copy from one " \
+  "site where they had copied the same bytes before (`seq` null); `ranks` differ from the " \
+  "fingerprint most ranks hold (all of them when none does); `events` are their calls, " \
+  "`expected` one of the majority's; the first per communicator, later ones its `consequences` " \
+  "(added)") \
+X(FAILED_COLLECTIVE, failed_collective, ERROR, \
+  "NCCL refused a rank's collective (`ncclInvalidArgument`, `ncclInvalidUsage`: nothing " \
+  "enqueued) where the others executed theirs; the summary names the error (added)") \
+X(MEMBERSHIP_CONFLICT, membership_conflict, ERROR, \
+  "the traces disagree on a communicator: its size, or two processes claim one rank; both " \
+  "processes are named (added)") \
+X(UNTIED_CALLS, untied_calls, WARNING, \
+  "a process's collectives and sends/receives that could not be tied to a communicator and its " \
+  "rank in it, and so were not checked; one per process (added)") \
+X(DEADLOCK, deadlock, ERROR, \
+  "ranks blocked in collectives on different communicators that wait on each other around a " \
+  "cycle (added)") \
+X(IMPOSSIBLE_SIZE, impossible_size, ERROR, \
+  "a call whose byte count, or the end of one of its buffers, does not fit in 64 bits (added)")
+
 enum an_kind {
-    AN_OP_MISMATCH,
-    AN_COUNT_MISMATCH,
-    AN_DTYPE_MISMATCH,
-    AN_REDOP_MISMATCH,
-    AN_ROOT_MISMATCH,
-    AN_MISSING_COLLECTIVE,
-    AN_P2P_SIZE_MISMATCH,
-    AN_P2P_DTYPE_MISMATCH,
-    AN_P2P_UNMATCHED,
-    AN_BUFFER_OVERRUN,
-    AN_SHAPE_MISMATCH,
-    AN_EXPECTATION_VIOLATION,
-    AN_MISSING_RANK, /* a communicator member that no trace provides */
-    AN_STALE_READ,   /* a read past what the latest graph replay wrote into its buffer */
-    AN_KIND_COUNT    /* also marks a finding dropped by an_findings_compact */
+#define AN_X_ENUM(kind, name, severity, what) AN_##kind,
+    AN_KINDS(AN_X_ENUM)
+#undef AN_X_ENUM
+    AN_KIND_COUNT /* also marks a finding dropped by an_findings_compact */
 };
+/* clang-format on */
+/* Each kind's name ("count_mismatch"), whether it is an error (else a warning), and its one-line
+ * description as docs/CONTRACTS.md gives it. */
 extern const char *const an_kind_names[AN_KIND_COUNT];
+extern const bool an_kind_is_error[AN_KIND_COUNT];
+extern const char *const an_kind_whats[AN_KIND_COUNT];
 
 /* Where an event lives, so the report can decode it in full later. */
 struct an_ref {
@@ -42,7 +87,7 @@ struct an_ref {
 #define AN_MAX_RANKS 16
 struct an_finding {
     enum an_kind kind;
-    bool error;              /* severity: error, else warning */
+    bool error;              /* severity: an_kind_is_error[kind] */
     uint64_t comm;           /* 0 if none */
     uint64_t seq;            /* SHP_NONE if none */
     uint64_t position;       /* collectives: positions retired on comm before it (executed
@@ -70,9 +115,9 @@ struct an_findings {
     size_t n, cap;
 };
 
-/* A new finding, zeroed but for kind, severity and seq (SHP_NONE); NULL when out of memory.
- * Pointers into the store are valid until the next add. */
-struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind, bool error);
+/* A new finding, zeroed but for kind, its kind's severity and seq (SHP_NONE); NULL when out of
+ * memory. Pointers into the store are valid until the next add. */
+struct an_finding *an_finding_add(struct an_findings *fs, enum an_kind kind);
 /* Add a culprit rank once; ranks past AN_MAX_RANKS are not kept. */
 void an_finding_rank(struct an_finding *f, int rank);
 /* The same, with the rank's rank in the finding's communicator (-1: unknown). */

@@ -201,7 +201,7 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
 {
     struct an_ctx *ctx = L->ctx;
     const struct an_region *nw = &L->regions[rc->first - 1], *old = &L->regions[rc->stale - 1];
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_STALE_READ);
     if (!f)
         return;
     L->stale_reported = true;
@@ -424,7 +424,7 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
     uint64_t pitch = 0, es = 1, row = rows_of(ctx, r, &pitch, &es, pshape, sizeof(pshape));
     if (!row || g->piece >= row || g->stride != pitch || (g->first_off % pitch) + g->piece > row)
         return;
-    struct an_finding *f = an_finding_add(&ctx->findings, AN_SHAPE_MISMATCH, true);
+    struct an_finding *f = an_finding_add(&ctx->findings, AN_SHAPE_MISMATCH);
     if (!f)
         return;
     f->events[f->nevents++] = g->first;

@@ -22,6 +22,7 @@ struct an_chan {
 struct member {
     uint64_t key; /* member_key */
     int rank;
+    int proc;
 };
 
 struct p2p {
@@ -40,16 +41,17 @@ static uint64_t member_key_of(const void *item)
     return ((const struct member *)item)->key;
 }
 
-/* Remember whose process holds comm_rank of comm. */
-static void member_seen(struct p2p *P, uint64_t comm, int comm_rank, int rank)
+/* Remember whose process holds comm_rank of comm (comm rank -2: the communicator's size, in
+ * rank). */
+static void member_seen(struct p2p *P, uint64_t comm, int comm_rank, int rank, int proc)
 {
-    if (!comm || comm_rank < 0 || rank < 0 ||
+    if (!comm || comm_rank < -2 || comm_rank == -1 ||
         an_table_get(&P->members, member_key(comm, comm_rank)))
         return;
     struct member *m = malloc(sizeof(*m));
     if (!m)
         return;
-    *m = (struct member){.key = member_key(comm, comm_rank), .rank = rank};
+    *m = (struct member){.key = member_key(comm, comm_rank), .rank = rank, .proc = proc};
     if (an_table_add(&P->members, m) < 0)
         free(m);
 }
@@ -58,7 +60,15 @@ static void member_seen(struct p2p *P, uint64_t comm, int comm_rank, int rank)
 static int global_of(const struct p2p *P, uint64_t comm, int comm_rank)
 {
     const struct member *m = an_table_get(&P->members, member_key(comm, comm_rank));
-    return m ? m->rank : comm_rank;
+    return m && m->rank >= 0 ? m->rank : comm_rank;
+}
+
+/* Whether the process holding comm_rank of comm lost the end of its trace (an_lost_end): then
+ * the calls it did not record prove nothing. */
+static bool lost_end_of(const struct p2p *P, const struct an_ctx *ctx, uint64_t comm, int comm_rank)
+{
+    const struct member *m = an_table_get(&P->members, member_key(comm, comm_rank));
+    return m && m->proc >= 0 && an_lost_end(&ctx->procs[m->proc]);
 }
 
 /* "rank 5 (rank 1 of the communicator)", or "rank 5" where the two agree. */
@@ -125,7 +135,7 @@ static void report_pair(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch,
 {
     bool size = sb != rb;
     struct an_finding *f =
-        an_finding_add(&ctx->findings, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH, size);
+        an_finding_add(&ctx->findings, size ? AN_P2P_SIZE_MISMATCH : AN_P2P_DTYPE_MISMATCH);
     if (!f)
         return;
     f->comm = ch->comm;
@@ -158,12 +168,29 @@ static void report_pair(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch,
     ch->finding = (size_t)(f - ctx->findings.v) + 1;
 }
 
+/* A send's or receive's bytes, UINT64_MAX when they do not fit in 64 bits. */
+static uint64_t bytes_of(const struct an_entry *e)
+{
+    uint64_t b;
+    return __builtin_mul_overflow(e->count, (uint64_t)shp_dtype_size((unsigned)e->dtype), &b)
+               ? UINT64_MAX
+               : b;
+}
+
 static void match(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch)
 {
     while (ch->send.n && ch->recv.n) {
         struct an_entry *s = an_queue_at(&ch->send, 0), *r = an_queue_at(&ch->recv, 0);
-        uint64_t sb = s->count * shp_dtype_size((unsigned)s->dtype);
-        uint64_t rb = r->count * shp_dtype_size((unsigned)r->dtype);
+        /* NCCL pairs the k-th send to a peer with its k-th receive from us, and seq is that k
+         * (given back when NCCL refused a call). Two eager calls of different seqs: the other
+         * side's call of the lower seq was made unrecorded (its tracing started later, run
+         * --dormant): nothing is known of that pair. */
+        if (!s->launch.rec && !r->launch.rec && s->seq != r->seq && s->seq != SHP_NONE &&
+            r->seq != SHP_NONE) {
+            an_queue_pop(s->seq < r->seq ? &ch->send : &ch->recv);
+            continue;
+        }
+        uint64_t sb = bytes_of(s), rb = bytes_of(r);
         if ((sb != rb || s->dtype != r->dtype) && ch->finding)
             ctx->findings.v[ch->finding - 1].consequences++;
         else if (sb != rb || s->dtype != r->dtype)
@@ -186,10 +213,20 @@ static void *p2p_init(struct an_ctx *ctx)
 }
 
 /* Queue a send or receive a rank executed: eager, or in a replay. */
-static void executed(struct p2p *P, struct an_ctx *ctx, const struct shp_event *e,
-                     const struct an_entry *en)
+/* Whether process `proc` speaks for comm_rank of a communicator of that size as the traces first
+ * said: a second process claiming the rank, or another size, is the alignment's to report
+ * (membership_conflict), and its calls are not matched. */
+static bool trusted(struct p2p *P, const struct shp_event *e, int proc)
 {
-    if (e->comm_rank < 0 || e->peer < 0)
+    const struct member *m = an_table_get(&P->members, member_key(e->comm, e->comm_rank));
+    const struct member *z = an_table_get(&P->members, member_key(e->comm, -2));
+    return (!m || m->proc == proc) && (!z || z->rank == e->nranks);
+}
+
+static void executed(struct p2p *P, struct an_ctx *ctx, const struct shp_event *e,
+                     const struct an_entry *en, int proc)
+{
+    if (e->comm_rank < 0 || e->peer < 0 || an_refused(e) || !trusted(P, e, proc))
         return;
     bool send = e->op == SHP_OP_ncclSend;
     int src = send ? e->comm_rank : e->peer, dst = send ? e->peer : e->comm_rank;
@@ -203,20 +240,24 @@ static void p2p_event(void *st, struct an_ctx *ctx, struct an_step *s)
     struct p2p *P = st;
     const struct shp_event *e = s->e;
     /* Every member's communicator record says whose it is; collectives need not be looked at. */
-    if (e->type == SHP_REC_COMM || e->type == SHP_REC_P2P)
-        member_seen(P, e->comm, e->comm_rank, s->proc->sp->rank);
+    int proc = (int)(s->proc - ctx->procs);
+    if ((e->type == SHP_REC_COMM || e->type == SHP_REC_P2P) && e->nranks > 0) {
+        member_seen(P, e->comm, -2, e->nranks, -1); /* the size, as first said */
+        if (trusted(P, e, proc))
+            member_seen(P, e->comm, e->comm_rank, s->proc->sp->rank, proc);
+    }
     if (an_graphs_event(&P->graphs, s, SHP_REC_P2P))
         return; /* captured: it executes at each launch */
     uint64_t replay = 0;
     struct an_graph *g = an_graphs_launch(&P->graphs, s, &replay);
     for (size_t i = 0; g && i < g->n; i++) {
         struct an_entry en = an_replay_entry(&g->calls[i], s, replay);
-        executed(P, ctx, &g->calls[i].e, &en);
+        executed(P, ctx, &g->calls[i].e, &en, proc);
     }
     if (e->type != SHP_REC_P2P)
         return;
     struct an_entry en = an_entry_of(e, s->ref);
-    executed(P, ctx, e, &en);
+    executed(P, ctx, e, &en, proc);
 }
 
 /* Sends and receives that found no partner. */
@@ -229,7 +270,10 @@ static void p2p_finish(void *st, struct an_ctx *ctx)
         if (!left)
             continue;
         struct an_entry *e = an_queue_at(left, 0);
-        struct an_finding *f = an_finding_add(&ctx->findings, AN_P2P_UNMATCHED, true);
+        /* The partner's trace lost its end: that it never made the call proves nothing. */
+        if (lost_end_of(P, ctx, ch->comm, left == &ch->send ? ch->dst : ch->src))
+            continue;
+        struct an_finding *f = an_finding_add(&ctx->findings, AN_P2P_UNMATCHED);
         if (!f)
             continue;
         f->comm = ch->comm;

@@ -30,9 +30,84 @@ void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct
                           .recv = recv->launch.rec ? recv->launch : recv->ref};
 }
 
+bool an_refused(const struct shp_event *e)
+{
+    /* ncclInvalidArgument and ncclInvalidUsage (nccl.h numbers them 4 and 5). */
+    return (e->type == SHP_REC_COLL || e->type == SHP_REC_P2P) && e->dur_ns != SHP_NONE &&
+           (e->result == 4 || e->result == 5);
+}
+
+bool an_lost_end(const struct an_proc *p)
+{
+    const struct shp_file_header *h = p->sp->t.hdr;
+    return h->dropped || (h->flags & SHP_FILE_DISABLED) || h->off_reason ||
+           h->ctl[SHP_CTL_ARMED] == 0;
+}
+
+void an_place_init(struct an_place *p)
+{
+    *p = (struct an_place){.refused_seq = SHP_NONE};
+}
+
+/* seq + replayed - captured - refused, saturating at both ends (a crafted seq may be huge). */
+static uint64_t place_of_seq(const struct an_place *p, uint64_t seq)
+{
+    uint64_t x, less = p->captured + p->refused;
+    if (__builtin_add_overflow(seq, p->replayed, &x))
+        x = UINT64_MAX;
+    return x > less ? x - less : 0;
+}
+
+/* An eager call after a refused one: if it has a later seq, the refused call kept its own (a
+ * preload from before seqs were given back): it counts among the refused. */
+static void settle_refused(struct an_place *p, const struct an_entry *en)
+{
+    if (p->refused_seq != SHP_NONE && en->seq != SHP_NONE && en->seq > p->refused_seq)
+        p->refused++;
+    p->refused_seq = SHP_NONE;
+}
+
+uint64_t an_place_next(struct an_place *p, const struct an_entry *en)
+{
+    uint64_t at;
+    if (en->launch.rec || en->seq == SHP_NONE) {
+        at = p->placed ? p->next : 0;
+        p->replayed++;
+    } else {
+        settle_refused(p, en);
+        at = place_of_seq(p, en->seq);
+        /* Never before the last place: a seq that went back is not a rank going back. */
+        if (p->placed && at < p->next)
+            at = p->next;
+    }
+    p->placed = true;
+    p->next = at + 1;
+    return at;
+}
+
+uint64_t an_place_refused(struct an_place *p, const struct an_entry *en)
+{
+    uint64_t at = p->placed ? p->next : 0;
+    if (!en->launch.rec && en->seq != SHP_NONE) {
+        settle_refused(p, en);
+        uint64_t x = place_of_seq(p, en->seq);
+        at = p->placed && x < p->next ? p->next : x;
+        p->refused_seq = en->seq;
+    }
+    return at;
+}
+
+/* head + i, wrapped: both are below cap, so a subtraction does what a division did (the
+ * alignment asks for every member's head at every place). */
+static size_t ring(const struct an_queue *q, size_t i)
+{
+    size_t k = q->head + i;
+    return k >= q->cap ? k - q->cap : k;
+}
+
 struct an_entry *an_queue_at(struct an_queue *q, size_t i)
 {
-    return &q->v[(q->head + i) % q->cap];
+    return &q->v[ring(q, i)];
 }
 
 int an_queue_push(struct an_queue *q, const struct an_entry *e)
@@ -49,14 +124,14 @@ int an_queue_push(struct an_queue *q, const struct an_entry *e)
         q->head = 0;
         q->cap = ncap;
     }
-    q->v[(q->head + q->n) % q->cap] = *e;
+    q->v[ring(q, q->n)] = *e;
     q->n++;
     return 0;
 }
 
 void an_queue_pop(struct an_queue *q)
 {
-    q->head = (q->head + 1) % q->cap;
+    q->head = ring(q, 1);
     q->n--;
 }
 
@@ -164,6 +239,8 @@ bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep
                     ? e->type == SHP_REC_COLL || e->type == SHP_REC_P2P || e->type == SHP_REC_COPY
                     : e->type == keep;
     if (kept && (e->flags & SHP_EV_CAPTURED)) {
+        if (an_refused(e))
+            return true; /* NCCL refused it: nothing was captured */
         uint64_t cap = e->graph != SHP_NONE ? e->graph : 0;
         struct an_graph *gr = cap ? graph_by(g, proc, cap, 0) : NULL;
         if (cap && !gr)

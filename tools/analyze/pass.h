@@ -43,6 +43,15 @@ struct an_comm_summary {
     int nmembers;
 };
 
+/* What the values pass made of the fingerprints (SHAPETRACE_VALUES), for the report; all 0 when
+ * no trace holds any. */
+struct an_values_counts {
+    uint64_t records;  /* value records read */
+    uint64_t compared; /* collectives and copies whose fingerprints were compared across ranks */
+    uint64_t differ;   /* of those, the ones whose ranks' fingerprints differ */
+    uint64_t captured, busy, lost, pending; /* calls whose fingerprint was not taken, by why */
+};
+
 struct an_load;
 struct an_expect;
 
@@ -69,6 +78,7 @@ struct an_ctx {
     bool keep_matches;
     struct an_match *matches;
     size_t nmatches, cap_matches;
+    struct an_values_counts values; /* written by the values pass as it finishes */
 };
 
 /* One event as the passes see it. */
@@ -126,6 +136,43 @@ struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref)
  * stream only. */
 void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct an_entry *recv);
 
+/* True for a collective or p2p call that NCCL refused before it enqueued anything: it returned
+ * ncclInvalidArgument or ncclInvalidUsage, the errors of ncclEnqueueCheck's checks of the
+ * communicator's state and of the arguments (NCCL 2.28, enqueue.cc). It executed nothing and
+ * took no seq: the preload gives a refused call's seq back, so the rank's next call has it. Other
+ * errors (a system or remote error; a timeout on the doubles) come from a call that was entered:
+ * it counts as executed. */
+bool an_refused(const struct shp_event *e);
+
+/* Whether p's trace lost its end: calls dropped at the cap, tracing switched off after an error,
+ * or the process dormant when its trace ends (attach --off, or never armed). After its last
+ * recorded call, a call it did not record proves nothing. */
+bool an_lost_end(const struct an_proc *p);
+
+/* ---- where a member's executed collectives sit on a communicator (align, waitfor) ---- */
+
+/* NCCL matches the k-th collective that each member executes on a communicator with the others'
+ * k-th: that k is a call's place. A rank's seq counts what it issued: its eager calls and those
+ * captured into graphs (which execute at each replay instead), not the ones NCCL refused. So an
+ * eager call's place is its seq, less the calls captured before it, plus the replayed calls
+ * executed before it: the executed count for a rank traced from its start, and the right place
+ * for a rank whose tracing started later (run --dormant, then attach --on: seq kept counting
+ * while it was dormant). A replayed call takes the place after the last one. */
+struct an_place {
+    bool placed;
+    uint64_t next;        /* the place of the next call, once placed */
+    uint64_t captured;    /* calls recorded while captured */
+    uint64_t replayed;    /* calls that replays executed */
+    uint64_t refused;     /* refused calls whose seq was not given back (an older preload) */
+    uint64_t refused_seq; /* seq of the last refused call, SHP_NONE when none is pending */
+};
+/* Zeroed, with refused_seq SHP_NONE. */
+void an_place_init(struct an_place *p);
+/* The place of the executed call en (a replay when en->launch.rec is set); advances p. */
+uint64_t an_place_next(struct an_place *p, const struct an_entry *en);
+/* The place that the refused call en would have taken; notes its seq. */
+uint64_t an_place_refused(struct an_place *p, const struct an_entry *en);
+
 /* ---- what CUDA graphs execute: capture id -> graph -> executable -> launches ---- */
 
 /* A call recorded while its stream was captured. */
@@ -158,9 +205,9 @@ struct an_graphs {
 /* keep for an_graphs_event: every call that moves bytes (collectives, p2p, copies). */
 #define AN_KEEP_CALLS 0x100u
 /* Follow the graph records of s and keep the calls of record type `keep` (SHP_REC_COLL or
- * SHP_REC_P2P, or AN_KEEP_CALLS) issued during a capture. Returns true when s is such a
- * captured call: it executes nothing by itself, the caller skips it. Out of memory loses the
- * call silently. */
+ * SHP_REC_P2P, or AN_KEEP_CALLS) issued during a capture (not one NCCL refused: an_refused).
+ * Returns true when s is such a captured call: it executes nothing by itself, the caller skips
+ * it. Out of memory loses the call silently. */
 bool an_graphs_event(struct an_graphs *g, const struct an_step *s, unsigned keep);
 /* For a cudaGraphLaunch step: the capture it replays, and in *replay the launch's number
  * among the process's graph launches, from 1; NULL for any other step or an executable whose

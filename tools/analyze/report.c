@@ -95,12 +95,18 @@ void an_print_text(const struct an_result *r, FILE *out, bool color)
                 bold, off, s->unreadable[i].file, s->unreadable[i].why);
     for (size_t i = 0; i < s->nprocs; i++) {
         const struct shp_proc *p = &s->procs[i];
+        const struct an_call *last = &r->last[i];
+        char where[96] = "the first drop";
+        /* From where: its last recorded call (the calls dropped at a cap are the last ones). */
+        if (last->ok && last->e.t_ns >= p->t.hdr->realtime_ns)
+            snprintf(where, sizeof(where), "its event %" PRIu64 " (%.3f s into the trace)",
+                     last->e.index, (double)(last->e.t_ns - p->t.hdr->realtime_ns) / 1e9);
         if (p->t.hdr->dropped)
             fprintf(out,
                     "  %sINCOMPLETE%s: rank %d (%s:%" PRIu64 ") dropped %" PRIu64
-                    " call%s: %s; its calls after the first drop are not checked\n",
+                    " call%s: %s; its calls after %s are not checked\n",
                     bold, off, p->rank, p->t.hdr->host, p->t.hdr->pid, p->t.hdr->dropped,
-                    p->t.hdr->dropped == 1 ? "" : "s", shp_proc_incomplete_why(p));
+                    p->t.hdr->dropped == 1 ? "" : "s", shp_proc_incomplete_why(p), where);
     }
     for (size_t i = 0; i < s->nprocs; i++) {
         const struct shp_proc *p = &s->procs[i];
@@ -114,6 +120,21 @@ void an_print_text(const struct an_result *r, FILE *out, bool color)
             else
                 fprintf(out, " none\n");
         }
+    }
+    const struct an_values_counts *v = &r->values;
+    if (v->records) {
+        uint64_t skipped = v->captured + v->busy + v->lost + v->pending;
+        fprintf(out,
+                "  fingerprints (--values): %" PRIu64 " compared across ranks, %" PRIu64
+                " of them differ",
+                v->compared, v->differ);
+        if (skipped)
+            fprintf(out,
+                    "; %" PRIu64 " not taken (%" PRIu64 " captured into a CUDA graph, %" PRIu64
+                    " with every slot in flight, %" PRIu64 " lost to an error, %" PRIu64
+                    " never read back)",
+                    skipped, v->captured, v->busy, v->lost, v->pending);
+        fputc('\n', out);
     }
     if (!r->nfindings) {
         fprintf(out,
@@ -334,6 +355,14 @@ void an_print_json(const struct an_result *r, FILE *out)
         shp_json_str(out, s->unreadable[i].why);
         fputc('}', out);
     }
+    fprintf(out, "],");
+    const struct an_values_counts *v = &r->values;
+    if (v->records)
+        fprintf(out,
+                "\"values\":{\"records\":%" PRIu64 ",\"compared\":%" PRIu64 ",\"differ\":%" PRIu64
+                ",\"captured\":%" PRIu64 ",\"busy\":%" PRIu64 ",\"lost\":%" PRIu64
+                ",\"pending\":%" PRIu64 "},",
+                v->records, v->compared, v->differ, v->captured, v->busy, v->lost, v->pending);
     /* The findings are in causal order, so the first is at index 0. */
-    fprintf(out, "],\"first\":%s}\n", r->nfindings ? "0" : "null");
+    fprintf(out, "\"first\":%s}\n", r->nfindings ? "0" : "null");
 }

@@ -112,7 +112,7 @@ static int act_on(const char *path, int arm, const char *mark, const char **why)
         close(fd);
         return -EIO;
     }
-    if (memcmp(h->magic, SHP_TRACE_MAGIC, 8) || h->version != SHP_TRACE_VERSION ||
+    if (memcmp(h->magic, SHP_TRACE_MAGIC, 8) || !shp_trace_version_known(h->version) ||
         h->byte_order != SHP_BYTE_ORDER_MARK) {
         *why = "not a shapetrace trace of this version";
         rc = -EINVAL;

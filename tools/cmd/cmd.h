@@ -31,6 +31,7 @@ int shp_cmd_analyze(int argc, char **argv);
 int shp_cmd_export(int argc, char **argv);
 int shp_cmd_report(int argc, char **argv);
 int shp_cmd_symbols(int argc, char **argv);
+int shp_cmd_snapshot(int argc, char **argv);
 
 struct an_dims;
 struct an_options;

@@ -16,6 +16,7 @@
 #include "tools/lib/session.h"
 #include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
+#include "tools/lib/value.h"
 
 static void dump_usage(FILE *f)
 {
@@ -114,6 +115,26 @@ static void print_row(FILE *f, struct shp_stacks *st, const struct shp_event *e,
             site, status, "");
 }
 
+/* A value record (--values), under the call it is the fingerprint of: no index of its own. */
+static void print_value_row(FILE *f, struct shp_stacks *st, const struct shp_value *v, uint64_t of,
+                            uint64_t t0)
+{
+    char when[32], what[96], site[512], ofs[24] = "?", occ[24] = "";
+    snprintf(when, sizeof(when), "%.6f", (double)(v->t_ns - t0) / 1e9);
+    if (of != SHP_NONE)
+        snprintf(ofs, sizeof(ofs), "%" PRIu64, of);
+    if (v->status == SHP_VALUE_DONE)
+        snprintf(what, sizeof(what), "of #%s: 0x%016" PRIx64 " (%s)", ofs, v->fp,
+                 v->how == SHP_VALUE_HOST ? "host" : "device");
+    else
+        snprintf(what, sizeof(what), "of #%s: %s", ofs, shp_value_status_name(v->status));
+    if (v->what == SHP_VALUE_COPIED)
+        snprintf(occ, sizeof(occ), "copy %" PRIu64, v->occ);
+    shp_stacks_site(st, v->stack, site, sizeof(site));
+    fprintf(f, "%6s %11s %7s %-24s %-40s %10s %-10s %11" PRIu64 " %s\n", "-", when, "", "value",
+            what, "-", occ, v->bytes, site);
+}
+
 static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool json)
 {
     struct shp_proc *p = &s->procs[i];
@@ -130,11 +151,27 @@ static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool js
                 "%6s %11s %7s %-24s %-40s %10s %-10s %11s %s\n",
                 t->path, t->hdr->host, t->hdr->pid, p->rank, t->hdr->exe, "index", "t(s)", "tid",
                 "op", "what", "count", "dtype", "bytes", "site");
+    /* Value records name their call by its offset: the recent calls' indices, for them. */
+    struct shp_value_recent *recent =
+        t->hdr->version == SHP_TRACE_VERSION_VALUES ? calloc(1, sizeof(*recent)) : NULL;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
-        if (!shp_event_decode(t, r, type, &e))
+        if (!shp_event_decode(t, r, type, &e)) {
+            struct shp_value v;
+            if (!shp_value_decode(t, r, type, &v))
+                continue;
+            uint64_t of = recent ? shp_value_recent_find(recent, v.call) : SHP_NONE;
+            if (json) {
+                shp_value_json_out(o, t, &v, of);
+                shp_out_char(o, '\n');
+            } else {
+                print_value_row(stdout, st, &v, of, t0);
+            }
             continue;
+        }
         e.index = index++;
+        if (recent)
+            shp_value_recent_note(recent, (uint64_t)((const unsigned char *)r - t->map), e.index);
         if (!t0)
             t0 = e.t_ns;
         shp_proc_saw(p, &e);
@@ -164,6 +201,7 @@ static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool js
     if (!complete)
         fprintf(stderr, "shapetrace: %s: incomplete trace: %s%s\n", t->path,
                 shp_proc_incomplete_why(p), h->dropped ? "; records were dropped" : "");
+    free(recent);
     /* Done with it: a dump of thousands of traces holds one at a time. */
     shp_session_release(s, i);
 }

@@ -23,6 +23,8 @@ static void usage(FILE *f)
         "  attach DIR|PID [--on|--off|--mark TEXT]\n"
         "                                 switch recording, or mark the timeline, live\n"
         "  symbols RUN_DIR                store the run's native frame names (run does it)\n"
+        "  snapshot [--json] PID... | --all\n"
+        "                                 where each rank of a live (hung) job is, now\n"
         "\n"
         "  shapetrace help COMMAND        options of one command (also COMMAND --help)\n"
         "  shapetrace --version           the version, and the trace format it reads and writes\n",
@@ -35,7 +37,7 @@ static const struct {
 } commands[] = {
     {"run", shp_cmd_run},       {"dump", shp_cmd_dump},       {"analyze", shp_cmd_analyze},
     {"export", shp_cmd_export}, {"report", shp_cmd_report},   {"status", shp_cmd_status},
-    {"attach", shp_cmd_attach}, {"symbols", shp_cmd_symbols},
+    {"attach", shp_cmd_attach}, {"symbols", shp_cmd_symbols}, {"snapshot", shp_cmd_snapshot},
 };
 
 static int (*lookup(const char *name))(int, char **)
@@ -67,8 +69,9 @@ int main(int argc, char **argv)
         return SHP_EXIT_OK;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("shapetrace %s (trace format version %u, read and written)\n", SHP_VERSION,
-               SHP_TRACE_VERSION);
+        printf("shapetrace %s (trace format version %u, read and written; version %u, with "
+               "value records, when run with --values)\n",
+               SHP_VERSION, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
         return SHP_EXIT_OK;
     }
     int (*fn)(int, char **) = lookup(cmd);

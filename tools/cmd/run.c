@@ -80,6 +80,18 @@ static void run_usage(FILE *f)
           "  --debug LEVEL        WARN, INFO or TRACE (" SHP_ENV_DEBUG ")\n"
           "  --dormant            start with recording off (shapetrace attach turns it on);\n"
           "                       communicator and allocation records are still kept\n"
+          "  --values [WHAT]      fingerprint values that must agree across ranks (" SHP_ENV_VALUES
+          "):\n"
+          "                         collectives  the output of every all-reduce, all-gather\n"
+          "                                      and broadcast\n"
+          "                         copies       the bytes of every copy whose call site\n"
+          "                                      matches --values-site\n"
+          "                         all          both (the default)\n"
+          "                       analyze then reports value_mismatch where ranks differ\n"
+          "  --values-every N     only every Nth collective of a communicator and copy of a\n"
+          "                       site (" SHP_ENV_VALUES_EVERY "; default 1)\n"
+          "  --values-site GLOB   the copies to fingerprint: a glob on any frame's function,\n"
+          "                       Python or native (" SHP_ENV_VALUES_SITE "; default '*')\n"
           "  --preload PATH       the preload to use (default: next to this command)\n",
           f);
 }
@@ -146,6 +158,14 @@ static char *make_ld_preload(const char *preload)
     return s;
 }
 
+/* True when s is a decimal number from lo to hi. */
+static bool in_range(const char *s, long lo, long hi)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s && !*end && v >= lo && v <= hi;
+}
+
 static volatile pid_t child_pid;
 
 static void forward(int sig)
@@ -157,13 +177,22 @@ static void forward(int sig)
 int shp_cmd_run(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"dir", required_argument, 0, 'd'},     {"stacks", required_argument, 0, 's'},
-        {"max-mb", required_argument, 0, 'm'},  {"debug", required_argument, 0, 'g'},
-        {"preload", required_argument, 0, 'p'}, {"help", no_argument, 0, 'h'},
-        {"dormant", no_argument, 0, 'D'},       {0, 0, 0, 0},
+        {"dir", required_argument, 0, 'd'},
+        {"stacks", required_argument, 0, 's'},
+        {"max-mb", required_argument, 0, 'm'},
+        {"debug", required_argument, 0, 'g'},
+        {"preload", required_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},
+        {"dormant", no_argument, 0, 'D'},
+        {"values", optional_argument, 0, 'v'},
+        {"values-every", required_argument, 0, 'e'},
+        {"values-site", required_argument, 0, 'S'},
+        {0, 0, 0, 0},
     };
+    static const char *const values_what[] = {"collectives", "copies", "all", NULL};
     bool dormant = false;
     const char *dir = NULL, *stacks = NULL, *maxmb = NULL, *debug = NULL, *preload_opt = NULL;
+    const char *values = NULL, *values_every = NULL, *values_site = NULL;
     int c;
     optind = 1;
     opterr = 0;
@@ -180,16 +209,13 @@ int shp_cmd_run(int argc, char **argv)
                 return SHP_EXIT_USAGE;
             }
             break;
-        case 'm': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 1 << 20) {
+        case 'm':
+            if (!in_range(optarg, 1, 1 << 20)) {
                 shp_err("--max-mb takes a number of MiB from 1 to 1048576, not '%s'", optarg);
                 return SHP_EXIT_USAGE;
             }
             maxmb = optarg;
             break;
-        }
         case 'g':
             if (shp_log_parse_level(optarg, -1) < 0) {
                 shp_err("--debug takes NONE, WARN, INFO or TRACE, not '%s'", optarg);
@@ -202,6 +228,39 @@ int shp_cmd_run(int argc, char **argv)
             break;
         case 'D':
             dormant = true;
+            break;
+        case 'v': {
+            /* "--values all" as well as "--values=all": the next word is taken when it is one
+             * of the three (a command named "all" needs "--" before it anyway). */
+            const char *w = optarg;
+            if (!w && optind < argc)
+                for (int k = 0; values_what[k]; k++)
+                    if (!strcmp(argv[optind], values_what[k]))
+                        w = argv[optind++];
+            values = w ? w : "all";
+            bool known = false;
+            for (int k = 0; values_what[k]; k++)
+                known |= !strcmp(values, values_what[k]);
+            if (!known) {
+                shp_err("--values takes collectives, copies or all, not '%s'", values);
+                return SHP_EXIT_USAGE;
+            }
+            break;
+        }
+        case 'e':
+            if (!in_range(optarg, 1, SHP_MAX_VALUES_EVERY)) {
+                shp_err("--values-every takes a number from 1 to %d, not '%s'",
+                        SHP_MAX_VALUES_EVERY, optarg);
+                return SHP_EXIT_USAGE;
+            }
+            values_every = optarg;
+            break;
+        case 'S':
+            if (!*optarg || strlen(optarg) >= SHP_VALUES_SITE_MAX) {
+                shp_err("--values-site takes a glob of 1 to %d bytes", SHP_VALUES_SITE_MAX - 1);
+                return SHP_EXIT_USAGE;
+            }
+            values_site = optarg;
             break;
         case 'h':
             run_usage(stdout);
@@ -273,6 +332,12 @@ int shp_cmd_run(int argc, char **argv)
         setenv(SHP_ENV_DORMANT, "1", 1);
     else
         unsetenv(SHP_ENV_DORMANT);
+    if (values)
+        setenv(SHP_ENV_VALUES, values, 1);
+    if (values_every)
+        setenv(SHP_ENV_VALUES_EVERY, values_every, 1);
+    if (values_site)
+        setenv(SHP_ENV_VALUES_SITE, values_site, 1);
 
     /* The terminal sends SIGINT and SIGQUIT to the whole group, the command included; we wait
      * for it to finish so the run directory is printed. Others are passed on. */

@@ -66,6 +66,24 @@ static int bounded_nranks(int n)
     return n > SHP_MAX_NRANKS || n < -1 ? -1 : n;
 }
 
+/* a x b x c bytes, or SHP_NONE (and e impossible) when that does not fit in 64 bits. */
+static uint64_t mul3(struct shp_event *e, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t x;
+    if (__builtin_mul_overflow(a, b, &x) || __builtin_mul_overflow(x, c, &x) || x == SHP_NONE) {
+        e->impossible = true;
+        return SHP_NONE;
+    }
+    return x;
+}
+
+/* Whether a buffer of `len` bytes from `start` ends within 64 bits (either unknown: it does). */
+static bool ends(uint64_t start, uint64_t len)
+{
+    uint64_t end;
+    return start == SHP_NONE || len == SHP_NONE || !__builtin_add_overflow(start, len, &end);
+}
+
 /* What a collective or p2p record says beyond its head, full or compact alike. */
 static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count,
                         unsigned dtype, int root, int comm_rank, int nranks, uint64_t sendbuf,
@@ -77,23 +95,29 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
     e->dtype = (int)dtype;
     e->root = root;
     unsigned es = shp_dtype_size(dtype);
-    uint64_t send, recv;
-    shp_op_elems(op, count, nranks, &send, &recv);
-    e->bytes = count * es;
-    e->send_bytes = type == SHP_REC_P2P && !send ? SHP_NONE : send * es;
-    e->recv_bytes = type == SHP_REC_P2P && !recv ? SHP_NONE : recv * es;
-    /* Root-only buffers: NCCL neither reads nor writes the receive buffer of a reduce or
-     * a gather, nor the send buffer of a broadcast or a scatter, on a non-root rank. They
-     * touch 0 bytes there (the address passed is still shown). */
+    /* The op's rule as multipliers of the count (0, 1 or nranks), so that each product is
+     * checked: 2^62 fp32 elements are 2^64 bytes, not 0. */
+    uint64_t sm, rm;
+    shp_op_elems(op, 1, nranks, &sm, &rm);
+    e->bytes = mul3(e, count, 1, es);
+    e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : mul3(e, count, sm, es);
+    e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : mul3(e, count, rm, es);
+    /* Root-only buffers (the call list's root fact): NCCL neither reads nor writes the receive
+     * buffer of a reduce or a gather, nor the send buffer of a broadcast or a scatter, on a
+     * non-root rank. They touch 0 bytes there (the address passed is still shown). */
     if (root >= 0 && comm_rank >= 0 && comm_rank != root) {
-        if (op == SHP_OP_ncclReduce || op == SHP_OP_ncclGather)
+        int only = shp_op_root(op);
+        if (only == SHP_ROOT_RECVS)
             e->recv_bytes = 0;
-        else if (op == SHP_OP_ncclBroadcast || op == SHP_OP_ncclBcast || op == SHP_OP_ncclScatter)
+        else if (only == SHP_ROOT_SENDS)
             e->send_bytes = 0;
     }
     /* A send has no receive buffer and a receive no send buffer. */
-    e->src = e->send_bytes == SHP_NONE ? SHP_NONE : sendbuf;
-    e->dst = e->recv_bytes == SHP_NONE ? SHP_NONE : recvbuf;
+    bool p2p = type == SHP_REC_P2P;
+    e->src = p2p && e->send_bytes == SHP_NONE ? SHP_NONE : sendbuf;
+    e->dst = p2p && e->recv_bytes == SHP_NONE ? SHP_NONE : recvbuf;
+    if (!ends(e->src, e->send_bytes) || !ends(e->dst, e->recv_bytes))
+        e->impossible = true;
 }
 
 static void decode_head(const struct shp_trace *t, const struct shp_head *h, struct shp_event *e)
@@ -110,6 +134,14 @@ static void decode_head(const struct shp_trace *t, const struct shp_head *h, str
 }
 
 /* A compact record, decoded to what its full record would say (trace.h). */
+/* A collective or p2p record whose op is not a collective or a send/receive is damage: taken for
+ * a call, it would be queued as nothing the analyzer can line up (seen: a fuzzed op 0 read as a
+ * run of unknown places 2^64 long). */
+static bool call_of_its_type(unsigned type, unsigned op)
+{
+    return shp_op_class(op) == (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL);
+}
+
 static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, unsigned phys,
                            struct shp_event *e)
 {
@@ -133,6 +165,8 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
         const struct shp_rec_coll_c *c = (const void *)r;
         struct shp_trace_comm cm = shp_trace_comm_at(t, SHP_P48_TOP(c->send_comm));
         unsigned type = shp_rec_as(phys);
+        if (!call_of_its_type(type, h->op))
+            return false;
         int rp = (int16_t)SHP_P48_TOP(c->recv_rp);
         unsigned redop = (unsigned)(c->count_dt >> 56);
         e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->seq_shi) << 16;
@@ -171,6 +205,8 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     case SHP_REC_COLL:
     case SHP_REC_P2P: {
         const struct shp_rec_coll *c = (const void *)r;
+        if (!call_of_its_type(type, c->ev.op))
+            return false;
         decode_ev(t, &c->ev, e);
         e->comm = c->comm;
         e->seq = c->seq;
@@ -191,7 +227,16 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->height = c->height;
         e->spitch = c->spitch;
         e->dpitch = c->dpitch;
-        e->bytes = c->width * c->height;
+        e->bytes = mul3(e, c->width, c->height, 1);
+        if (c->height) {
+            /* the extent each side spans: (height - 1) x pitch + width */
+            uint64_t rs = mul3(e, c->height - 1, c->spitch, 1),
+                     rd = mul3(e, c->height - 1, c->dpitch, 1);
+            if (!ends(rs, c->width) || !ends(rd, c->width) ||
+                (rs != SHP_NONE && !ends(c->src, rs + c->width)) ||
+                (rd != SHP_NONE && !ends(c->dst, rd + c->width)))
+                e->impossible = true;
+        }
         e->kind = c->kind;
         e->stream = c->stream;
         e->graph = c->graph ? c->graph : SHP_NONE;
@@ -255,6 +300,8 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
 void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write)
 {
     *read = *write = (struct shp_span){.rows = 1};
+    if (e->impossible)
+        return; /* a size or an end past 64 bits: no range to follow */
     switch (e->type) {
     case SHP_REC_COLL:
     case SHP_REC_P2P:

@@ -44,6 +44,10 @@ struct shp_event {
     uint64_t parent, handle;
     /* allocations and graphs */
     uint64_t ptr, size, exec, capture;
+    /* a byte count of the call (count x element size, by the op's rule; a copy's extent) or the
+     * end of one of its buffers does not fit in 64 bits: that size is SHP_NONE, the call has no
+     * span, and the buffers pass reports it */
+    bool impossible;
     const char *mark; /* points at mark_text for a mark, else NULL */
     char mark_text[sizeof(((struct shp_rec_mark *)0)->text) + 1]; /* NUL-terminated copy */
 };

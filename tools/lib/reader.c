@@ -55,9 +55,9 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
         snprintf(err, errlen, "not a shapetrace trace (bad magic)");
     } else if (h->byte_order != SHP_BYTE_ORDER_MARK) {
         snprintf(err, errlen, "written on a machine of the other byte order; read it there");
-    } else if (h->version != SHP_TRACE_VERSION) {
-        snprintf(err, errlen, "trace format version %u; this shapetrace reads version %u",
-                 h->version, SHP_TRACE_VERSION);
+    } else if (!shp_trace_version_known(h->version)) {
+        snprintf(err, errlen, "trace format version %u; this shapetrace reads versions %u and %u",
+                 h->version, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
     } else if (h->header_size != SHP_HEADER_SIZE) {
         snprintf(err, errlen, "corrupt header (header size %u)", h->header_size);
     } else if (!memchr(h->host, 0, sizeof(h->host)) || !memchr(h->exe, 0, sizeof(h->exe))) {
@@ -74,8 +74,8 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
     t->end = tail < t->size ? tail : t->size;
     /* A writer that switched itself off because the file could not grow may have reserved
      * space it never had: not a cut file. */
-    t->truncated = tail > t->size && (h->flags & SHP_FILE_COMPLETE) &&
-                   !(h->flags & SHP_FILE_DISABLED);
+    t->truncated =
+        tail > t->size && (h->flags & SHP_FILE_COMPLETE) && !(h->flags & SHP_FILE_DISABLED);
     if (t->end < SHP_HEADER_SIZE)
         t->end = SHP_HEADER_SIZE;
     shp_trace_clock_setup(t, h);
@@ -236,8 +236,8 @@ const char *shp_trace_cap_why(const struct shp_trace *t)
 static bool running_here(const struct shp_file_header *h)
 {
     char me[sizeof(h->host)] = "";
-    if (gethostname(me, sizeof(me) - 1) != 0 || strncmp(me, h->host, sizeof(me)) ||
-        h->pid == 0 || h->pid > INT32_MAX)
+    if (gethostname(me, sizeof(me) - 1) != 0 || strncmp(me, h->host, sizeof(me)) || h->pid == 0 ||
+        h->pid > INT32_MAX)
         return false;
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%" PRIu64 "/stat", h->pid);
@@ -254,9 +254,12 @@ static bool running_here(const struct shp_file_header *h)
     const char *p = strrchr(buf, ')');
     char state = 0;
     unsigned long long start = 0;
-    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
-                            "%*s %*s %llu",
-                     &state, &start) != 2 || state == 'Z' || state == 'X')
+    if (!p ||
+        sscanf(p + 1,
+               " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+               "%*s %*s %llu",
+               &state, &start) != 2 ||
+        state == 'Z' || state == 'X')
         return false;
     long hz = sysconf(_SC_CLK_TCK);
     struct timespec boot, mono;
@@ -264,8 +267,8 @@ static bool running_here(const struct shp_file_header *h)
         return false;
     /* The trace's creation on the boot clock: the boot clock runs ahead of the monotonic one
      * by the time the host was suspended. */
-    int64_t ahead = ((int64_t)boot.tv_sec - mono.tv_sec) * 1000000000ll +
-                    (boot.tv_nsec - mono.tv_nsec);
+    int64_t ahead =
+        ((int64_t)boot.tv_sec - mono.tv_sec) * 1000000000ll + (boot.tv_nsec - mono.tv_nsec);
     double created_s = ((double)h->monotonic_ns + (double)ahead) / 1e9;
     return (double)start / (double)hz <= created_s + 2.0 / (double)hz;
 }

@@ -21,8 +21,11 @@ const char *const shp_site_builtin[] = {
     "libcudnn*.so*", "libnvrtc*.so*", "libnvJitLink*.so*", "libcupti*.so*", "nvidia/*",
     /* a CUDA runtime or NCCL linked statically into the program: its entry points by name */
     "fn:cuda[A-Z]*", "fn:__cuda*", "fn:cu[A-Z]*", "fn:nccl[A-Z]*", "fn:pnccl[A-Z]*",
-    /* the C and C++ runtimes, and the foreign-function runtime of ctypes and cffi */
+    /* the C and C++ runtimes, and the kernel's vDSO below libc's clocks (snapshot names its
+     * frames' module "[vdso]", libdwfl "[vdso: PID]"; CUDA's spin-waits stop there) */
     "libc.so*", "libstdc++.so*", "libgcc_s.so*", "ld-linux*.so*", "libpthread.so*", "libm.so*",
+    "\\[vdso*\\]",
+    /* the foreign-function layer under ctypes and cffi (vLLM's pynccl calls NCCL through it) */
     "libffi.so*", "_cffi_backend*",
     /* the interpreter */
     "libpython3*.so*", "python", "python3", "python3.[0-9]*", "<frozen *>",

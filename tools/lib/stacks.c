@@ -221,8 +221,7 @@ static size_t without_clone_suffix(const char *name, size_t len)
     return len;
 }
 
-/* "_ZN4ncclX+0x10 (libnccl.so.2)" -> "nccl::X()+0x10 (libnccl.so.2)". */
-static char *demangled(const char *text)
+char *shp_frame_demangle(const char *text)
 {
     size_t full_len = strcspn(text, " +");
     size_t name_len = without_clone_suffix(text, full_len);
@@ -257,7 +256,7 @@ static char *native_text(struct shp_stacks *st, uint64_t addr, bool is_return_ad
         shp_symbolize(st->sym, addr, is_return_address, buf, sizeof(buf));
     else
         snprintf(buf, sizeof(buf), "0x%" PRIx64, addr);
-    char *text = demangled(buf);
+    char *text = shp_frame_demangle(buf);
     return text ? text : strdup("?");
 }
 
@@ -382,8 +381,6 @@ static struct shp_site_frame py_where(const struct shp_stacks *st, const struct 
     return w;
 }
 
-enum { FR_OTHER, FR_INTERP, FR_EVAL };
-
 /* What a native frame is to the interpreter: a _PyEval_EvalFrameDefault call (by address, or by
  * name for a part the compiler split off, "_PyEval_EvalFrameDefault.cold"), another of the
  * interpreter's own frames, or something else. */
@@ -392,24 +389,57 @@ static int native_class(const struct shp_rec_pyinfo *pi, uint64_t addr, bool ret
     uint64_t pc = ret && addr ? addr - 1 : addr;
     if ((pi && pc >= pi->eval_lo && pc < pi->eval_hi) ||
         !strncmp(text, "_PyEval_EvalFrameDefault", 24))
-        return FR_EVAL;
-    return pi && pc >= pi->interp_lo && pc < pi->interp_hi ? FR_INTERP : FR_OTHER;
+        return SHP_NATIVE_EVAL;
+    return pi && pc >= pi->interp_lo && pc < pi->interp_hi ? SHP_NATIVE_INTERP : SHP_NATIVE_OTHER;
 }
 
-/* Copies native frame i (text and place) to position k of e; returns k + 1. */
-static uint32_t copy_native(struct stack_entry *e, uint32_t k, const char *const *nt,
-                            const struct shp_site_frame *nw, size_t i)
+size_t shp_py_merge(const int *cls, size_t nn, const bool *entry, size_t np,
+                    struct shp_merged_frame *out)
 {
-    e->text[k] = strdup(nt[i]);
-    if (nw)
-        e->where[k] = nw[i];
-    return k + 1;
+    bool any_eval = false;
+    for (size_t i = 0; i < nn; i++)
+        any_eval |= cls[i] == SHP_NATIVE_EVAL;
+    size_t k = 0, next_py = 0, i = 0, after_py = 0; /* where Python frames not placed yet go */
+    if (!any_eval) {
+        while (i < nn && cls[i] == SHP_NATIVE_OTHER)
+            out[k++] = (struct shp_merged_frame){.index = (uint32_t)i++};
+        after_py = k;
+    }
+    while (i < nn) {
+        if (cls[i] == SHP_NATIVE_OTHER || !any_eval) {
+            out[k++] = (struct shp_merged_frame){.index = (uint32_t)i++};
+            continue;
+        }
+        size_t j = i, evals = 0;
+        for (; j < nn && cls[j] != SHP_NATIVE_OTHER; j++)
+            evals += cls[j] == SHP_NATIVE_EVAL;
+        if (!evals || next_py >= np) {
+            while (i < j)
+                out[k++] = (struct shp_merged_frame){.index = (uint32_t)i++};
+            continue;
+        }
+        for (; evals && next_py < np; evals--) {
+            bool end = false;
+            while (next_py < np && !end) {
+                end = entry[next_py];
+                out[k++] = (struct shp_merged_frame){.python = true, .index = (uint32_t)next_py++};
+            }
+        }
+        after_py = k;
+        i = j;
+    }
+    if (next_py < np) {
+        size_t rest = np - next_py;
+        memmove(out + after_py + rest, out + after_py, (k - after_py) * sizeof(*out));
+        for (size_t r = 0; r < rest; r++)
+            out[after_py + r] =
+                (struct shp_merged_frame){.python = true, .index = (uint32_t)next_py++};
+        k += rest;
+    }
+    return k;
 }
 
-/* Python frames take the place of the runs of interpreter frames that ran them: each
- * _PyEval_EvalFrameDefault in a run stands for the next group of Python frames (the frames up to
- * one marked SHP_PYFRAME_ENTRY). Without any eval frame (unwinding stopped early), the Python
- * frames go after the innermost native frames outside the interpreter. */
+/* A Python stack's frames merged with its native ones (shp_py_merge's rule). */
 static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
 {
     const struct shp_rec_pystack *ps = e->py;
@@ -428,72 +458,42 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
         nn = 0;
     const struct shp_site_frame *nw = nt ? st->tab[ps->native].where : NULL;
     int *cls = calloc(nn ? nn : 1, sizeof(int));
+    bool *entry = calloc(np ? np : 1, sizeof(bool));
+    struct shp_merged_frame *order = calloc(nn + np + 1, sizeof(*order));
     e->text = calloc(nn + np + 1, sizeof(char *));
     e->where = calloc(nn + np + 1, sizeof(*e->where));
-    if (!cls || !e->text || !e->where) {
-        free(cls);
+    bool ok = cls && entry && order && e->text && e->where;
+    if (ok) {
+        for (size_t i = 0; i < nn; i++)
+            cls[i] = native_class(st->pyinfo, addr[i], i > 0, nt[i]);
+        for (uint32_t i = 0; i < np; i++)
+            entry[i] = pf[i].lasti & SHP_PYFRAME_ENTRY;
+        size_t k = shp_py_merge(cls, nn, entry, np, order);
+        for (size_t t = 0; t < k; t++) {
+            uint32_t x = order[t].index;
+            if (order[t].python) {
+                e->where[t] = py_where(st, &pf[x]);
+                e->text[t] = py_text(st, &pf[x]);
+            } else {
+                e->text[t] = strdup(nt[x]);
+                if (nw)
+                    e->where[t] = nw[x];
+            }
+            if (!e->text[t])
+                e->text[t] = strdup("?");
+            e->where[t].text = e->text[t];
+        }
+        e->ntext = (uint32_t)k;
+    } else {
         free(e->text);
         free(e->where);
         e->text = NULL;
         e->where = NULL;
-        return false;
-    }
-    bool any_eval = false;
-    for (size_t i = 0; i < nn; i++) {
-        cls[i] = native_class(st->pyinfo, addr[i], i > 0, nt[i]);
-        any_eval |= cls[i] == FR_EVAL;
-    }
-    uint32_t k = 0, next_py = 0;
-    size_t i = 0, after_py = 0; /* where Python frames not placed yet go */
-    if (!any_eval) {
-        while (i < nn && cls[i] == FR_OTHER)
-            k = copy_native(e, k, nt, nw, i++);
-        after_py = k;
-    }
-    while (i < nn) {
-        if (cls[i] == FR_OTHER || !any_eval) {
-            k = copy_native(e, k, nt, nw, i++);
-            continue;
-        }
-        size_t j = i;
-        uint32_t evals = 0;
-        for (; j < nn && cls[j] != FR_OTHER; j++)
-            evals += cls[j] == FR_EVAL;
-        if (!evals || next_py >= np) {
-            while (i < j)
-                k = copy_native(e, k, nt, nw, i++);
-            continue;
-        }
-        for (; evals && next_py < np; evals--) {
-            bool end = false;
-            while (next_py < np && !end) {
-                end = pf[next_py].lasti & SHP_PYFRAME_ENTRY;
-                e->where[k] = py_where(st, &pf[next_py]);
-                e->text[k++] = py_text(st, &pf[next_py++]);
-            }
-        }
-        after_py = k;
-        i = j;
-    }
-    if (next_py < np) {
-        uint32_t rest = np - next_py;
-        memmove(e->text + after_py + rest, e->text + after_py, (k - after_py) * sizeof(char *));
-        memmove(e->where + after_py + rest, e->where + after_py,
-                (k - after_py) * sizeof(*e->where));
-        for (uint32_t r = 0; r < rest; r++) {
-            e->where[after_py + r] = py_where(st, &pf[next_py]);
-            e->text[after_py + r] = py_text(st, &pf[next_py++]);
-        }
-        k += rest;
     }
     free(cls);
-    for (uint32_t t = 0; t < k; t++) {
-        if (!e->text[t])
-            e->text[t] = strdup("?");
-        e->where[t].text = e->text[t];
-    }
-    e->ntext = k;
-    return true;
+    free(entry);
+    free(order);
+    return ok;
 }
 
 const char *const *shp_stacks_frames(struct shp_stacks *st, uint32_t id, size_t *n)

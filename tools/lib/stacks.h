@@ -62,6 +62,32 @@ void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len);
  * stack. */
 void shp_stacks_site_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 
+/* A symbolizer's frame text as people read it (a new string; NULL when out of memory): the C++
+ * name demangled and GCC's clone suffixes (".constprop.0", ".isra.0", ".cold") dropped,
+ * "_ZN4ncclX+0x10 (libnccl.so.2)" -> "nccl::X()+0x10 (libnccl.so.2)". */
+char *shp_frame_demangle(const char *text);
+
+/* What a native frame is to the Python interpreter, for shp_py_merge: a frame of
+ * _PyEval_EvalFrameDefault, another frame of the interpreter's own object, or anything else. */
+enum { SHP_NATIVE_OTHER, SHP_NATIVE_INTERP, SHP_NATIVE_EVAL };
+
+/* One frame of a merged stack: native frame `index`, or Python frame `index`. */
+struct shp_merged_frame {
+    bool python;
+    uint32_t index;
+};
+
+/* Where a thread's Python frames go among its native frames, both innermost first (the rule
+ * shp_stacks_frames follows): each _PyEval_EvalFrameDefault in a run of interpreter frames
+ * stands for the next group of Python frames (up to one whose entry[] is set: the frame an eval
+ * call started with), and the whole run is replaced by them; C code between two runs stays
+ * between them. Without any eval frame (unwinding stopped early) the Python frames go after the
+ * innermost native frames outside the interpreter. cls holds the nn native frames' classes
+ * (SHP_NATIVE_*), entry the np Python frames' entry marks. Writes the merged order into out, which
+ * has room for nn + np, and returns how many it wrote (nn + np). */
+size_t shp_py_merge(const int *cls, size_t nn, const bool *entry, size_t np,
+                    struct shp_merged_frame *out);
+
 /* The line of the instruction at byte `offset` of a code object, from a copy of its co_linetable
  * in the format of CPython `py_version` (PY_VERSION_HEX: 3.10's PEP 626 pairs, or the location
  * table of 3.11 and later), as PyCode_Addr2Line computes it. SHP_PYFRAME_NO_OFFSET gives

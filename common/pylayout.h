@@ -1,0 +1,80 @@
+/* shapetrace: where CPython 3.10 to 3.13 keep what a stack reader needs, for both readers: the
+ * preload's, which walks the calling thread's own frames in place, and the snapshot's, which
+ * copies another process's thread states and frames out of its memory. */
+#ifndef SHAPETRACE_COMMON_PYLAYOUT_H
+#define SHAPETRACE_COMMON_PYLAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where things are in one CPython minor version, in bytes, from that version's headers
+ * (internal/pycore_runtime.h, internal/pycore_interp.h, cpython/pystate.h,
+ * internal/pycore_frame.h, cpython/code.h, cpython/unicodeobject.h); 3.13 takes them from the
+ * _Py_DebugOffsets it exports at the start of _PyRuntime. Offsets every version shares: ob_type
+ * 8, ob_size 16; a str's length 16, hash 24, state 32; a bytes' data 32. */
+struct shp_py_layout {
+    unsigned minor;
+    uint32_t ts_frame;   /* thread state -> 3.10 frame, 3.11/3.12 cframe, 3.13 frame */
+    int32_t cf_current;  /* 3.11/3.12: _PyCFrame -> current frame; -1 otherwise */
+    uint32_t fr_back;    /* frame -> the calling frame */
+    uint32_t fr_code;    /* frame -> code object (3.13: f_executable) */
+    uint32_t fr_instr;   /* 3.10: int f_lasti (code units); later: instruction pointer */
+    int32_t fr_owner;    /* char owner; -1 on 3.10 */
+    int32_t fr_is_entry; /* 3.11: bool is_entry; -1 otherwise */
+    int owner_generator; /* FRAME_OWNED_BY_GENERATOR; -1 on 3.10 */
+    int owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+: an eval call's entry); -1 */
+    uint32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
+    int32_t co_firsttraceable; /* frames before it have not started; -1: not checked */
+    uint32_t co_code;          /* 3.11+: co_code_adaptive, the bytecode inside the object */
+    uint32_t str_ascii;        /* sizeof(PyASCIIObject): an ASCII str's data */
+    uint32_t str_compact;      /* sizeof(PyCompactUnicodeObject): other compact strs' data */
+    uint32_t rt_finalizing;    /* _PyRuntime._finalizing */
+    /* What only a reader from outside needs: the way from _PyRuntime to every thread state. */
+    uint32_t rt_interp_head; /* _PyRuntime.interpreters.head */
+    uint32_t interp_next;    /* PyInterpreterState.next */
+    uint32_t interp_threads; /* PyInterpreterState -> its first thread state */
+    uint32_t ts_next;        /* PyThreadState.next */
+    uint32_t ts_thread_id;   /* PyThreadState.thread_id: the thread's pthread_t */
+    int32_t ts_native_tid;   /* PyThreadState.native_thread_id (3.11+); -1 on 3.10 */
+};
+
+/* The layout of CPython 3.minor for minor 10 to 12, NULL for any other (3.13's comes from its
+ * debug offsets, shp_py_layout_from_debug). */
+const struct shp_py_layout *shp_py_layout_table(unsigned minor);
+
+/* The beginning of 3.13's _Py_DebugOffsets (internal/pycore_runtime.h), up to what the readers
+ * use: the first bytes of _PyRuntime. */
+struct shp_py_debug_offsets {
+    char cookie[8]; /* "xdebugpy" */
+    uint64_t version;
+    uint64_t free_threaded;
+    uint64_t runtime_size, runtime_finalizing, runtime_interpreters_head;
+    uint64_t interp_size, interp_id, interp_next, interp_threads_head, interp_rest[9];
+    uint64_t ts_size, ts_prev, ts_next, ts_interp, ts_current_frame, ts_thread_id,
+        ts_native_thread_id, ts_datastack_chunk, ts_status;
+    uint64_t fr_size, fr_previous, fr_executable, fr_instr_ptr, fr_localsplus, fr_owner;
+    uint64_t co_size, co_filename, co_name, co_qualname, co_linetable, co_firstlineno, co_argcount,
+        co_localsplusnames, co_localspluskinds, co_code_adaptive;
+    uint64_t ob_size, ob_type;
+    uint64_t type_object[4], tuple_object[3], list_object[3], dict_object[3], float_object[2],
+        long_object[3];
+    uint64_t bytes_size, bytes_ob_size, bytes_ob_sval;
+    uint64_t str_size, str_state, str_length, str_asciiobject_size;
+};
+
+/* Fills *L from d, the debug offsets of a CPython whose PY_VERSION_HEX is `version` (3.13), in
+ * this process's memory or copied from another's. False, *L untouched, when they are not what
+ * this reader understands: another cookie or version, a free-threaded build, offsets outside the
+ * structures they describe. */
+bool shp_py_layout_from_debug(const struct shp_py_debug_offsets *d, uint32_t version,
+                              struct shp_py_layout *L);
+
+/* The text of a compact str's characters as UTF-8 into out (NULL: only measure), at most cap
+ * bytes, cut at a character: len characters of `kind` bytes each (1, 2 or 4, from the str's state
+ * bits; ascii, its ascii bit, copies them as they are) at data. A lone surrogate (a
+ * surrogateescape'd file name) becomes '?'. Returns the bytes written (or that would be). */
+size_t shp_py_str_utf8(const unsigned char *data, unsigned kind, bool ascii, size_t len, char *out,
+                       size_t cap);
+
+#endif
