@@ -3,6 +3,7 @@ in headless chromium) and the front door (--version, help, the man page), on tra
 examples run on the test doubles (simulated ranks, no GPU).
 Usage: test_pictures.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
 import collections
+from html import unescape as html_unescape
 import json
 import os
 import re
@@ -420,13 +421,13 @@ def test_export_bad_usage():
 
 # ---- flows through graph replays, and from each send to its receive ----
 
-def stacks(pattern, variant):
+def stacks(pattern, variant, extra_env=None):
     """A tests/load/stacks.c pattern on 4 simulated ranks (made once)."""
     name = f"stacks-{pattern}-{variant}"
     if name not in _runs:
         d = os.path.join(TMP, name)
         run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--", f"{T}/stacks",
-             pattern, variant], ok=None)
+             pattern, variant], ok=None, extra_env=extra_env)
         _runs[name] = d
     return _runs[name]
 
@@ -811,6 +812,60 @@ def test_site_through_ctypes_in_every_output():
     items = re.findall(r"<li[^>]*>(.*?)</li>", first)
     assert items[0] == "at " + html_escape(copies[0]["site"]), items[:2]
     assert f"<summary>past {folded} framework frames</summary>" in first, first
+
+
+def test_site_of_every_finding_kind():
+    """The analyzer's newer kinds show their calls' sites as the older ones do: the text's "at"
+    line, the JSON's site key, the page's first item, and the timeline's finding instant (its
+    site argument: that of the call it sits at)."""
+    hang = {"SHAPETRACE_DOUBLE_TIMEOUT": "2"}
+    values = os.path.join(TMP, "values-race")
+    run([TOOL, "run", "--values", "--dir", values, "--", f"{T}/shp_launch", "-n", "4", "--",
+         f"{T}/values", "race"], ok=(0,),
+        extra_env={"SHP_DOUBLE_VIA_DRIVER": "1", "LD_LIBRARY_PATH": T})
+    cases = ((stacks("fsdp_freed", "planted", hang), "failed_collective", "gather_layer"),
+             (stacks("eagle_dp", "planted", hang), "deadlock", "draft_forward"),
+             (values, "value_mismatch", "row_parallel"),
+             (traced("desync", "desync"), "count_mismatch", "gather_activations"))
+    for d, kind, func in cases:
+        r = analysis(d)
+        at = next(i for i, x in enumerate(r["findings"]) if x["kind"] == kind)
+        f = r["findings"][at]
+        evs = [e for e in f["events"] if e["stack"]]
+        assert evs and evs[0]["site"].startswith(func + " ("), (kind, evs[:1])
+        for e in evs:
+            assert e["site"] in e["stack"], (kind, e)
+        # text: each call's site on its "at" line
+        text = [x.strip() for x in run([TOOL, "analyze", d]).stdout.splitlines()]
+        assert all("at " + e["site"] in text for e in evs), (kind, text)
+        # the page drawn around that finding: the site first under each call
+        page = open(report(d, "kind-" + kind, "--finding", str(at + 1))).read()
+        first = re.search(r'id="first-finding">(.*?)</div><h2>', page, re.S).group(1)
+        assert f'class="kind">{kind}<' in first, first[:300]
+        items = re.findall(r"<li[^>]*>(.*?)</li>", first)
+        assert all("at " + html_escape(e["site"]) in items for e in evs), (kind, items[:4])
+        # each call under what it is to the finding, as the text says it, with its error code
+        labels = [html_unescape(x) for x in
+                  re.findall(r'<div class="sub">([^<]*):</div><div class="mono">', first)]
+        assert labels == [e["label"] for e in f["events"] if e["label"]], labels
+        if kind == "failed_collective":
+            assert labels[0] == "the call NCCL refused" and "[error 4]</span>" in first, first
+        # the timeline: the finding's instant on each rank it names, with that rank's site
+        want = {}
+        for e in reversed(evs):
+            want[e["rank"]] = e["site"]
+        ev, _ = chrome(d)
+        ranks = rank_of_pid(ev)
+        inst = [i for i in ev if i["ph"] == "i" and i["cat"] == "finding" and
+                i["args"]["finding"] == at]
+        got = {ranks[i["pid"]]: i["args"].get("site") for i in inst}
+        assert got and got == {k: want[k] for k in got}, (kind, got, want)
+        pf = os.path.join(TMP, f"kind-{kind}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "-o", pf, d], ok=(0,))
+        _, slices = perfetto_decode(pf)
+        assert sorted(i["args"].get("site") for i in slices if i["type"] == 3 and
+                      i["cat"] == "finding" and i["args"]["finding"] == at) == \
+            sorted(got.values()), kind
 
 
 def html_escape(s):

@@ -383,6 +383,8 @@ static void call_line(const struct shp_page *r, FILE *f, const struct an_call *e
         html_fmt(f, " peer %d", e->peer);
     if (e->dur_ns == SHP_NONE)
         fputs(" <span class=\"incomplete\">[in flight]</span>", f);
+    else if (e->result != 0)
+        fprintf(f, " <span class=\"incomplete\">[error %d]</span>", e->result);
     fputs("</div>", f);
 }
 
@@ -433,6 +435,12 @@ static void section_first(struct shp_page *r)
     if (first->nevents) {
         fprintf(f, "<h3>The diverging call%s</h3>", first->nevents > 1 ? "s" : "");
         for (int i = 0; i < first->nevents; i++) {
+            /* What the call is to the finding ("the call NCCL refused"), as the text says. */
+            if (rf->events[i].label) {
+                fputs("<div class=\"sub\">", f);
+                html_text(f, rf->events[i].label);
+                fputs(":</div>", f);
+            }
             call_line(r, f, &rf->events[i]);
             frames_list(r, f, &rf->events[i]);
         }

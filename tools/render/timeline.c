@@ -1012,7 +1012,7 @@ static struct proc *proc_by_rank(struct shp_tl *tl, long long rank)
 }
 
 /* Each finding as an instant event on every rank it names, at that rank's call, else where
- * that rank's trace ends (a rank that stopped). */
+ * that rank's trace ends (a rank that stopped); with the site of that call, as its slice has. */
 static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
 {
     const struct an_result *res = d->result;
@@ -1026,19 +1026,26 @@ static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
                 continue;
             const struct shp_tl_proc *pub = p->pub;
             uint64_t ts = pub->last_ns;
-            for (int j = 0; j < f->f.nevents; j++) {
+            const struct an_call *at = NULL;
+            for (int j = 0; j < f->f.nevents && !at; j++) {
                 const struct an_call *ev = &f->events[j];
                 /* A process without a rank names none. */
                 if (ev->ok && pub->sp->rank >= 0 &&
-                    tl->session->procs[ev->proc].rank == pub->sp->rank) {
-                    ts = ev->e.t_ns;
-                    break;
-                }
+                    tl->session->procs[ev->proc].rank == pub->sp->rank)
+                    at = ev;
             }
+            if (at)
+                ts = at->e.t_ns;
             if (!in_window(tl, ts, ts))
                 continue;
+            /* Its process was drawn and may be released: the session reads its stacks again,
+             * for the few calls that findings name. */
+            char site[512] = "";
+            if (at && at->e.stack)
+                shp_session_site(tl->session, at->proc, at->e.stack, site, sizeof(site));
             struct shp_tl_slice s = {.na = 0};
             arg_s(&s, "summary", f->f.summary);
+            arg_s(&s, "site", site[0] ? pooled(tl, site) : NULL);
             arg_s(&s, "severity", f->f.error ? "error" : "warning");
             arg_s(&s, "comm", comm);
             arg_u(&s, "seq", f->f.seq);
