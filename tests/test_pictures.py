@@ -122,6 +122,7 @@ def perfetto_decode(path):
         for td in pb_get(p, 60):
             t = pb_fields(td)
             uuid = pb_get(t, 1)[0]
+            assert uuid and uuid not in tracks, ("track uuid given twice", uuid)
             proc, thr = pb_get(t, 3), pb_get(t, 4)
             if proc:
                 pd = pb_fields(proc[0])
@@ -376,6 +377,53 @@ def test_export_symbolizes_each_module_once():
         traces = [x for x in opened if x.split('"')[1].endswith(".shptrace")]
         assert len(traces) == 200 and len(module) == 1 and len(symbols) <= 1, \
             (len(traces), module, symbols)
+
+
+def test_export_writes_a_local_file_past_the_page_cache():
+    """A file on a local disk is written with direct I/O in whole blocks, its last partial block
+    through the page cache; what comes out is byte for byte what the page cache path writes (a
+    pipe, tmpfs), over several of the writer's 4 MiB chunks. The standard output, whose open
+    file another process may share, is never switched to direct I/O."""
+    strace = shutil.which("strace")
+    if not strace:
+        raise NotRun("strace is not installed")
+    d = os.path.join(TMP, "direct-in")
+    run([os.path.join(BUILD, "bench", "gen_traces"), d, "2", "40000"], ok=(0,))
+    local = run(["stat", "-f", "-c", "%T", TMP], ok=(0,)).stdout.strip() in \
+        ("ext2/ext3", "xfs", "btrfs")
+    log = os.path.join(TMP, "direct.strace")
+    for fmt in ("chrome", "perfetto"):
+        piped = subprocess.run([TOOL, "export", "--format", fmt, "-o", "-", d],
+                               capture_output=True, env=tool_env(), timeout=120)
+        assert piped.returncode == 0 and len(piped.stdout) > 3 * (4 << 20) // 2, \
+            (fmt, len(piped.stdout))
+        targets = [os.path.join(TMP, f"direct.{fmt}")]
+        if os.path.isdir("/dev/shm"):
+            targets.append(os.path.join("/dev/shm", f"shapetrace-direct-{os.getpid()}.{fmt}"))
+        for out in targets:
+            run([strace, "-f", "-e", "trace=openat,fcntl", "-o", log, TOOL, "export", "--format",
+                 fmt, "-o", out, d], ok=(0,))
+            data = open(out, "rb").read()
+            if out.startswith("/dev/shm"):
+                os.unlink(out)
+            assert data == piped.stdout, (fmt, out, len(data), len(piped.stdout))
+            calls = open(log).read()
+            direct = [x for x in calls.splitlines() if "F_SETFL" in x and "O_DIRECT" in x]
+            if out.startswith(TMP) and local:
+                # on, then off again before the last partial block
+                setfl = [x for x in calls.splitlines() if "F_SETFL" in x]
+                assert direct and "O_DIRECT" not in setfl[-1], setfl
+            else:
+                assert not direct, (out, direct)
+        # the standard output as a file of this filesystem
+        with open(os.path.join(TMP, f"stdout.{fmt}"), "wb") as f:
+            p = subprocess.run([strace, "-f", "-e", "trace=fcntl", "-o", log, TOOL, "export",
+                                "--format", fmt, "-o", "-", d], stdout=f, env=tool_env(),
+                               stderr=subprocess.PIPE, timeout=120)
+        assert p.returncode == 0 and "O_DIRECT" not in open(log).read()
+        assert open(os.path.join(TMP, f"stdout.{fmt}"), "rb").read() == piped.stdout
+    if not local:
+        raise NotRun(f"{TMP} is on no local disk filesystem: direct I/O was not to be used")
 
 
 def test_export_out_of_memory_is_one_line():

@@ -18,6 +18,7 @@
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
 #include "tools/lib/site.h"
+#include "tools/render/sink.h"
 #include "tools/render/timeline.h"
 
 static void export_usage(FILE *f)
@@ -247,7 +248,7 @@ int shp_cmd_export(int argc, char **argv)
         goto out;
     if (!outpath)
         outpath = ops->path;
-    out = !strcmp(outpath, "-") ? stdout : fopen(outpath, "w");
+    out = !strcmp(outpath, "-") ? stdout : shp_sink_fopen(outpath);
     if (!out) {
         shp_err("%s: %s", outpath, strerror(errno));
         goto out;

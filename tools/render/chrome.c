@@ -146,16 +146,19 @@ static void jstr(struct chrome *c, const char *s)
     m->n++;
 }
 
+/* Hands the text to the writer once it holds a chunk's worth; all: the rest, without a sink
+ * (shp_sink_close takes the last buffer). */
 static void jflush(struct chrome *c, bool all)
 {
-    if (!c->len || (!all && c->len < SHP_SINK_CHUNK - 65536))
+    if (!c->len || (!all && c->len < SHP_SINK_CHUNK - 65536) || (all && c->sink))
         return;
     if (c->sink) {
-        if (shp_sink_put(c->sink, &c->p, c->len, &c->cap) < 0)
+        if (shp_sink_put(c->sink, &c->p, &c->len, &c->cap) < 0)
             c->oom = true;
-    } else if (fwrite(c->p, 1, c->len, c->out) != c->len && !c->err) {
-        c->err = errno ? errno : EIO;
+        return;
     }
+    if (fwrite(c->p, 1, c->len, c->out) != c->len && !c->err)
+        c->err = errno ? errno : EIO;
     c->len = 0;
 }
 
@@ -293,7 +296,7 @@ static int chrome_close(void *b)
     struct chrome *c = b;
     JLIT(c, "\n]}\n");
     jflush(c, true);
-    int rc = c->sink ? shp_sink_close(c->sink) : 0;
+    int rc = c->sink ? shp_sink_close(c->sink, c->p, c->len) : 0;
     if (!rc)
         rc = c->err ? -c->err : c->oom ? -ENOMEM : 0;
     for (size_t i = 0; i < c->memo.cap; i++)
