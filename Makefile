@@ -131,8 +131,9 @@ $(TOOL): $(TOOLS_OBJ) $(COMMON_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(TOOLS_SANFLAGS) -o $@ $(TOOLS_OBJ) $(COMMON_OBJ) $(TOOLS_LIBS)
 
-# The man page: the command's own --help texts, so that the two say the same.
-$(MAN): $(TOOL) scripts/mkman.sh
+# The man page: the command's own --help texts, so that the two say the same, and the manual's
+# tables of the environment (checked against env.h) and of the exit statuses.
+$(MAN): $(TOOL) scripts/mkman.sh include/shapetrace/env.h docs/tracing.md docs/CONTRACTS.md
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  MAN     $@")
 	$(Q)scripts/mkman.sh $(TOOL) >$@.tmp && mv $@.tmp $@

@@ -1,4 +1,4 @@
-/* shapetrace example: the motivating failure (README, DESIGN). Tensor-parallel ranks produce
+/* shapetrace example: the motivating failure (README, make demo). Tensor-parallel ranks produce
  * per-layer hidden states: [tokens, hidden/tp] bf16 shards are all-gathered and rearranged into
  * [tokens, hidden] with 2-D copies; rank 0 captures 4 layers with device-to-device copies; the
  * states travel to the driver through host memory (the driver's host-to-device copy is the

@@ -40,7 +40,7 @@ STATE_HIDDEN = 7168
 SAMPLES = [512, 259]
 LAYERS = 4
 # An inference model's dtype. It matters to lineage: the clone of a kernel's output takes its
-# element size from the last traced write of those bytes (README, Limits).
+# element size from the last traced write of those bytes (docs/limits.md).
 DTYPE = torch.bfloat16
 
 

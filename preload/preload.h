@@ -509,7 +509,7 @@ static inline void shp_leave(struct shp_call *c, int result)
 /* Forget per-process state that a forked child must not inherit. */
 void shp_record_atfork_child(void);
 
-/* ---- init.c: the once-only start, fork and exit (the top layer) ---- */
+/* ---- init.c: the once-only start, fork and exit (below the wrappers, which call it) ---- */
 
 /* Run the once-only initialisation if nobody has; safe from any thread and from constructors
  * of other libraries. */

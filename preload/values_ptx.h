@@ -1,5 +1,5 @@
 /* shapetrace preload: the fingerprint kernel, hand-written PTX (the hash is defined in
- * include/shapetrace/values.h; tests/check_ptx.py runs this text on a PTX interpreter against the
+ * include/shapetrace/values.h; tests/ptx_sim.py runs this text on a PTX interpreter against the
  * C definition, and assembles it with ptxas where one is installed). Loaded with cuModuleLoadData
  * into each context that needs it, so the driver's own JIT compiles it for the GPU at hand: no
  * compiler library to find, and a GPU newer than this file still runs it (PTX of sm_75 is valid

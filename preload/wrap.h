@@ -32,9 +32,9 @@
 #define SHP_CALLER_CUDA __builtin_return_address(0)
 
 /* The real function, called with the guard held: what it calls of ours passes straight through,
- * so that only the outermost intercepted call of a thread is recorded (DESIGN fact 13: NCCL's
- * ncclBcast calls ncclBroadcast through its exported symbol; NCCL and the runtime make copies
- * and allocations of their own). errno and the result are the real function's. */
+ * so that only the outermost intercepted call of a thread is recorded (NCCL's ncclBcast calls
+ * ncclBroadcast through its exported symbol; NCCL and the runtime make copies and allocations
+ * of their own). errno and the result are the real function's. */
 #define SHP_CALL_REAL(r, real, args)                                                               \
     do {                                                                                           \
         shp_guard++;                                                                               \

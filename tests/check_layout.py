@@ -1,5 +1,5 @@
-"""shapetrace tests: the layout rule of the README, checked. Every quoted #include must name a
-file from the top of the tree ("tools/lib/reader.h"), and a layer may include only itself and
+"""shapetrace tests: the layout rule of docs/HACKING.md, checked. Every quoted #include must name
+a file from the top of the tree ("tools/lib/reader.h"), and a layer may include only itself and
 the layers below it:
     include/        libc only (and include/)
     common/         include/

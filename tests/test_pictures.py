@@ -991,13 +991,14 @@ def report_env(d, name, args, env):
     return out
 
 
-def test_readme_states_the_site_list():
-    """The README's list of framework globs is the one the tools use, in the same order."""
+def test_manual_states_the_site_list():
+    """The manual's list of framework globs (docs/tracing.md, "Call sites") is the one the tools
+    use, in the same order."""
     text = open(os.path.join(SRC, "tools", "lib", "site.c")).read()
     init = text[text.index("shp_site_builtin[] = {"):]
     init = init[:init.index("NULL};")]
     builtin = c_strings(init[init.index("{") + 1:])
-    readme = open(os.path.join(SRC, "README.md")).read()
+    readme = open(os.path.join(SRC, "docs", "tracing.md")).read()
     at = readme.index("`shp_site_builtin` in `tools/lib/site.c`")
     block = readme[readme.index("```text\n", at) + 8:]
     block = block[:block.index("```")]
@@ -1063,6 +1064,71 @@ def test_man_page_is_the_help_text():
         p = subprocess.run(["man", "-l", man], capture_output=True, text=True,
                            env=dict(os.environ, MANWIDTH="100", MAN_KEEP_FORMATTING="0"))
         assert p.returncode == 0 and "export" in p.stdout, p.stderr
+
+
+def man_sections():
+    """The man page's sections (.SH NAME: their text), in their order."""
+    text = open(os.path.join(BUILD, "man", "shapetrace.1")).read()
+    parts = re.split(r'^\.SH "?([A-Z ]+?)"?$', text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2])), parts[1::2]
+
+
+def test_man_page_has_environment_exit_status_examples_files():
+    """ENVIRONMENT names every SHAPETRACE_* variable of env.h and no other; EXIT STATUS has each
+    command, with every status its --help names; EXAMPLES use only options their command takes;
+    FILES names the trace and the symbol file."""
+    sec, order = man_sections()
+    want = ["NAME", "SYNOPSIS", "COMMANDS", "ENVIRONMENT", "EXIT STATUS", "EXAMPLES", "FILES",
+            "SEE ALSO"]
+    assert [s for s in order if s in want] == want, order
+    env_h = open(os.path.join(SRC, "include", "shapetrace", "env.h")).read()
+    names = set(re.findall(r'"(SHAPETRACE_[A-Z_]+)"', env_h))
+    assert len(names) >= 16, names
+    tagged = set(re.findall(r"^\.TP\n\\fB(SHAPETRACE_[A-Z_]+)\\fR$", sec["ENVIRONMENT"], re.M))
+    assert tagged == names, (sorted(names - tagged), sorted(tagged - names))
+    commands = re.findall(r"^\.SS (\S+)$", sec["COMMANDS"], re.M)
+    assert len(commands) >= 9, commands
+    entries = dict(re.findall(r"^\.TP\n\\fB([a-z]+)\\fR\n(.*)$", sec["EXIT STATUS"], re.M))
+    for cmd in commands:
+        assert cmd in entries, (cmd, sorted(entries))
+        h = run([TOOL, "help", cmd], ok=(0,)).stdout
+        m = re.search(r"Exit status:(.*?)(?:\n\n|\Z)", h, re.S)
+        said = set(re.findall(r"\b\d+\b", m.group(1))) if m else set()
+        given = set(re.findall(r"\b\d+\b", entries[cmd]))
+        assert said <= given, (cmd, said, entries[cmd])
+    assert entries["analyze"].startswith("0: no findings. 1: findings. 2:"), entries["analyze"]
+    examples = [ln.replace("\\-", "-") for ln in sec["EXAMPLES"].splitlines()
+                if ln.startswith("shapetrace ")]
+    assert len(examples) >= 10, examples
+    for ln in examples:
+        cmd = ln.split()[1]
+        assert cmd in commands, ln
+        h = run([TOOL, "help", cmd], ok=(0,)).stdout
+        before_cmd = ln.split(" -- ")[0]  # what follows " -- " is the traced command's
+        for opt in re.findall(r"(?<=\s)(--?[a-z][a-z-]*)", before_cmd):
+            assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", h), (ln, opt)
+    for f in (r"\.shptrace", r"\.symbols", r"control", r"libshapetrace\.so"):
+        assert re.search(f, sec["FILES"]), f
+
+
+def test_man_page_refuses_an_environment_that_drifts():
+    """mkman.sh stops the build when env.h and the manual's tables of the environment differ, in
+    either direction, naming the variable."""
+    mkman = os.path.join(SRC, "scripts", "mkman.sh")
+    env_h = os.path.join(SRC, "include", "shapetrace", "env.h")
+    tracing = os.path.join(SRC, "docs", "tracing.md")
+    contracts = os.path.join(SRC, "docs", "CONTRACTS.md")
+    more = os.path.join(TMP, "env-more.h")
+    open(more, "w").write(open(env_h).read() + '#define SHP_ENV_NEW "SHAPETRACE_NEW_KNOB"\n')
+    p = subprocess.run([mkman, TOOL, more, tracing, contracts], capture_output=True, text=True)
+    assert p.returncode != 0 and "SHAPETRACE_NEW_KNOB" in p.stderr, (p.returncode, p.stderr)
+    fewer = os.path.join(TMP, "tracing-fewer.md")
+    open(fewer, "w").write("".join(ln for ln in open(tracing)
+                                   if not ln.startswith("| `SHAPETRACE_CLOCK`")))
+    p = subprocess.run([mkman, TOOL, env_h, fewer, contracts], capture_output=True, text=True)
+    assert p.returncode != 0 and "SHAPETRACE_CLOCK" in p.stderr, (p.returncode, p.stderr)
+    p = subprocess.run([mkman, TOOL, env_h, tracing, contracts], capture_output=True, text=True)
+    assert p.returncode == 0 and ".SH ENVIRONMENT" in p.stdout, p.stderr
 
 
 def fake_bin(names):

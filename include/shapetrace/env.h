@@ -21,7 +21,7 @@
 #define SHP_ENV_LIBUNWIND "SHAPETRACE_LIBUNWIND"       /* the libunwind to load for native stacks */
 #define SHP_ENV_CLOCK "SHAPETRACE_CLOCK" /* tsc (where usable, the default) or monotonic */
 #define SHP_ENV_FILE_GROWTH                                                                        \
-    "SHAPETRACE_FILE_GROWTH"                   /* chunk, populate or full (bench/RESULTS.md) */
+    "SHAPETRACE_FILE_GROWTH" /* chunk, populate, large or full (bench/RESULTS.md) */
 #define SHP_ENV_PREFAULT "SHAPETRACE_PREFAULT" /* 0: no helper thread faults the pages in */
 
 /* Fingerprints of values that must agree across ranks (preload/values.c). */

@@ -2,7 +2,7 @@
  * shapetrace traces (copies, allocations, capture and graphs), on device and pinned arenas of its
  * own, without a GPU; and what shapetrace's fingerprint kernel needs (contexts, modules, kernel
  * launches, events), the kernel run in C on host memory. Defined against the real cuda.h. Test
- * equipment: see README.md. */
+ * equipment: see docs/testing.md. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>

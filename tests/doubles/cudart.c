@@ -1,6 +1,7 @@
 /* Test double of libcudart.so.13: device and pinned memory, checked copies, devices, streams,
  * events and graphs, without a GPU. Defined against the real cuda_runtime_api.h, so the compiler
- * holds every definition to CUDA's own prototype. See README.md for what it does not simulate. */
+ * holds every definition to CUDA's own prototype. See docs/testing.md for what it does not
+ * simulate. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

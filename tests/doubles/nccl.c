@@ -1,7 +1,7 @@
 /* Test double of libnccl.so.2 (NCCL 2.28): communicators, groups, and every collective and p2p
  * call with real data movement and reductions, for ranks in this process (cliques) or in other
- * processes (POSIX shared memory). Defined against the real nccl.h; see README.md for its limits.
- */
+ * processes (POSIX shared memory). Defined against the real nccl.h; see docs/testing.md for its
+ * limits. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -3054,7 +3054,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     return ncclSuccess;
 }
 
-/* Plain host memory, not the cudart double's device range (see README.md). */
+/* Plain host memory, not the cudart double's device range (see docs/testing.md). */
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
 {
     if (!ptr || size == 0)

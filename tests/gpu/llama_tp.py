@@ -10,9 +10,13 @@ decoding without a cache. Code no one here wrote, for the verdicts' call sites.
   leave    it leaves the decode loop after step 2 (the others go on: a missing collective)
   hang     it leaves the decode loop after step 2 and sleeps --hang-s seconds while the others
            wait in their next all-reduce (for `shapetrace snapshot` of a job not traced)
-  perturb  its replicated input embeddings are one unit in the last place off in one element:
-           the residual stream it adds every layer's all-reduced output to differs, so its
-           logits do (values differ, shapes agree: run --values copies --values-site decode_step)
+  perturb  from step 2 on, its copy of the final norm's weights (replicated, not sharded) is one
+           unit in the last place off: the logits it computes from its own residual stream
+           differ, while every all-reduce agrees (values differ, shapes agree: run --values
+           copies --values-site decode_step). Steps 0 and 1 agree, which tells the analyzer the
+           copy's site holds replicated data (a site whose ranks differ from the start holds a
+           shard). A unit off in the input embeddings is not enough: the residual adds each
+           layer's all-reduced output, some twenty times larger, and the difference rounds away
 --share-gpu puts every rank on cuda:0 (each claims its own NCCL host, loopback sockets).
 Prints 'llama: rank R step S token T' per step and 'llama: rank R done'."""
 import argparse
@@ -60,15 +64,11 @@ def prompt(rank, plant, last, dev):
     return torch.randint(0, 8192, (1, n), generator=g).to(dev)
 
 
-def decode_step(model, ids, perturb):
+def decode_step(model, ids):
     """One greedy step: the whole sequence through the model, the next token from the last
     position's logits."""
     with torch.no_grad():
-        emb = model.model.embed_tokens(ids)
-        if perturb:
-            # one unit in the last place: the next bf16 bit pattern of the first element
-            emb.view(torch.int16).view(-1)[0] += 1
-        logits = model(inputs_embeds=emb, use_cache=False).logits
+        logits = model(ids, use_cache=False).logits
         # the logits this rank samples from, on the host (every rank holds them whole)
         last = logits[:, -1].float().cpu()
     return torch.argmax(last, dim=-1, keepdim=True).to(ids.device)
@@ -94,12 +94,16 @@ def main():
         model.half()
     ids = prompt(rank, args.plant, last, dev)
     for step in range(args.steps):
+        if odd and args.plant == "perturb" and step == 2:
+            with torch.no_grad():
+                # one unit in the last place: the next bf16 bit pattern of every weight
+                model.model.norm.weight.view(torch.int16).add_(1)
         if odd and args.plant in ("leave", "hang") and step == 2:
             print(f"llama: rank {rank} leaves the decode loop at step {step}", flush=True)
             if args.plant == "hang":
                 time.sleep(args.hang_s)
             break
-        nxt = decode_step(model, ids, args.plant == "perturb" and odd)
+        nxt = decode_step(model, ids)
         ids = torch.cat([ids, nxt], dim=1)
         print(f"llama: rank {rank} step {step} token {int(nxt.item())}", flush=True)
     torch.cuda.synchronize()

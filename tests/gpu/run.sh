@@ -9,6 +9,7 @@
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
+#   SHP_DECODE_BLOCKS, SHP_DECODE_STEPS  decode's blocks a process (24), steps a block (10)
 set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
@@ -283,10 +284,10 @@ if has values; then
         note "FAIL values_promise: $(tail -n 1 "$W/promise_table.txt") (table: promise_table.txt)"
     # torch_tp.py under --values: the clean run silent, one ulp in one rank's batch found
     # (after the other jobs: fewer processes share the GPU).
-    # llama_tp.py --plant perturb: the last rank's embeddings one unit in the last place off at
-    # every step. The all-reduces' outputs agree (every rank receives the same sum), but that
-    # rank's residual stream, and so the logits it copies to the host to sample from, do not:
-    # the copy at decode_step is where the values first differ.
+    # llama_tp.py --plant perturb: the last rank's final norm weights one unit in the last place
+    # off from step 2 on. The all-reduces' outputs agree (every rank receives the same sum), but the logits
+    # that rank computes and copies to the host to sample from do not: the copy at decode_step
+    # is where the values first differ.
     run_opts="--values"
     for n in $RANKS; do
         for plant in none ulp; do
@@ -409,6 +410,7 @@ if has decode; then
     # A serving loop's step, traced at each stack setting against dormant in one process; the
     # untraced process, NCCL's log and the Flight Recorder (not switchable in a process) beside.
     res=$W/decode.jsonl
+    decode_size="--blocks ${SHP_DECODE_BLOCKS:-24} --steps ${SHP_DECODE_STEPS:-10}"
     : >"$res"
     port=29700
     pin=""
@@ -419,7 +421,7 @@ if has decode; then
         $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" \
             --dir "$W/traces/decode_$stacks" -- $JOB_ENV python3 "$here/bench_decode.py" "$res" \
             "stacks $stacks" "$port" --attach "$W/traces/decode_$stacks" --tool "$SHP_TOOL" \
-            --tool-ld "${SHP_TOOL_LD:-}" \
+            --tool-ld "${SHP_TOOL_LD:-}" $decode_size \
             >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
     done
     for cfg in untraced nccl_debug flight_recorder; do
@@ -430,7 +432,7 @@ if has decode; then
             NCCL_DEBUG_FILE="$W/logs/decode_nccl_debug.%p.txt" ;;
         flight_recorder) set -- TORCH_FR_BUFFER_SIZE=2000 ;;
         esac
-        $pin env "$@" timeout -k 5 180 python3 "$here/bench_decode.py" "$res" "$cfg" "$port" \
+        $pin env "$@" timeout -k 5 180 python3 "$here/bench_decode.py" "$res" "$cfg" "$port" $decode_size \
             >>"$W/logs/decode_$cfg.log" 2>&1 || note "FAIL decode $cfg: see its log"
     done
     python3 "$here/decode_table.py" "$res" >"$W/decode_table.txt" 2>&1

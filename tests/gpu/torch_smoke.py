@@ -1,6 +1,6 @@
-"""shapetrace GPU check: real torch + NCCL on one GPU, under the preload. Exercises what DESIGN's
-interposition facts warn about: torch's RTLD_LOCAL libnccl (init_process_group), .cpu() and
-clones (cudaMemcpyAsync), a CUDA graph with a captured all-reduce and replays, and NCCL through
+"""shapetrace GPU check: real torch + NCCL on one GPU, under the preload. Exercises what a naive
+interposer gets wrong: torch's RTLD_LOCAL libnccl (init_process_group), .cpu() and clones
+(cudaMemcpyAsync), a CUDA graph with a captured all-reduce and replays, and NCCL through
 ctypes + dlsym(handle) the way vLLM's pynccl does. Prints one 'check NAME ok|FAIL' line each."""
 import ctypes
 import os

@@ -1,7 +1,8 @@
 /* Unit tests of the analyzer's finding store (tools/analyze/findings.c), linked without the
  * command's main: adding findings, their culprits and calls, the causal order, merging a
  * worker's findings, the naming of counts as shapes, and the list of kinds against
- * docs/CONTRACTS.md (read from the top of the tree, where make check runs the tests). */
+ * docs/CONTRACTS.md and docs/analyzer.md (read from the top of the tree, where make check runs
+ * the tests). */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -212,11 +213,39 @@ static void test_kinds(void)
     test_cond("one row for each kind, no more", rows == AN_KIND_COUNT);
 }
 
+/* Every rule is stated: docs/analyzer.md names each kind in its text, outside its index table
+ * (whose rows start with '|'), as the rule that gives it. */
+static void test_kinds_have_rules(void)
+{
+    test_group("kinds have rules");
+    FILE *in = fopen("docs/analyzer.md", "r");
+    test_cond("docs/analyzer.md is there to read", in != NULL);
+    if (!in)
+        return;
+    static int stated[AN_KIND_COUNT];
+    char line[4096], quoted[128];
+    while (fgets(line, sizeof(line), in)) {
+        if (line[0] == '|')
+            continue;
+        for (int k = 0; k < AN_KIND_COUNT; k++) {
+            snprintf(quoted, sizeof(quoted), "`%s`", an_kind_names[k]);
+            stated[k] += strstr(line, quoted) != NULL;
+        }
+    }
+    fclose(in);
+    for (int k = 0; k < AN_KIND_COUNT; k++) {
+        char what[160];
+        snprintf(what, sizeof(what), "docs/analyzer.md states the rule of %s", an_kind_names[k]);
+        test_cond(what, stated[k] > 0);
+    }
+}
+
 int main(void)
 {
     test_add();
     test_order();
     test_naming();
     test_kinds();
+    test_kinds_have_rules();
     return test_report();
 }

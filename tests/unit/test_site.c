@@ -201,6 +201,18 @@ static void test_native(void)
     struct shp_site_frame notv = nat("run (v.c:1)", "/opt/app/v");
     test_cond("a module named v is not the vDSO", !shp_site_skipped(NULL, &notv));
     test_cond("the standard library is the interpreter's", shp_site_skipped(NULL, &fw[1]));
+    /* An ASan build of the program, stopped in its clock (seen in the snapshot tests): the
+     * interceptor sits between libc and the caller, in libasan or linked into the program. */
+    struct shp_site_frame asan[] = {
+        nat("__vdso_clock_gettime+0x56 ([vdso])", "[vdso]"),
+        nat("clock_gettime@@GLIBC_2.17 (clock_gettime.c:42)", "/x/libc.so.6"),
+        nat("__interceptor_clock_gettime (sanitizer_common_interceptors.inc:2189)",
+            "/usr/lib/x86_64-linux-gnu/libasan.so.8"),
+        nat("spin_clock_gettime (snap_clock.c:40)", "/opt/app/bin/app"),
+    };
+    test_cond("a sanitizer's interceptor is skipped", shp_site_pick(NULL, asan, N(asan)) == 3);
+    asan[2] = nat(asan[2].text, "/opt/app/bin/app");
+    test_cond("also when it is linked into the program", shp_site_pick(NULL, asan, N(asan)) == 3);
     test_cond("no frames: 0", shp_site_pick(NULL, NULL, 0) == 0);
 }
 

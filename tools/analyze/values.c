@@ -1,6 +1,6 @@
 /* shapetrace analyze, values pass: the fingerprints of values that must agree across ranks
- * (SHAPETRACE_VALUES; the rule is the README's "Values"). On the merged stream, so on the main
- * thread: value records are read with a cursor of this pass's own on each trace that has them
+ * (SHAPETRACE_VALUES; the rule is docs/analyzer.md's "Values"). On the merged stream, so on the
+ * main thread: value records are read with a cursor of this pass's own on each trace that has them
  * (they are not events), beside the calls they name, which the stream hands out first.
  *   - The output of an all-reduce, all-gather or broadcast: every member of the communicator
  *     must hold the same bytes (NCCL forwards one result to every rank). Compared per

@@ -20,22 +20,23 @@
 
 static void analyze_usage(FILE *f)
 {
-    fputs("usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE]\n"
-          "                          [--site-skip GLOB]... [--stats] PATH...\n"
-          "\n"
-          "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
-          "with receives, checks buffers against their allocations, compares the fingerprints\n"
-          "of values that must agree across ranks (traces of run --values), and reports the\n"
-          "first place where ranks diverge. PATHs are trace files or run directories, from\n"
-          "any number of hosts.\n"
-          "  --json             the JSON report (docs/CONTRACTS.md)\n"
-          "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
-          "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
-          "                     known, so that a consumer cutting them is reported\n"
-          "  --expect FILE      shapes you believe in (JSON: see the README)\n" SHP_SITE_SKIP_HELP
-          "  --stats            where the time went, on stderr after the report\n"
-          "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
-          f);
+    fputs(
+        "usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE]\n"
+        "                          [--site-skip GLOB]... [--stats] PATH...\n"
+        "\n"
+        "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
+        "with receives, checks buffers against their allocations, compares the fingerprints\n"
+        "of values that must agree across ranks (traces of run --values), and reports the\n"
+        "first place where ranks diverge. PATHs are trace files or run directories, from\n"
+        "any number of hosts.\n"
+        "  --json             the JSON report (docs/CONTRACTS.md)\n"
+        "  --dim NAME=VALUE   a model dimension (hidden=7168, tp=8): counts that factor are\n"
+        "                     shown as shapes ([512, hidden/tp]), and a region's rows are\n"
+        "                     known, so that a consumer cutting them is reported\n"
+        "  --expect FILE      shapes you believe in (JSON: docs/CONTRACTS.md)\n" SHP_SITE_SKIP_HELP
+        "  --stats            where the time went, on stderr after the report\n"
+        "Exit status: 0 no findings, 1 findings, 2 bad usage or unreadable input.\n",
+        f);
 }
 
 /* Adds NAME=VALUE to dims. -1 when malformed, -2 when NAME already has another value (which of

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <time.h>
 
-/* Exit statuses of the tools (the README lists them). */
+/* Exit statuses of the tools (docs/CONTRACTS.md lists them). */
 #define SHP_EXIT_OK 0
 #define SHP_EXIT_FINDINGS 1
 #define SHP_EXIT_USAGE 2        /* bad usage, unreadable or foreign input */
@@ -56,7 +56,7 @@ struct shp_site_rule;
 #define SHP_SITE_SKIP_HELP                                                                         \
     "  --site-skip GLOB   frames that GLOB matches are framework code: a call site is the first\n" \
     "                     frame past them (repeatable; also SHAPETRACE_SITE_SKIP=G1,G2; !GLOB\n"   \
-    "                     keeps a frame; the rule and its built-in list: README, Call sites)\n"
+    "                     keeps a frame; the rule and its list: docs/tracing.md, Call sites)\n"
 /* Adds the globs of SHAPETRACE_SITE_SKIP to r (call it first: the command line's come after, and
  * so decide). Returns 0, or -1 after one line (an item that is not a glob, out of memory). */
 int shp_cmd_site_env(struct shp_site_rule *r);

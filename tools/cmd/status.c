@@ -47,7 +47,7 @@ static void status_usage(FILE *f)
           "Per process: rank, whether it is alive, seconds since its last call, its last call,\n"
           "and per communicator the last collective it entered (seq, op). A rank whose seq on a\n"
           "communicator is lower than another member's is BEHIND.\n"
-          "  --json           one JSON object (keys in the README)\n"
+          "  --json           one JSON object (keys in docs/CONTRACTS.md)\n"
           "  --watch [S]      refresh every S seconds (default 1) until interrupted or\n"
           "                   every process exited; piped, one block per refresh\n",
           f);

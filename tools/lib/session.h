@@ -65,8 +65,8 @@ struct shp_session {
 };
 
 /* Opens the traces in paths (trace files, and run directories searched one level deep for
- * *.shptrace), from any number of hosts, with the one policy of the README ("What analyze
- * says"):
+ * *.shptrace), from any number of hosts, with the one policy of docs/analyzer.md ("What
+ * analyze says"):
  *   - a PATH that does not exist, a file named as a PATH that is not a readable trace, and a
  *     directory without a trace when no other PATH has one, are refused: one line each;
  *   - a file found in a directory that is not a readable trace (empty, junk, another format

@@ -25,6 +25,10 @@ const char *const shp_site_builtin[] = {
      * frames' module "[vdso]", libdwfl "[vdso: PID]"; CUDA's spin-waits stop there) */
     "libc.so*", "libstdc++.so*", "libgcc_s.so*", "ld-linux*.so*", "libpthread.so*", "libm.so*",
     "\\[vdso*\\]",
+    /* the sanitizers' runtimes and their interceptors of libc (a sanitized build of the
+     * application puts one between its call and libc's) */
+    "libasan.so*", "libtsan.so*", "libubsan.so*", "liblsan.so*", "libhwasan.so*",
+    "fn:__interceptor_*", "fn:___interceptor_*",
     /* the foreign-function layer under ctypes and cffi (vLLM's pynccl calls NCCL through it) */
     "libffi.so*", "_cffi_backend*",
     /* the interpreter */

@@ -2,7 +2,8 @@
  * is the first one in the application's or the model's own code: the frames of the frameworks
  * and runtimes below it (torch and its C++ libraries, CuPy's core, JAX, the interpreter and its
  * standard library, NCCL, the CUDA libraries, libc, shapetrace itself) are skipped, as Sentry's
- * "in-app frames" and py-spy's idle filters do. The README states the rule and its list. */
+ * "in-app frames" and py-spy's idle filters do. docs/tracing.md states the rule and its list ("Call
+ * sites"). */
 #ifndef SHAPETRACE_SITE_H
 #define SHAPETRACE_SITE_H
 
@@ -60,7 +61,7 @@ size_t shp_site_pick(const struct shp_site_rule *r, const struct shp_site_frame 
  * ("0x7f12") is returned whole. */
 void shp_frame_function(const char *frame, char *out, size_t len);
 
-/* The built-in list, NULL-terminated, in the order the README gives it (for --help and tests). */
+/* The built-in list, NULL-terminated, in the order it is read (for --help and tests). */
 extern const char *const shp_site_builtin[];
 
 #endif
