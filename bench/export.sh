@@ -1,11 +1,11 @@
 #!/bin/sh
 # shapetrace bench: export at scale (issue 27 item 6). 8 ranks x 1,000,000 events
-# (bench/gen_traces, one planted divergence) to Perfetto and to Chrome JSON, analysis included:
-# the median wall time, CPU time and max RSS of ROUNDS runs, interleaved, each figure with its
-# target, met or missed, and the load average; under a miss, where the time went (CPU time, and
-# a run with --stats or without the analysis). Usage: bench/export.sh BUILD_DIR [TOOL [BEFORE]];
-# run.sh calls it. BEFORE, another build's shapetrace, is run in the same rounds, interleaved
-# with TOOL, and its figures printed beside (for bench/RESULTS.md's before and after).
+# (tests/gen/gen_traces.c, one planted divergence) to Perfetto and to Chrome JSON, analysis
+# included: the median wall time, CPU time and max RSS of ROUNDS runs, interleaved, each figure
+# with its target, met or missed, and the load average; under a miss, where the time went (CPU
+# time, and a run with --stats or without the analysis). Usage: bench/export.sh BUILD_DIR [TOOL
+# [BEFORE]]; run.sh calls it. BEFORE, another build's shapetrace, is run in the same rounds,
+# interleaved with TOOL, and its figures printed beside (for bench/RESULTS.md's before and after).
 set -eu
 B=${1:-build}
 TOOL=${2:-$B/bin/shapetrace}
@@ -21,7 +21,7 @@ figure() {
         "$(verdict "$2" "$4")" "$(load)"
 }
 info() { printf "%-50s %10s %-9s %-23s load %s\n" "$1" "$2" "$3" "(no target)" "$(load)"; }
-"$B/bench/gen_traces" "$tmp/in" 8 1000000 --diverge count:3:5000 >/dev/null
+"$B/tests/gen_traces" "$tmp/in" 8 1000000 --diverge count:3:5000 >/dev/null
 # one TOOL FORMAT [ARGS]: "WALL_S MAX_RSS_MIB USER_S SYS_S" of one export, its output thrown away
 one() {
     t=$1

@@ -254,16 +254,16 @@ rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
 # export at scale: 8 ranks x 1,000,000 events, Perfetto and Chrome JSON (bench/export.sh).
 bench/export.sh "$B"
 
-# The analyzer at scale, on synthetic traces (bench/gen_traces): 8 ranks x 1,000,000 events and
-# 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
+# The analyzer at scale, on synthetic traces (tests/gen/gen_traces.c): 8 ranks x 1,000,000 events
+# and 512 ranks x 10,000 events, each with one planted divergence it must find, and without.
 for shape in "8 1000000 count:3:5000 1 400" "8 1000000 none 1 400" \
     "512 10000 count:300:500 2 -" "1 2750000 none - -"; do
     set -- $shape
     rm -rf "$tmp/scale"
     if [ "$3" = none ]; then
-        "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" >/dev/null
+        "$B/tests/gen_traces" "$tmp/scale" "$1" "$2" >/dev/null
     else
-        "$B/bench/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
+        "$B/tests/gen_traces" "$tmp/scale" "$1" "$2" --diverge "$3" >/dev/null
     fi
     "$TOOL" analyze --stats "$tmp/scale" 2>"$tmp/stats" >"$tmp/report" || true
     stats=$(tail -n 1 "$tmp/stats")

@@ -40,7 +40,7 @@ ALLOWED = {
 # result, and nothing else of it.
 ALSO = {"tools/render/": {"tools/analyze/analyze.h"}}
 CHECKED = ("include/", "common/", "preload/", "tools/", "tests/unit/", "tests/load/",
-           "examples/", "bench/", "tests/doubles/")
+           "examples/", "bench/", "tests/doubles/", "tests/gen/")
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -55,9 +55,14 @@ class NotRun(Exception):
 
 
 def run_all(namespace, label, only=(), tmp=None):
-    """Run the test_* callables of namespace (a module's globals()); returns the exit status."""
+    """Run the test_* callables of namespace (a module's globals()), or only those named in
+    `only`, where a name that is no test fails (a renamed test is never skipped in silence);
+    returns the exit status."""
     tests = [(n, f) for n, f in sorted(namespace.items()) if n.startswith("test_") and callable(f)]
     passed = failed = 0
+    for name in sorted(set(only) - {n for n, _ in tests}):
+        print(f"FAIL {name}: no such test in this suite")
+        failed += 1
     for name, fn in tests:
         if only and name not in only:
             continue

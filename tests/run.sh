@@ -2,16 +2,25 @@
 # shapetrace tests: everything `make check` runs, against one build tree (SHAPETRACE_TSAN=1: the
 # suites of the ThreadSanitizer tree only). Each suite prints 'N passed, M failed'; this script
 # adds them up and prints the total the same way.
+#
+# The suites are found, not named: every C test program (tests/unit/test_*.c, then the doubles'
+# own, tests/doubles/test_*.c, each built as BUILD/tests/test_NAME), then every tests/test_*.py,
+# each group in name order. The last suite, tests/check_suites.py, fails if a test file was not
+# run. The ThreadSanitizer tree runs a chosen few, named below.
 set -u
 B=${1:-build}
+T=$(dirname "$0")
 total_pass=0
 total_fail=0
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+ran=$(mktemp)
+trap 'rm -f "$out" "$ran"' EXIT
 
+# suite FILE NAME CMD...: runs CMD, the suite of the test file FILE, under the heading NAME.
 suite() {
-    name=$1
-    shift
+    echo "$1" >>"$ran"
+    name=$2
+    shift 2
     echo "== $name"
     "$@" >"$out" 2>&1
     rc=$?
@@ -34,40 +43,37 @@ suite() {
 if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     # A ThreadSanitizer report fails the program (exit 66), so the suite that ran it fails.
     export TSAN_OPTIONS="exitcode=66 halt_on_error=1 ${TSAN_OPTIONS:-}"
-    suite "test_lib (thread)" "$B/tests/test_lib"
-    suite "test_findings (thread)" "$B/tests/test_findings"
-    suite "analyze (thread)" python3 tests/test_analyze.py "$B"
-    suite "values (thread)" python3 tests/test_values.py "$B"
+    suite "$T/unit/test_lib.c" "test_lib (thread)" "$B/tests/test_lib"
+    suite "$T/unit/test_findings.c" "test_findings (thread)" "$B/tests/test_findings"
+    suite "$T/test_analyze.py" "analyze (thread)" python3 "$T/test_analyze.py" "$B"
+    suite "$T/test_values.py" "values (thread)" python3 "$T/test_values.py" "$B"
     # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files.
-    suite "hostile readers (thread)" python3 tests/test_hostile.py "$B" \
+    suite "$T/test_hostile.py" "hostile readers (thread)" python3 "$T/test_hostile.py" "$B" \
         test_one_communicator_of_two_sizes_is_a_finding \
         test_two_processes_claiming_one_rank_are_named_both \
         test_collectives_tied_to_no_communicator_are_counted \
         test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
         test_a_seq_far_ahead_is_lined_up_at_once
     # The harm cases again: `run` and the readers under TSan, the preload plain.
-    suite "hostile, harm cases (thread)" python3 tests/test_hostile.py "$B" harm
+    suite "$T/test_hostile.py" "hostile, harm cases (thread)" python3 "$T/test_hostile.py" "$B" harm
     # export's threads: the analysis beside the walk's scan, the file's writer.
-    suite "pictures, export (thread)" python3 tests/test_pictures.py "$B" \
+    suite "$T/test_pictures.py" "pictures, export (thread)" python3 "$T/test_pictures.py" "$B" \
         test_export_is_the_same_every_time test_export_chrome_structure_and_flows \
         test_flows_from_each_send_to_its_receive
 else
-    for t in "$B"/tests/test_*; do
-        [ -x "$t" ] || continue
-        case "$t" in *.so | *.d) continue ;; esac
+    for src in $(LC_ALL=C ls "$T"/unit/test_*.c) $(LC_ALL=C ls "$T"/doubles/test_*.c); do
+        t=$B/tests/$(basename "$src" .c)
         if [ "${SHAPETRACE_SANITIZED:-0}" = 1 ]; then
-            suite "$(basename "$t") (sanitized)" env ASAN_OPTIONS=detect_leaks=1 "$t"
+            suite "$src" "$(basename "$t") (sanitized)" env ASAN_OPTIONS=detect_leaks=1 "$t"
         else
-            suite "$(basename "$t")" "$t"
+            suite "$src" "$(basename "$t")" "$t"
         fi
     done
-    suite "calls" python3 tests/test_calls.py "$B"
-    suite "preload and tools" python3 tests/test_preload.py "$B"
-    suite "analyze" python3 tests/test_analyze.py "$B"
-    suite "values" python3 tests/test_values.py "$B"
-    suite "hostile" python3 tests/test_hostile.py "$B"
-    suite "pictures" python3 tests/test_pictures.py "$B"
-    suite "snapshot" python3 tests/test_snapshot.py "$B"
+    for py in $(LC_ALL=C ls "$T"/test_*.py); do
+        name=$(basename "$py" .py)
+        suite "$py" "${name#test_}" python3 "$py" "$B"
+    done
+    suite "$T/check_suites.py" "suites" python3 "$T/check_suites.py" "$ran"
 fi
 
 echo "== total ($B)"

@@ -1,5 +1,5 @@
-"""shapetrace tests: `shapetrace analyze` on synthetic traces (bench/gen_traces, with planted
-divergences) and on traces of programs run on the test doubles (simulated ranks, no GPU).
+"""shapetrace tests: `shapetrace analyze` on synthetic traces (tests/gen/gen_traces.c, with
+planted divergences) and on traces of programs run on the test doubles (simulated ranks, no GPU).
 Usage: test_analyze.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
 import json
 import os
@@ -13,7 +13,7 @@ from harness import run_all, tool_env as env  # the script's own folder, tests/,
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
 TOOL = os.path.join(BUILD, "bin", "shapetrace")
-GEN = os.path.join(BUILD, "bench", "gen_traces")
+GEN = os.path.join(BUILD, "tests", "gen_traces")
 T = os.path.join(BUILD, "tests")
 TMP = tempfile.mkdtemp(prefix="shapetrace-analyze-")
 

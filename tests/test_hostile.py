@@ -1118,7 +1118,7 @@ def test_fifo_named_like_a_trace():
 # other PATHs is a note, a PATH named that is no readable trace is refused, and one function says
 # whether a trace is complete.
 
-GEN = os.path.join(BUILD, "bench", "gen_traces")
+GEN = os.path.join(BUILD, "tests", "gen_traces")
 # Each reader, as a function of the PATHs it reads; export and report write into the cwd.
 READERS = (
     lambda *d: ["analyze", *d],
@@ -1294,16 +1294,6 @@ def test_json_shows_both_sides_of_a_count_finding_in_one_factoring():
     assert f["expected"]["shape"] == "[512, hidden/tp]", f["expected"]["shape"]
     f = json.loads(run([TOOL, "analyze", "--json", d]).stdout)["findings"][0]
     assert f["events"][0]["shape"] is None and f["expected"]["shape"] is None, f
-
-
-# ---- the command line ----
-
-def test_bare_command_and_unknown_command_are_one_line():
-    for args, what in (([], "no command given"), (["frob"], "unknown command 'frob'"),
-                       (["help", "frob"], "unknown command 'frob'")):
-        p = run([TOOL, *args])
-        assert p.returncode == 2 and p.stdout == "", (args, p.returncode, p.stdout)
-        assert p.stderr == f"shapetrace: {what}; see shapetrace --help\n", (args, p.stderr)
 
 
 # The cases of an application harmed or a file written outside the run (issue 22): `harm` as

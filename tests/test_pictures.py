@@ -1,6 +1,6 @@
 """shapetrace tests: the pictures (`export` as Chrome JSON and Perfetto protobuf, `report --html`
-in headless chromium) and the front door (--version, help, the man page), on traces of the
-examples run on the test doubles (simulated ranks, no GPU).
+in headless chromium), on traces of the examples run on the test doubles (simulated ranks, no
+GPU). The front door (--version, help, the man page) is test_cli.py's.
 Usage: test_pictures.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
 import collections
 from html import unescape as html_unescape
@@ -388,7 +388,7 @@ def test_export_writes_a_local_file_past_the_page_cache():
     if not strace:
         raise NotRun("strace is not installed")
     d = os.path.join(TMP, "direct-in")
-    run([os.path.join(BUILD, "bench", "gen_traces"), d, "2", "40000"], ok=(0,))
+    run([os.path.join(BUILD, "tests", "gen_traces"), d, "2", "40000"], ok=(0,))
     local = run(["stat", "-f", "-c", "%T", TMP], ok=(0,)).stdout.strip() in \
         ("ext2/ext3", "xfs", "btrfs")
     log = os.path.join(TMP, "direct.strace")
@@ -435,7 +435,7 @@ def test_export_out_of_memory_is_one_line():
     import resource
     if os.environ.get("SHAPETRACE_SANITIZED") == "1":
         raise NotRun("a sanitizer reserves its own address space: no address-space limit fits")
-    gen = os.path.join(BUILD, "bench", "gen_traces")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "oom-in")
     run([gen, d, "8", "20000", "--diverge", "count:3:500"], ok=(0,))
     seen = set()
@@ -717,7 +717,7 @@ def test_report_hang_in_the_browser():
 
 
 def test_report_of_a_512_member_communicator_folds_far_ranks():
-    gen = os.path.join(BUILD, "bench", "gen_traces")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "s512")
     run([gen, d, "512", "1000", "--diverge", "stop:300:60"], ok=(0,))
     r = analysis(d)
@@ -776,7 +776,7 @@ def test_report_escapes_what_comes_from_traces():
 
 
 def test_report_of_512_ranks_opens():
-    gen = os.path.join(BUILD, "bench", "gen_traces")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "r512")
     run([gen, d, "512", "2000", "--diverge", "count:300:150"], ok=(0,))
     html = report(d, "r512")
@@ -1023,167 +1023,6 @@ def c_strings(text):
         else:
             i += 1
     return out
-
-
-# ---- the front door ----
-
-def test_version_and_help():
-    v = run([TOOL, "--version"], ok=(0,)).stdout
-    assert re.match(r"shapetrace \S+ \(trace format version \d+", v), v
-    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
-        h = run([TOOL, "help", cmd], ok=(0,)).stdout
-        assert h.startswith(f"usage: shapetrace {cmd}") and h == \
-            run([TOOL, cmd, "--help"], ok=(0,)).stdout, cmd
-    p = run([TOOL, "help", "frobnicate"], ok=(2,))
-    assert "unknown command" in p.stderr
-
-
-def test_usage_errors_are_one_line():
-    """The whole usage text is for --help; a usage error is one line naming the command."""
-    cases = [("run", ["--bogus", "--", "true"]), ("dump", ["-q", "x"]), ("analyze", ["--dim"]),
-             ("analyze", ["--json=1", "x"]), ("export", ["-o"]), ("report", ["--nope", "x"]),
-             ("status", ["--zzz", "x"]), ("attach", ["--x", "x"]), ("symbols", []),
-             ("dump", []), ("status", [])]
-    for cmd, args in cases:
-        p = run([TOOL, cmd, *args], ok=(2,))
-        lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"shapetrace {cmd}: ") and \
-            lines[0].endswith(f"; see shapetrace help {cmd}"), (cmd, args, p.stderr)
-        assert p.stdout == "", (cmd, p.stdout)
-
-
-def test_man_page_is_the_help_text():
-    man = os.path.join(BUILD, "man", "shapetrace.1")
-    assert os.path.exists(man), man
-    text = open(man).read()
-    assert text.startswith(".TH SHAPETRACE 1")
-    for cmd in ("run", "dump", "analyze", "export", "report", "status", "attach"):
-        first = run([TOOL, "help", cmd], ok=(0,)).stdout.splitlines()[0]
-        assert f".SS {cmd}" in text and first.split()[2] in text, cmd
-    if shutil.which("man"):
-        p = subprocess.run(["man", "-l", man], capture_output=True, text=True,
-                           env=dict(os.environ, MANWIDTH="100", MAN_KEEP_FORMATTING="0"))
-        assert p.returncode == 0 and "export" in p.stdout, p.stderr
-
-
-def man_sections():
-    """The man page's sections (.SH NAME: their text), in their order."""
-    text = open(os.path.join(BUILD, "man", "shapetrace.1")).read()
-    parts = re.split(r'^\.SH "?([A-Z ]+?)"?$', text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2])), parts[1::2]
-
-
-def test_man_page_has_environment_exit_status_examples_files():
-    """ENVIRONMENT names every SHAPETRACE_* variable of env.h and no other; EXIT STATUS has each
-    command, with every status its --help names; EXAMPLES use only options their command takes;
-    FILES names the trace and the symbol file."""
-    sec, order = man_sections()
-    want = ["NAME", "SYNOPSIS", "COMMANDS", "ENVIRONMENT", "EXIT STATUS", "EXAMPLES", "FILES",
-            "SEE ALSO"]
-    assert [s for s in order if s in want] == want, order
-    env_h = open(os.path.join(SRC, "include", "shapetrace", "env.h")).read()
-    names = set(re.findall(r'"(SHAPETRACE_[A-Z_]+)"', env_h))
-    assert len(names) >= 16, names
-    tagged = set(re.findall(r"^\.TP\n\\fB(SHAPETRACE_[A-Z_]+)\\fR$", sec["ENVIRONMENT"], re.M))
-    assert tagged == names, (sorted(names - tagged), sorted(tagged - names))
-    commands = re.findall(r"^\.SS (\S+)$", sec["COMMANDS"], re.M)
-    assert len(commands) >= 9, commands
-    entries = dict(re.findall(r"^\.TP\n\\fB([a-z]+)\\fR\n(.*)$", sec["EXIT STATUS"], re.M))
-    for cmd in commands:
-        assert cmd in entries, (cmd, sorted(entries))
-        h = run([TOOL, "help", cmd], ok=(0,)).stdout
-        m = re.search(r"Exit status:(.*?)(?:\n\n|\Z)", h, re.S)
-        said = set(re.findall(r"\b\d+\b", m.group(1))) if m else set()
-        given = set(re.findall(r"\b\d+\b", entries[cmd]))
-        assert said <= given, (cmd, said, entries[cmd])
-    assert entries["analyze"].startswith("0: no findings. 1: findings. 2:"), entries["analyze"]
-    examples = [ln.replace("\\-", "-") for ln in sec["EXAMPLES"].splitlines()
-                if ln.startswith("shapetrace ")]
-    assert len(examples) >= 10, examples
-    for ln in examples:
-        cmd = ln.split()[1]
-        assert cmd in commands, ln
-        h = run([TOOL, "help", cmd], ok=(0,)).stdout
-        before_cmd = ln.split(" -- ")[0]  # what follows " -- " is the traced command's
-        for opt in re.findall(r"(?<=\s)(--?[a-z][a-z-]*)", before_cmd):
-            assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", h), (ln, opt)
-    for f in (r"\.shptrace", r"\.symbols", r"control", r"libshapetrace\.so"):
-        assert re.search(f, sec["FILES"]), f
-
-
-def test_man_page_refuses_an_environment_that_drifts():
-    """mkman.sh stops the build when env.h and the manual's tables of the environment differ, in
-    either direction, naming the variable."""
-    mkman = os.path.join(SRC, "scripts", "mkman.sh")
-    env_h = os.path.join(SRC, "include", "shapetrace", "env.h")
-    tracing = os.path.join(SRC, "docs", "tracing.md")
-    contracts = os.path.join(SRC, "docs", "CONTRACTS.md")
-    more = os.path.join(TMP, "env-more.h")
-    open(more, "w").write(open(env_h).read() + '#define SHP_ENV_NEW "SHAPETRACE_NEW_KNOB"\n')
-    p = subprocess.run([mkman, TOOL, more, tracing, contracts], capture_output=True, text=True)
-    assert p.returncode != 0 and "SHAPETRACE_NEW_KNOB" in p.stderr, (p.returncode, p.stderr)
-    fewer = os.path.join(TMP, "tracing-fewer.md")
-    open(fewer, "w").write("".join(ln for ln in open(tracing)
-                                   if not ln.startswith("| `SHAPETRACE_CLOCK`")))
-    p = subprocess.run([mkman, TOOL, env_h, fewer, contracts], capture_output=True, text=True)
-    assert p.returncode != 0 and "SHAPETRACE_CLOCK" in p.stderr, (p.returncode, p.stderr)
-    p = subprocess.run([mkman, TOOL, env_h, tracing, contracts], capture_output=True, text=True)
-    assert p.returncode == 0 and ".SH ENVIRONMENT" in p.stdout, p.stderr
-
-
-def fake_bin(names):
-    """A PATH folder whose dpkg-query says `names` are not installed, whose id says we are not
-    root unless ROOT=1, and whose apt-get writes its arguments to $APT_LOG."""
-    d = tempfile.mkdtemp(prefix="bin-", dir=TMP)
-    scripts = {
-        "dpkg-query": "for p; do :; done\ncase \" %s \" in *\" $p \"*) exit 1;; esac\n"
-                      "echo 'install ok installed'" % " ".join(names),
-        "id": '[ "$ROOT" = 1 ] && echo 0 || echo 1000',
-        "apt-get": 'echo "$@" >>"$APT_LOG"',
-    }
-    for name, body in scripts.items():
-        path = os.path.join(d, name)
-        open(path, "w").write("#!/bin/sh\n" + body + "\n")
-        os.chmod(path, 0o755)
-    return d
-
-
-def test_dependency_step():
-    deps = os.path.join(SRC, "scripts", "deps.sh")
-    fake = fake_bin(["libjansson-dev", "chromium"])
-    log = os.path.join(TMP, "apt.log")
-    base = dict(os.environ, PATH=fake + ":" + os.environ["PATH"], APT_LOG=log)
-    # not root: the one apt-get line, and a failure, so that make stops there
-    p = subprocess.run([deps, "check"], capture_output=True, text=True, env=base)
-    assert p.returncode == 1 and "    apt-get install -y libjansson-dev chromium\n" in p.stdout, \
-        p.stdout
-    p = subprocess.run([deps, "build"], capture_output=True, text=True, env=base)
-    assert p.returncode == 1 and "apt-get install -y libjansson-dev\n" in p.stdout, p.stdout
-    # root: one update, then one install of what is missing
-    p = subprocess.run([deps, "check"], capture_output=True, text=True,
-                       env=dict(base, ROOT="1"))
-    assert p.returncode == 0, (p.stdout, p.stderr)
-    assert open(log).read().splitlines() == \
-        ["update -qq", "install -y -qq --no-install-recommends libjansson-dev chromium"]
-    # the CUDA and NCCL headers are no Debian package: named, with where to get them
-    p = subprocess.run([deps, "build"], capture_output=True, text=True,
-                       env=dict(os.environ, CUDA_HOME=os.path.join(TMP, "nocuda")))
-    assert p.returncode == 1 and "cuda_runtime_api.h is missing" in p.stdout, p.stdout
-    # and make runs it before it compiles anything
-    mk = open(os.path.join(SRC, "Makefile")).read()
-    assert "include $(B)/deps.mk" in mk and "scripts/deps.sh build" in mk
-    assert "scripts/deps.sh check" in open(os.path.join(SRC, ".ci", "run")).read()
-
-
-def test_build_leaves_nothing_in_the_source_tree():
-    if not os.path.isdir(os.path.join(SRC, ".git")) and \
-            not os.path.isfile(os.path.join(SRC, ".git")):
-        raise NotRun("not a git checkout")
-    p = subprocess.run(["git", "-C", SRC, "status", "--porcelain", "--ignored",
-                        "--untracked-files=all"], capture_output=True, text=True)
-    stray = [x for x in p.stdout.splitlines() if x.startswith("!!")
-             and not re.match(r"!! (build|\.whl|\.gpu)/|!! .*__pycache__/", x)]
-    assert not stray, stray
 
 
 def main():

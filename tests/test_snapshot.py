@@ -395,7 +395,10 @@ def kill_mid_way(sig):
     """Kills a snapshot with sig while the target is stopped under it; returns the target's
     state after, the command's status, and the target's output and status."""
     t = started(tick(150))
-    snap = subprocess.Popen([TOOL, "snapshot", str(t.pid)],
+    # the signal as a terminal would send it: a make check started in the background inherits
+    # SIGINT ignored, and the command keeps what it inherits
+    # (env execs the command: its pid is the command's)
+    snap = subprocess.Popen(["env", "--default-signal=INT,TERM", TOOL, "snapshot", str(t.pid)],
                             env=dict(tool_env(), SHAPETRACE_SNAPSHOT_HOLD_MS="20000"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30

@@ -12,20 +12,7 @@
 #include "include/shapetrace/calls.h"
 #include "include/shapetrace/env.h"
 #include "include/shapetrace/trace.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            putchar('\n');                                                                         \
-        }                                                                                          \
-    } while (0)
+#include "tests/unit/harness.h"
 
 /* The op numbers of format version 1, as traces on disk hold them. Never edit a line; a new
  * function adds one. */
@@ -218,18 +205,21 @@ static void check_facts(void)
             }
         uint64_t send = 99, recv = 99;
         shp_op_elems(op, 10, 4, &send, &recv);
-        CHECK(send == want_send && recv == want_recv, "%s: sends %llu and receives %llu of 10 on 4",
-              shp_op_name(op), (unsigned long long)send, (unsigned long long)recv);
-        CHECK(shp_op_root(op) == want_root, "%s: root fact %d", shp_op_name(op), shp_op_root(op));
-        CHECK(shp_op_redop(op) == want_redop, "%s: redop fact", shp_op_name(op));
-        CHECK(shp_op_same(op) == want_same, "%s: one operation with %s", shp_op_name(op),
-              shp_op_name(shp_op_same(op)));
+        test_condf(send == want_send && recv == want_recv,
+                   "%s: sends %llu and receives %llu of 10 on 4", shp_op_name(op),
+                   (unsigned long long)send, (unsigned long long)recv);
+        test_condf(shp_op_root(op) == want_root, "%s: root fact %d", shp_op_name(op),
+                   shp_op_root(op));
+        test_condf(shp_op_redop(op) == want_redop, "%s: redop fact", shp_op_name(op));
+        test_condf(shp_op_same(op) == want_same, "%s: one operation with %s", shp_op_name(op),
+                   shp_op_name(shp_op_same(op)));
     }
     uint64_t send = 99, recv = 99;
     shp_op_elems(SHP_OP_ncclAllGather, 10, 0, &send, &recv);
-    CHECK(send == 10 && recv == 10, "an unknown communicator size counts as one rank");
-    CHECK(shp_op_root(1000) == SHP_ROOT_NONE && !shp_op_redop(1000) && shp_op_same(1000) == 1000,
-          "an unknown op has no facts");
+    test_condf(send == 10 && recv == 10, "an unknown communicator size counts as one rank");
+    test_condf(shp_op_root(1000) == SHP_ROOT_NONE && !shp_op_redop(1000) &&
+                   shp_op_same(1000) == 1000,
+               "an unknown op has no facts");
 
     size_t nproc = sizeof(golden_proc) / sizeof(golden_proc[0]);
     for (size_t i = 0; i < nproc; i++) {
@@ -237,13 +227,13 @@ static void check_facts(void)
         int since = golden_proc[i].since;
         unsigned leg = golden_proc[i].legacy,
                  pt = golden_proc[i].per_thread ? golden_proc[i].per_thread : leg;
-        CHECK(shp_op_proc(n, since, false) == leg && shp_op_proc(n, 13000, false) == leg,
-              "%s: legacy lookup answers %s", n, shp_op_name(shp_op_proc(n, since, false)));
-        CHECK(shp_op_proc(n, since, true) == pt && shp_op_proc(n, 13000, true) == pt,
-              "%s: per-thread lookup answers %s", n, shp_op_name(shp_op_proc(n, since, true)));
-        CHECK(shp_op_proc(n, since - 1, false) == SHP_OP_NONE &&
-                  shp_op_proc(n, since - 1, true) == SHP_OP_NONE,
-              "%s: not answered below %d", n, since);
+        test_condf(shp_op_proc(n, since, false) == leg && shp_op_proc(n, 13000, false) == leg,
+                   "%s: legacy lookup answers %s", n, shp_op_name(shp_op_proc(n, since, false)));
+        test_condf(shp_op_proc(n, since, true) == pt && shp_op_proc(n, 13000, true) == pt,
+                   "%s: per-thread lookup answers %s", n, shp_op_name(shp_op_proc(n, since, true)));
+        test_condf(shp_op_proc(n, since - 1, false) == SHP_OP_NONE &&
+                       shp_op_proc(n, since - 1, true) == SHP_OP_NONE,
+                   "%s: not answered below %d", n, since);
     }
     /* Every driver op is reached by one of those rows, and no other op is. */
     unsigned reached = 0;
@@ -254,16 +244,17 @@ static void check_facts(void)
         for (size_t i = 0; base && i < nproc; i++)
             found = found || (!strcmp(golden_proc[i].name, base) && golden_proc[i].since == since &&
                               (golden_proc[i].legacy == op || golden_proc[i].per_thread == op));
-        CHECK(!base == (shp_op_lib(op) != SHP_LIB_CUDA) && (!base || found),
-              "%s: base %s since %d mode %d", shp_op_name(op), base ? base : "(none)", since, mode);
+        test_condf(!base == (shp_op_lib(op) != SHP_LIB_CUDA) && (!base || found),
+                   "%s: base %s since %d mode %d", shp_op_name(op), base ? base : "(none)", since,
+                   mode);
         reached += base != NULL;
     }
-    CHECK(reached == 49, "%u driver entry points", reached);
-    CHECK(shp_op_proc("cuGraphInstantiate", 13000, false) == SHP_OP_NONE &&
-              shp_op_proc("cuMemcpyHtoD_v2", 13000, false) == SHP_OP_NONE &&
-              shp_op_proc("cudaMemcpy", 13000, false) == SHP_OP_NONE &&
-              shp_op_proc("", 13000, true) == SHP_OP_NONE,
-          "names that are no base of ours are not answered");
+    test_condf(reached == 49, "%u driver entry points", reached);
+    test_condf(shp_op_proc("cuGraphInstantiate", 13000, false) == SHP_OP_NONE &&
+                   shp_op_proc("cuMemcpyHtoD_v2", 13000, false) == SHP_OP_NONE &&
+                   shp_op_proc("cudaMemcpy", 13000, false) == SHP_OP_NONE &&
+                   shp_op_proc("", 13000, true) == SHP_OP_NONE,
+               "names that are no base of ours are not answered");
 }
 
 static const struct {
@@ -293,62 +284,64 @@ static const struct {
 int main(void)
 {
     size_t nops = sizeof(golden_ops) / sizeof(golden_ops[0]);
-    CHECK(SHP_OP_COUNT == nops + 1, "SHP_OP_COUNT %d, golden list %zu", (int)SHP_OP_COUNT, nops);
+    test_condf(SHP_OP_COUNT == nops + 1, "SHP_OP_COUNT %d, golden list %zu", (int)SHP_OP_COUNT,
+               nops);
     for (size_t i = 0; i < nops; i++) {
         unsigned op = shp_op_lookup(golden_ops[i].name);
-        CHECK(op == golden_ops[i].op, "%s is op %u, traces on disk say %u", golden_ops[i].name, op,
-              golden_ops[i].op);
-        CHECK(!strcmp(shp_op_name(golden_ops[i].op), golden_ops[i].name), "op %u is named %s",
-              golden_ops[i].op, shp_op_name(golden_ops[i].op));
+        test_condf(op == golden_ops[i].op, "%s is op %u, traces on disk say %u", golden_ops[i].name,
+                   op, golden_ops[i].op);
+        test_condf(!strcmp(shp_op_name(golden_ops[i].op), golden_ops[i].name), "op %u is named %s",
+                   golden_ops[i].op, shp_op_name(golden_ops[i].op));
         const char *n = golden_ops[i].name;
         int lib = !strncmp(n, "nccl", 4)   ? SHP_LIB_NCCL
                   : !strncmp(n, "cuda", 4) ? SHP_LIB_CUDART
                                            : SHP_LIB_CUDA;
-        CHECK(shp_op_lib(op) == lib, "%s: library %d", golden_ops[i].name, shp_op_lib(op));
-        CHECK(shp_op_class(op) != 0, "%s has no class", golden_ops[i].name);
+        test_condf(shp_op_lib(op) == lib, "%s: library %d", golden_ops[i].name, shp_op_lib(op));
+        test_condf(shp_op_class(op) != 0, "%s has no class", golden_ops[i].name);
     }
-    CHECK(SHP_OP_ncclAllReduce == 1 && SHP_OP_ncclCommAbort == 22 && SHP_OP_cudaMemcpy == 23 &&
-              SHP_OP_cudaGraphLaunch_ptsz == 49 && SHP_OP_cuMemcpy == 50 &&
-              SHP_OP_cuGraphLaunch_ptsz == 98,
-          "enum constants");
-    CHECK(shp_op_lookup("ncclNoSuchCall") == SHP_OP_NONE && shp_op_lib(0) == -1 &&
-              shp_op_lib(SHP_OP_COUNT) == -1 && !strcmp(shp_op_name(SHP_OP_COUNT), "?"),
-          "unknown ops");
+    test_condf(SHP_OP_ncclAllReduce == 1 && SHP_OP_ncclCommAbort == 22 && SHP_OP_cudaMemcpy == 23 &&
+                   SHP_OP_cudaGraphLaunch_ptsz == 49 && SHP_OP_cuMemcpy == 50 &&
+                   SHP_OP_cuGraphLaunch_ptsz == 98,
+               "enum constants");
+    test_condf(shp_op_lookup("ncclNoSuchCall") == SHP_OP_NONE && shp_op_lib(0) == -1 &&
+                   shp_op_lib(SHP_OP_COUNT) == -1 && !strcmp(shp_op_name(SHP_OP_COUNT), "?"),
+               "unknown ops");
 
     check_facts();
 
     size_t nrecs = sizeof(golden_recs) / sizeof(golden_recs[0]);
-    CHECK(SHP_REC_TYPE_COUNT == nrecs + 1, "SHP_REC_TYPE_COUNT %d", (int)SHP_REC_TYPE_COUNT);
+    test_condf(SHP_REC_TYPE_COUNT == nrecs + 1, "SHP_REC_TYPE_COUNT %d", (int)SHP_REC_TYPE_COUNT);
     for (size_t i = 0; i < nrecs; i++) {
         unsigned t = golden_recs[i].type;
-        CHECK(shp_rec_min_size(t) == golden_recs[i].min_size, "%s: min size %zu",
-              golden_recs[i].name, shp_rec_min_size(t));
-        CHECK(shp_rec_role(t) == golden_recs[i].role, "%s: role %#x", golden_recs[i].name,
-              shp_rec_role(t));
-        CHECK(shp_rec_is_call(t) == !!(golden_recs[i].role & SHP_ROLE_CALL), "%s: is_call",
-              golden_recs[i].name);
+        test_condf(shp_rec_min_size(t) == golden_recs[i].min_size, "%s: min size %zu",
+                   golden_recs[i].name, shp_rec_min_size(t));
+        test_condf(shp_rec_role(t) == golden_recs[i].role, "%s: role %#x", golden_recs[i].name,
+                   shp_rec_role(t));
+        test_condf(shp_rec_is_call(t) == !!(golden_recs[i].role & SHP_ROLE_CALL), "%s: is_call",
+                   golden_recs[i].name);
     }
-    CHECK(SHP_REC_COMM == 1 && SHP_REC_PYSTACK == 13 && shp_rec_min_size(SHP_REC_RESERVED) == 8 &&
-              shp_rec_min_size(SHP_REC_TYPE_COUNT) == 0 && shp_rec_role(99) == 0,
-          "record type constants");
+    test_condf(SHP_REC_COMM == 1 && SHP_REC_PYSTACK == 13 &&
+                   shp_rec_min_size(SHP_REC_RESERVED) == 8 &&
+                   shp_rec_min_size(SHP_REC_TYPE_COUNT) == 0 && shp_rec_role(99) == 0,
+               "record type constants");
 
     /* The split child id: a value computed with the formula of format version 1. */
-    CHECK(shp_comm_child_id(0x1234, 0, 3) ==
-              shp_mix64(0x1234 ^ shp_mix64(((uint64_t)0 << 32) ^ (uint32_t)3)),
-          "child id");
-    CHECK(shp_comm_child_id(0x1234, 1, -2) != shp_comm_child_id(0x1234, 0, -2), "child index");
-    CHECK(shp_mix64(1) == 0xb456bcfc34c2cb2cull, "mixer %#llx", (unsigned long long)shp_mix64(1));
+    test_condf(shp_comm_child_id(0x1234, 0, 3) ==
+                   shp_mix64(0x1234 ^ shp_mix64(((uint64_t)0 << 32) ^ (uint32_t)3)),
+               "child id");
+    test_condf(shp_comm_child_id(0x1234, 1, -2) != shp_comm_child_id(0x1234, 0, -2), "child index");
+    test_condf(shp_mix64(1) == 0xb456bcfc34c2cb2cull, "mixer %#llx",
+               (unsigned long long)shp_mix64(1));
 
     char buf[32];
     shp_control_format(buf, sizeof(buf), 1);
-    CHECK(!strcmp(buf, "armed 1\n") && shp_control_armed(buf, 0) == 1, "control armed 1");
+    test_condf(!strcmp(buf, "armed 1\n") && shp_control_armed(buf, 0) == 1, "control armed 1");
     shp_control_format(buf, sizeof(buf), 0);
-    CHECK(!strcmp(buf, "armed 0\n") && shp_control_armed(buf, 1) == 0, "control armed 0");
-    CHECK(shp_control_armed("junk", 7) == 7, "control default");
-    CHECK(!strcmp(shp_kind_names[SHP_KIND_D2H], "D2H") &&
-              !strcmp(shp_comm_kind_names[SHP_COMM_SPLIT], "split"),
-          "kind names");
+    test_condf(!strcmp(buf, "armed 0\n") && shp_control_armed(buf, 1) == 0, "control armed 0");
+    test_condf(shp_control_armed("junk", 7) == 7, "control default");
+    test_condf(!strcmp(shp_kind_names[SHP_KIND_D2H], "D2H") &&
+                   !strcmp(shp_comm_kind_names[SHP_COMM_SPLIT], "split"),
+               "kind names");
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return test_report();
 }

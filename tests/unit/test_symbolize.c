@@ -16,21 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/unit/harness.h"
 #include "tools/lib/symbolize.h"
-
-static int passed;
-static int failed;
-
-#define CHECK(cond, what, text)                                                                    \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-            printf("ok   %s: %s\n", (what), (text));                                               \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            printf("FAIL %s: %s  [%s]\n", (what), (text), #cond);                                  \
-        }                                                                                          \
-    } while (0)
 
 struct self_module {
     char path[4096];
@@ -180,40 +167,40 @@ int main(void)
     struct shp_symbolizer *s = shp_symbolizer_new();
 
     if (s == NULL) {
-        printf("FAIL shp_symbolizer_new\n0 passed, 1 failed\n");
-        return 1;
+        test_cond("shp_symbolizer_new", s != NULL);
+        return test_report();
     }
 
     /* (a) every loaded module, as the preload records them */
     dl_iterate_phdr(add_one, s);
     snprintf(buf, sizeof(buf), "%d modules, exe %.200s, build id %zu bytes", nmodules, exe.path,
              exe.build_id_len);
-    CHECK(nmodules >= 3 && exe.build_id_len > 0, "(a) register own modules", buf);
+    test_condf(nmodules >= 3 && exe.build_id_len > 0, "%s: %s", "(a) register own modules", buf);
 
     /* (b) a static function, found through .symtab and DWARF only */
     rc = shp_symbolize(s, (uintptr_t)&target_fn + 4, false, buf, sizeof(buf));
     int line = line_of(buf);
-    CHECK(rc == 0 && starts_with(buf, "target_fn (") && strstr(buf, "test_symbolize.c:") &&
-              line > target_first_line && line < target_last_line,
-          "(b) static function", buf);
+    test_condf(rc == 0 && starts_with(buf, "target_fn (") && strstr(buf, "test_symbolize.c:") &&
+                   line > target_first_line && line < target_last_line,
+               "%s: %s", "(b) static function", buf);
 
     /* (c) a return address: the caller's name and the line of the call */
     int call_line = 0;
     uintptr_t ra = caller_fn(&call_line);
     rc = shp_symbolize(s, ra, true, buf, sizeof(buf));
     snprintf(want, sizeof(want), "test_symbolize.c:%d)", call_line);
-    CHECK(rc == 0 && starts_with(buf, "caller_fn (") && ends_with(buf, want), "(c) return address",
-          buf);
+    test_condf(rc == 0 && starts_with(buf, "caller_fn (") && ends_with(buf, want), "%s: %s",
+               "(c) return address", buf);
 
     /* a symbol without a line: "name+0xOFF (module)"; a return address prints the offset of
      * addr itself although addr - 1 is looked up */
     const char *exe_name = strrchr(exe.path, '/') ? strrchr(exe.path, '/') + 1 : exe.path;
     rc = shp_symbolize(s, (uintptr_t)&no_lines_fn + 2, false, buf, sizeof(buf));
     snprintf(want, sizeof(want), "no_lines_fn+0x2 (%s)", exe_name);
-    CHECK(rc == 0 && strcmp(buf, want) == 0, "symbol without line", buf);
+    test_condf(rc == 0 && strcmp(buf, want) == 0, "%s: %s", "symbol without line", buf);
     rc = shp_symbolize(s, (uintptr_t)&no_lines_fn + 3, true, buf, sizeof(buf));
     snprintf(want, sizeof(want), "no_lines_fn+0x3 (%s)", exe_name);
-    CHECK(rc == 0 && strcmp(buf, want) == 0, "return address offset", buf);
+    test_condf(rc == 0 && strcmp(buf, want) == 0, "%s: %s", "return address offset", buf);
 
     /* (d) libc: "write+0x10 (libc.so.6)" from its symbols, or a line when its detached debug
      * info is installed (libc6-dbg puts it under /usr/lib/debug/.build-id). write is taken
@@ -229,11 +216,11 @@ int main(void)
                        memmem(buf, (size_t)(tail - buf), "write", 5) != NULL;
     bool line_form = paren != NULL && memmem(buf, (size_t)(paren - buf), "write", 5) != NULL &&
                      ends_with(buf, ")") && line_of(buf) > 0;
-    CHECK(rc == 0 && (symbol_form || line_form), "(d) libc function", buf);
+    test_condf(rc == 0 && (symbol_form || line_form), "%s: %s", "(d) libc function", buf);
 
     /* (g) an address in no module */
     rc = shp_symbolize(s, 0x10, false, buf, sizeof(buf));
-    CHECK(rc == 0 && strcmp(buf, "0x10") == 0, "(g) address in no module", buf);
+    test_condf(rc == 0 && strcmp(buf, "0x10") == 0, "%s: %s", "(g) address in no module", buf);
 
     /* (e) a module whose file does not exist here */
     struct shp_symbolizer *t = shp_symbolizer_new();
@@ -241,7 +228,8 @@ int main(void)
     rc = shp_symbolizer_add_module(t, "/nonexistent/dir/libfoo.so.1", fake, fake, fake + 0x20000,
                                    NULL, 0);
     rc = rc ? rc : shp_symbolize(t, fake + 0x1234, false, buf, sizeof(buf));
-    CHECK(rc == 0 && strcmp(buf, "0x1234 (libfoo.so.1)") == 0, "(e) missing file", buf);
+    test_condf(rc == 0 && strcmp(buf, "0x1234 (libfoo.so.1)") == 0, "%s: %s", "(e) missing file",
+               buf);
 
     /* (f) the right file with the wrong build id: offsets only */
     uint8_t wrong[20];
@@ -250,27 +238,28 @@ int main(void)
     uint64_t addr = (uintptr_t)&target_fn + 4;
     rc = rc ? rc : shp_symbolize(t, addr, false, buf, sizeof(buf));
     snprintf(want, sizeof(want), "0x%" PRIx64 " (%s)", addr - exe.base, exe_name);
-    CHECK(rc == 0 && strcmp(buf, want) == 0, "(f) wrong build id", buf);
+    test_condf(rc == 0 && strcmp(buf, want) == 0, "%s: %s", "(f) wrong build id", buf);
 
     /* the same file with its real build id, added later, takes over and drops the cache */
     rc = shp_symbolizer_add_module(t, exe.path, exe.base, exe.lo, exe.hi, exe.build_id,
                                    exe.build_id_len);
     rc = rc ? rc : shp_symbolize(t, addr, false, buf, sizeof(buf));
-    CHECK(rc == 0 && starts_with(buf, "target_fn ("), "(f) right build id added later", buf);
+    test_condf(rc == 0 && starts_with(buf, "target_fn ("), "%s: %s",
+               "(f) right build id added later", buf);
     shp_symbolizer_free(t);
 
     /* bad input is refused, output is cut and terminated */
     rc = shp_symbolize(NULL, addr, false, buf, sizeof(buf));
-    CHECK(rc == -EINVAL, "NULL symbolizer", "-EINVAL");
+    test_condf(rc == -EINVAL, "%s: %s", "NULL symbolizer", "-EINVAL");
     rc = shp_symbolize(s, addr, false, NULL, 10);
-    CHECK(rc == -EINVAL, "NULL output", "-EINVAL");
+    test_condf(rc == -EINVAL, "%s: %s", "NULL output", "-EINVAL");
     rc = shp_symbolizer_add_module(s, "/x", 0, 0x2000, 0x1000, NULL, 0);
-    CHECK(rc == -EINVAL, "empty range", "-EINVAL");
+    test_condf(rc == -EINVAL, "%s: %s", "empty range", "-EINVAL");
     rc = shp_symbolizer_add_module(s, "/x", 0, 0x1000, 0x2000, NULL, 4);
-    CHECK(rc == -EINVAL, "NULL build id with a length", "-EINVAL");
+    test_condf(rc == -EINVAL, "%s: %s", "NULL build id with a length", "-EINVAL");
     memset(buf, 'x', sizeof(buf));
     rc = shp_symbolize(s, addr, false, buf, 7);
-    CHECK(rc == 0 && strcmp(buf, "target") == 0, "output cut to outlen", buf);
+    test_condf(rc == 0 && strcmp(buf, "target") == 0, "%s: %s", "output cut to outlen", buf);
 
     /* repeated addresses come from the cache: 100,000 calls over 200 distinct addresses */
     static char first[200][256];
@@ -292,7 +281,7 @@ int main(void)
     snprintf(buf, sizeof(buf),
              "%d of 100000 identical; first 200 calls %.3f ms, 100000 calls %.3f ms", same,
              (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-    CHECK(same == 100000 && t2 - t1 < 2.0, "100k repeated calls", buf);
+    test_condf(same == 100000 && t2 - t1 < 2.0, "%s: %s", "100k repeated calls", buf);
 
     /* a shared cache: a second process with the module at another base gets the same texts by
      * offset; a file changed between the two is not taken for the one cached */
@@ -315,8 +304,8 @@ int main(void)
             : shp_symbolizer_add_module(p2, copy, exe.base + shift, exe.lo + shift, exe.hi + shift,
                                         exe.build_id, exe.build_id_len);
     rc = rc ? rc : shp_symbolize(p2, addr + shift, false, buf, sizeof(buf));
-    CHECK(rc == 0 && starts_with(text, "target_fn (") && !strcmp(buf, text),
-          "shared cache: another base, the same text", buf);
+    test_condf(rc == 0 && starts_with(text, "target_fn (") && !strcmp(buf, text), "%s: %s",
+               "shared cache: another base, the same text", buf);
     FILE *f = fopen(copy, "w");
     rc = f && fputs("not ELF", f) >= 0 && fclose(f) == 0 ? 0 : -1;
     rc = rc ? rc
@@ -324,7 +313,8 @@ int main(void)
                                         exe.build_id_len);
     rc = rc ? rc : shp_symbolize(p3, addr, false, buf, sizeof(buf));
     snprintf(want, sizeof(want), "0x%" PRIx64 " (%s)", addr - exe.base, strrchr(copy, '/') + 1);
-    CHECK(rc == 0 && !strcmp(buf, want), "shared cache: a changed file is symbolized again", buf);
+    test_condf(rc == 0 && !strcmp(buf, want), "%s: %s",
+               "shared cache: a changed file is symbolized again", buf);
     unlink(copy);
     shp_symbolizer_free(p1);
     shp_symbolizer_free(p2);
@@ -335,6 +325,5 @@ int main(void)
     shp_symbolizer_free(NULL);
     if (libc)
         dlclose(libc);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_report();
 }

@@ -1,5 +1,6 @@
-/* shapetrace bench: synthetic but valid trace files, one per rank, for analyzer benchmarks and
- * tests at sizes no test machine can record (8 ranks x 1,000,000 events, 512 ranks x 10,000).
+/* shapetrace test equipment: synthetic but valid trace files, one per rank, for the analyzer's
+ * tests and benchmarks at sizes no test machine can record (8 ranks x 1,000,000 events, 512
+ * ranks x 10,000).
  *
  * Usage: gen_traces DIR NRANKS NEVENTS [--seed S] [--diverge KIND:RANK:SEQ]...
  *
@@ -139,7 +140,7 @@ static void usage(void)
 {
     fputs("usage: gen_traces DIR NRANKS NEVENTS [--seed S] [--diverge KIND:RANK:SEQ]...\n"
           "  KIND is count, dtype, skip or stop; SEQ numbers the collectives on RANK's\n"
-          "  tensor-parallel communicator from 0. See the top of bench/gen_traces.c.\n",
+          "  tensor-parallel communicator from 0. See the top of tests/gen/gen_traces.c.\n",
           stderr);
     exit(2);
 }

@@ -25,14 +25,15 @@
 #pragma GCC diagnostic pop
 
 #include "tests/doubles/uid_exchange.h"
+#include "tests/unit/harness.h"
 
 #define C 6               /* elements per rank's chunk in the small collectives */
 #define SENTINEL (-7.0)   /* what a buffer holds where a call must not write */
 #define LAUNCH_LIMIT "25" /* shp_launch --timeout: a hung scenario fails, never the suite */
 
-static int passed, failed;
 static int me = -1, nranks; /* in a child: RANK and WORLD_SIZE */
 static const char *scenario;
+static char group[96]; /* in a child: its lines' prefix, "SCENARIO rRANK" */
 
 static double now_s(void)
 {
@@ -42,36 +43,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* One write per line: the ranks share the parent's output file. */
-__attribute__((format(printf, 4, 5))) static void check(bool ok, const char *expr, int line,
-                                                        const char *fmt, ...)
-{
-    char buf[1024];
-    int n = 0;
-    va_list ap;
-
-    if (me >= 0)
-        n = snprintf(buf, sizeof(buf), "%s [%s r%d] ", ok ? "ok  " : "FAIL", scenario, me);
-    else
-        n = snprintf(buf, sizeof(buf), "%s ", ok ? "ok  " : "FAIL");
-    va_start(ap, fmt);
-    n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
-    va_end(ap);
-    if (!ok && (size_t)n < sizeof(buf))
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "  [line %d: %s]", line, expr);
-    if ((size_t)n >= sizeof(buf) - 1)
-        n = (int)sizeof(buf) - 2;
-    buf[n++] = '\n';
-    fflush(stdout);
-    (void)!write(STDOUT_FILENO, buf, (size_t)n);
-    if (ok)
-        passed++;
-    else
-        failed++;
-}
-
-#define CHECK(cond, ...) check((cond), #cond, __LINE__, __VA_ARGS__)
-
 __attribute__((format(printf, 1, 2), noreturn)) static void fatal(const char *fmt, ...)
 {
     char msg[512];
@@ -80,7 +51,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void fatal(const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    check(false, "setup", 0, "%s", msg);
+    test_condf(false, "setup: %s", msg);
     exit(1);
 }
 
@@ -296,85 +267,85 @@ static void colls_of_type(ncclComm_t comm, ncclDataType_t t)
         for (size_t j = 0; j < C; j++)
             want[j] = red(redops[k], t, nranks, j);
         want_const(want, C, total, SENTINEL);
-        CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-              "%s all-reduce %s%s", tn, redop_names[k], why);
+        test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+                   "%s all-reduce %s%s", tn, redop_names[k], why);
     }
 
     fill(t, recv, total, v, me, 0);
     r = ncclAllReduce(recv, recv, C, t, ncclSum, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? red(ncclSum, t, nranks, j) : v(me, j);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s in-place all-reduce%s", tn, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s in-place all-reduce%s", tn, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclBroadcast(send, recv, C, t, one, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? v(one, j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s broadcast from rank %d%s", tn, one, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s broadcast from rank %d%s", tn, one, why);
 
     fill(t, recv, total, v, me, 0);
     r = ncclBcast(recv, C, t, last, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? v(last, j) : v(me, j);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s ncclBcast in place from rank %d%s", tn, last, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s ncclBcast in place from rank %d%s", tn, last, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclReduce(send, recv, C, t, ncclSum, last, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C && me == last ? red(ncclSum, t, nranks, j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s reduce to rank %d (%s)%s", tn, last, me == last ? "the sum" : "untouched", why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s reduce to rank %d (%s)%s", tn, last, me == last ? "the sum" : "untouched", why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclAllGather(send, recv, C, t, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = v((int)(j / C), j % C);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)), "%s all-gather%s", tn,
-          why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s all-gather%s", tn, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     fill(t, (char *)recv + (size_t)me * C * es, C, v, me, 0);
     r = ncclAllGather((char *)recv + (size_t)me * C * es, recv, C, t, comm, 0);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s in-place all-gather%s", tn, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s in-place all-gather%s", tn, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclReduceScatter(send, recv, C, t, ncclSum, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? red(ncclSum, t, nranks, (size_t)me * C + j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s reduce-scatter sum%s", tn, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s reduce-scatter sum%s", tn, why);
 
     fill(t, recv, total, v, me, 0);
     r = ncclReduceScatter(recv, (char *)recv + (size_t)me * C * es, C, t, ncclMax, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j / C == (size_t)me ? red(ncclMax, t, nranks, j) : v(me, j);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s in-place reduce-scatter max%s", tn, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s in-place reduce-scatter max%s", tn, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclAlltoAll(send, recv, C, t, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = v((int)(j / C), (size_t)me * C + j % C);
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)), "%s all-to-all%s", tn,
-          why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s all-to-all%s", tn, why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclGather(send, recv, C, t, 0, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = me == 0 ? v((int)(j / C), j % C) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s gather to rank 0 (%s)%s", tn, me == 0 ? "every chunk" : "untouched", why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s gather to rank 0 (%s)%s", tn, me == 0 ? "every chunk" : "untouched", why);
 
     fill(t, recv, total, NULL, 0, SENTINEL);
     r = ncclScatter(send, recv, C, t, one, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? v(one, (size_t)me * C + j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
-          "%s scatter from rank %d%s", tn, one, why);
+    test_condf(r == ncclSuccess && expect(t, recv, want, total, why, sizeof(why)),
+               "%s scatter from rank %d%s", tn, one, why);
 
     cudaFree(send);
     cudaFree(recv);
@@ -388,10 +359,11 @@ static void child_collectives(void)
     int n = -1, r = -1;
     bool ok = ncclCommCount(comm, &n) == ncclSuccess && ncclCommUserRank(comm, &r) == ncclSuccess;
 
-    CHECK(ok && n == nranks && r == me, "ncclCommInitRank across processes: rank %d of %d", r, n);
+    test_condf(ok && n == nranks && r == me, "ncclCommInitRank across processes: rank %d of %d", r,
+               n);
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++)
         colls_of_type(comm, types[k]);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 /* ---- scenario: buffers larger than a round ----------------------------------------------------
@@ -489,37 +461,37 @@ static void child_big(void)
 
     fill(ncclBfloat16, send, rows.count, v_row, me, 0);
     r = ncclAllGather(send, recv, rows.count, ncclBfloat16, comm, 0);
-    CHECK(r == ncclSuccess && expect_fn(ncclBfloat16, recv, rows.count * (size_t)nranks,
-                                        want_gathered_rows, &rows, why, sizeof(why)),
-          "bf16 all-gather of 771 x 896 per rank%s", why);
+    test_condf(r == ncclSuccess && expect_fn(ncclBfloat16, recv, rows.count * (size_t)nranks,
+                                             want_gathered_rows, &rows, why, sizeof(why)),
+               "bf16 all-gather of 771 x 896 per rank%s", why);
 
     fill(ncclFloat32, send, ar.count, v_small, me, 0);
     r = ncclAllReduce(send, recv, ar.count, ncclFloat32, ncclSum, comm, 0);
-    CHECK(r == ncclSuccess &&
-              expect_fn(ncclFloat32, recv, ar.count, want_sum_small, NULL, why, sizeof(why)),
-          "fp32 all-reduce of 6 MiB (two rounds)%s", why);
+    test_condf(r == ncclSuccess &&
+                   expect_fn(ncclFloat32, recv, ar.count, want_sum_small, NULL, why, sizeof(why)),
+               "fp32 all-reduce of 6 MiB (two rounds)%s", why);
 
     fill(ncclFloat32, send, rs.count * (size_t)nranks, v_small, me, 0);
     r = ncclReduceScatter(send, recv, rs.count, ncclFloat32, ncclSum, comm, 0);
-    CHECK(r == ncclSuccess &&
-              expect_fn(ncclFloat32, recv, rs.count, want_scattered_sum, &rs, why, sizeof(why)),
-          "fp32 reduce-scatter of %zu per rank (rounds of blocks)%s", rs.count, why);
+    test_condf(r == ncclSuccess && expect_fn(ncclFloat32, recv, rs.count, want_scattered_sum, &rs,
+                                             why, sizeof(why)),
+               "fp32 reduce-scatter of %zu per rank (rounds of blocks)%s", rs.count, why);
 
     fill(ncclInt32, send, a2a.count * (size_t)nranks, v_small, me, 0);
     r = ncclAlltoAll(send, recv, a2a.count, ncclInt32, comm, 0);
-    CHECK(r == ncclSuccess && expect_fn(ncclInt32, recv, a2a.count * (size_t)nranks, want_a2a, &a2a,
-                                        why, sizeof(why)),
-          "int32 all-to-all of %zu per peer%s", a2a.count, why);
+    test_condf(r == ncclSuccess && expect_fn(ncclInt32, recv, a2a.count * (size_t)nranks, want_a2a,
+                                             &a2a, why, sizeof(why)),
+               "int32 all-to-all of %zu per peer%s", a2a.count, why);
 
     fill(ncclUint8, send, bc.count, v_byte, me, 0);
     r = ncclBroadcast(send, recv, bc.count, ncclUint8, 0, comm, 0);
-    CHECK(r == ncclSuccess &&
-              expect_fn(ncclUint8, recv, bc.count, want_bytes_of_0, NULL, why, sizeof(why)),
-          "uint8 broadcast of 5 MiB + 3 from rank 0%s", why);
-    CHECK(now_s() - t0 < 15, "large calls took %.2f s", now_s() - t0);
+    test_condf(r == ncclSuccess &&
+                   expect_fn(ncclUint8, recv, bc.count, want_bytes_of_0, NULL, why, sizeof(why)),
+               "uint8 broadcast of 5 MiB + 3 from rank 0%s", why);
+    test_condf(now_s() - t0 < 15, "large calls took %.2f s", now_s() - t0);
     cudaFree(send);
     cudaFree(recv);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 /* ---- scenarios: send and receive --------------------------------------------------------------
@@ -562,10 +534,11 @@ static void child_p2p_group(void)
     ncclRecv(brecv, BIG_MSG, ncclUint8, prev, comm, 0);
     ncclRecv(small_recv, 4, ncclInt32, prev, comm, 0);
     r = ncclGroupEnd();
-    CHECK(r == ncclSuccess && bytes_from(brecv, BIG_MSG, prev, why, sizeof(why)),
-          "ring in one group: 3 MiB from rank %d%s", prev, why);
-    CHECK(small_recv[0] == 1000 * prev && small_recv[3] == 1000 * prev + 3,
-          "second message to the same peer arrives second: %d %d", small_recv[0], small_recv[3]);
+    test_condf(r == ncclSuccess && bytes_from(brecv, BIG_MSG, prev, why, sizeof(why)),
+               "ring in one group: 3 MiB from rank %d%s", prev, why);
+    test_condf(small_recv[0] == 1000 * prev && small_recv[3] == 1000 * prev + 3,
+               "second message to the same peer arrives second: %d %d", small_recv[0],
+               small_recv[3]);
 
     /* torch's all-to-all: every send, then every receive, self included, in one group. */
     for (int q = 0; q < nranks; q++)
@@ -584,7 +557,7 @@ static void child_p2p_group(void)
         for (int q = 0; q < nranks; q++)
             for (int k = 0; k < 4; k++)
                 ok = ok && a2a_recv[q * 4 + k] == 100 * q + 10 * me + k;
-        CHECK(ok, "all-to-all made of sends and receives in one group");
+        test_condf(ok, "all-to-all made of sends and receives in one group");
     }
 
     /* Receives posted before the sends, and a collective in the same group. */
@@ -597,14 +570,14 @@ static void child_p2p_group(void)
         ncclAllReduce(&x, &sum, 1, ncclFloat32, ncclSum, comm, 0);
         ncclSend(small_send, 4, ncclInt32, next, comm, 0);
         r = ncclGroupEnd();
-        CHECK(r == ncclSuccess && small_recv[2] == 1000 * prev + 2 &&
-                  sum == (float)(nranks * (nranks - 1) / 2),
-              "recv before send, with an all-reduce in the group: %d, sum %g", small_recv[2],
-              (double)sum);
+        test_condf(r == ncclSuccess && small_recv[2] == 1000 * prev + 2 &&
+                       sum == (float)(nranks * (nranks - 1) / 2),
+                   "recv before send, with an all-reduce in the group: %d, sum %g", small_recv[2],
+                   (double)sum);
     }
     free(bsend);
     free(brecv);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 #define PAIR_MSG ((size_t)2 << 20)
@@ -630,9 +603,9 @@ static void child_p2p_blocking(void)
         r1 = ncclRecv(in, PAIR_MSG, ncclUint8, peer, comm, 0);
         r2 = ncclSend(out, PAIR_MSG, ncclUint8, peer, comm, 0);
     }
-    CHECK(r1 == ncclSuccess && r2 == ncclSuccess &&
-              bytes_from(in, PAIR_MSG, peer, why, sizeof(why)),
-          "blocking pair with rank %d, 2 MiB each way, outside a group%s", peer, why);
+    test_condf(r1 == ncclSuccess && r2 == ncclSuccess &&
+                   bytes_from(in, PAIR_MSG, peer, why, sizeof(why)),
+               "blocking pair with rank %d, 2 MiB each way, outside a group%s", peer, why);
 
     /* Small sends complete before the receiver asks; receives take them in order. */
     if (me % 2 == 0) {
@@ -643,7 +616,7 @@ static void child_p2p_blocking(void)
             msgs[k][1] = k;
             ok = ok && ncclSend(msgs[k], 2, ncclInt32, peer, comm, 0) == ncclSuccess;
         }
-        CHECK(ok, "three small sends to rank %d return before any receive", peer);
+        test_condf(ok, "three small sends to rank %d return before any receive", peer);
     } else {
         bool ok = true;
 
@@ -651,25 +624,25 @@ static void child_p2p_blocking(void)
         for (int k = 0; k < 3; k++)
             ok = ok && ncclRecv(got[k], 2, ncclInt32, peer, comm, 0) == ncclSuccess &&
                  got[k][0] == peer && got[k][1] == k;
-        CHECK(ok, "three receives from rank %d get its sends in issue order", peer);
+        test_condf(ok, "three receives from rank %d get its sends in issue order", peer);
     }
 
     /* A receive that waits for a late sender. */
     if (me % 2 == 0) {
         usleep(100 * 1000);
         r1 = ncclSend(out, 16, ncclUint8, peer, comm, 0);
-        CHECK(r1 == ncclSuccess, "late send to rank %d", peer);
+        test_condf(r1 == ncclSuccess, "late send to rank %d", peer);
     } else {
         double t0 = now_s();
 
         memset(in, 0, 16);
         r1 = ncclRecv(in, 16, ncclUint8, peer, comm, 0);
-        CHECK(r1 == ncclSuccess && bytes_from(in, 16, peer, why, sizeof(why)),
-              "receive waited %.2f s for rank %d's late send%s", now_s() - t0, peer, why);
+        test_condf(r1 == ncclSuccess && bytes_from(in, 16, peer, why, sizeof(why)),
+                   "receive waited %.2f s for rank %d's late send%s", now_s() - t0, peer, why);
     }
     free(out);
     free(in);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 /* ---- scenarios: split and shrink --------------------------------------------------------------
@@ -695,7 +668,7 @@ static void check_sum_on(ncclComm_t comm, const int *members, int k, const char 
             s += v(members[m], (size_t)j);
         ok = recv[j] == (float)s;
     }
-    CHECK(ok, "all-reduce on %s sums its members' values", what);
+    test_condf(ok, "all-reduce on %s sums its members' values", what);
 }
 
 /* The parent ranks of comm's members, in comm's rank order, by an all-gather. */
@@ -726,10 +699,10 @@ static void child_split(void)
         ncclCommCount(half, &n);
         ncclCommUserRank(half, &r);
     }
-    CHECK(res == ncclSuccess && half && n == 2 && r == me / 2,
-          "split by color rank%%2: %d ranks, I am rank %d", n, r);
+    test_condf(res == ncclSuccess && half && n == 2 && r == me / 2,
+               "split by color rank%%2: %d ranks, I am rank %d", n, r);
     check_sum_on(half, halfm, 2, "my half");
-    CHECK(order_is(half, halfm, 2), "half ordered by key (= parent rank)");
+    test_condf(order_is(half, halfm, 2), "half ordered by key (= parent rank)");
 
     /* key = -rank reverses each half; inside a group, as NCCL allows. As with NCCL, the new comm
      * is handed out at the call and usable once the group has ended. */
@@ -738,31 +711,31 @@ static void child_split(void)
     {
         ncclResult_t async = ncclSuccess;
 
-        CHECK(res == ncclSuccess && rev && ncclCommCount(rev, &n) == ncclInvalidArgument &&
-                  ncclCommGetAsyncError(rev, &async) == ncclSuccess && async == ncclInProgress,
-              "split in a group: the comm is handed out at once, in progress until the end");
+        test_condf(res == ncclSuccess && rev && ncclCommCount(rev, &n) == ncclInvalidArgument &&
+                       ncclCommGetAsyncError(rev, &async) == ncclSuccess && async == ncclInProgress,
+                   "split in a group: the comm is handed out at once, in progress until the end");
     }
     res = ncclGroupEnd();
     r = -1;
     if (rev)
         ncclCommUserRank(rev, &r);
-    CHECK(res == ncclSuccess && rev && r == 1 - me / 2,
-          "split in a group with key -rank: I am rank %d", r);
-    CHECK(order_is(rev, revm, 2), "reversed half ordered by key");
+    test_condf(res == ncclSuccess && rev && r == 1 - me / 2,
+               "split in a group with key -rank: I am rank %d", r);
+    test_condf(order_is(rev, revm, 2), "reversed half ordered by key");
 
     /* NCCL_SPLIT_NOCOLOR gives NULL; equal keys keep parent order. */
     res = ncclCommSplit(world, me == 3 ? NCCL_SPLIT_NOCOLOR : 5, 0, &three, NULL);
-    CHECK(res == ncclSuccess && (me == 3 ? three == NULL : three != NULL),
-          "split with NCCL_SPLIT_NOCOLOR on rank 3: %s", three ? "a comm" : "NULL");
+    test_condf(res == ncclSuccess && (me == 3 ? three == NULL : three != NULL),
+               "split with NCCL_SPLIT_NOCOLOR on rank 3: %s", three ? "a comm" : "NULL");
     if (three) {
         check_sum_on(three, threem, 3, "the 3-rank comm");
-        CHECK(order_is(three, threem, 3), "equal keys: parent order");
+        test_condf(order_is(three, threem, 3), "equal keys: parent order");
     }
 
     /* A split of a split: one rank each. */
     res = ncclCommSplit(half, me, 0, &solo, NULL);
-    CHECK(res == ncclSuccess && solo && ncclCommCount(solo, &n) == ncclSuccess && n == 1,
-          "split of a split into single ranks");
+    test_condf(res == ncclSuccess && solo && ncclCommCount(solo, &n) == ncclSuccess && n == 1,
+               "split of a split into single ranks");
     if (solo)
         check_sum_on(solo, &me, 1, "a 1-rank comm");
 
@@ -771,10 +744,10 @@ static void child_split(void)
 
         check_sum_on(world, all, 4, "the parent after its splits");
     }
-    CHECK(ncclCommDestroy(solo) == ncclSuccess && ncclCommDestroy(three) == ncclSuccess &&
-              ncclCommDestroy(rev) == ncclSuccess && ncclCommDestroy(half) == ncclSuccess &&
-              ncclCommDestroy(world) == ncclSuccess,
-          "destroy all");
+    test_condf(ncclCommDestroy(solo) == ncclSuccess && ncclCommDestroy(three) == ncclSuccess &&
+                   ncclCommDestroy(rev) == ncclSuccess && ncclCommDestroy(half) == ncclSuccess &&
+                   ncclCommDestroy(world) == ncclSuccess,
+               "destroy all");
 }
 
 /* Polls ncclCommGetAsyncError until the comm is no longer in progress; the polls it took. */
@@ -809,32 +782,34 @@ static void child_nonblocking(void)
     if (shp_uid_exchange(&id, me) != 0)
         fatal("no unique id");
     r = ncclCommInitRankConfig(&world, nranks, id, me, &config);
-    CHECK(r == ncclInProgress && world, "a non-blocking init returns ncclInProgress (%d)", (int)r);
+    test_condf(r == ncclInProgress && world, "a non-blocking init returns ncclInProgress (%d)",
+               (int)r);
     if (!world)
         fatal("no comm");
-    CHECK(ncclCommUserRank(world, &rk) == ncclInvalidArgument && rk == -1 &&
-              ncclCommCount(world, &n) == ncclInvalidArgument,
-          "its rank and size are refused while it is in progress");
-    CHECK(ncclCommGetAsyncError(world, &state) == ncclSuccess && state == ncclInProgress,
-          "ncclCommGetAsyncError says ncclInProgress");
-    CHECK(ncclAllReduce(all, all, 1, ncclInt32, ncclSum, world, 0) == ncclInvalidArgument,
-          "a collective on it is refused (ncclInvalidArgument) until it is ready");
+    test_condf(ncclCommUserRank(world, &rk) == ncclInvalidArgument && rk == -1 &&
+                   ncclCommCount(world, &n) == ncclInvalidArgument,
+               "its rank and size are refused while it is in progress");
+    test_condf(ncclCommGetAsyncError(world, &state) == ncclSuccess && state == ncclInProgress,
+               "ncclCommGetAsyncError says ncclInProgress");
+    test_condf(ncclAllReduce(all, all, 1, ncclInt32, ncclSum, world, 0) == ncclInvalidArgument,
+               "a collective on it is refused (ncclInvalidArgument) until it is ready");
     int polls = poll_ready(world, &state);
-    CHECK(state == ncclSuccess && polls > 1, "ready after %d polls", polls);
+    test_condf(state == ncclSuccess && polls > 1, "ready after %d polls", polls);
     bool known = ncclCommUserRank(world, &rk) == ncclSuccess && ncclCommCount(world, &n) == 0;
-    CHECK(known && rk == me && n == 4, "then its rank (%d) and size (%d)", rk, n);
+    test_condf(known && rk == me && n == 4, "then its rank (%d) and size (%d)", rk, n);
     check_sum_on(world, all, 4, "the non-blocking world");
     r = ncclCommSplit(world, me % 2, me, &half, &config);
-    CHECK(r == ncclInProgress && half, "a non-blocking split returns ncclInProgress (%d)", (int)r);
+    test_condf(r == ncclInProgress && half, "a non-blocking split returns ncclInProgress (%d)",
+               (int)r);
     if (!half)
         fatal("no half");
-    CHECK(ncclCommUserRank(half, &rk) == ncclInvalidArgument, "the child is refused at first");
+    test_condf(ncclCommUserRank(half, &rk) == ncclInvalidArgument, "the child is refused at first");
     polls = poll_ready(half, &state);
     known = state == ncclSuccess && ncclCommUserRank(half, &rk) == ncclSuccess;
-    CHECK(known && rk == me / 2, "then ready, rank %d after %d polls", rk, polls);
+    test_condf(known && rk == me / 2, "then ready, rank %d after %d polls", rk, polls);
     check_sum_on(half, halfm, 2, "the non-blocking half");
-    CHECK(ncclCommDestroy(half) == ncclSuccess && ncclCommDestroy(world) == ncclSuccess,
-          "destroy both");
+    test_condf(ncclCommDestroy(half) == ncclSuccess && ncclCommDestroy(world) == ncclSuccess,
+               "destroy both");
 }
 
 static void child_shrink(void)
@@ -847,7 +822,7 @@ static void child_shrink(void)
         fatal("shrink wants 4 ranks");
     if (me == 1) {
         /* The excluded rank makes no call (it could be dead). */
-        CHECK(ncclCommDestroy(world) == ncclSuccess, "excluded rank leaves without calling");
+        test_condf(ncclCommDestroy(world) == ncclSuccess, "excluded rank leaves without calling");
         return;
     }
     ncclGroupStart();
@@ -857,14 +832,14 @@ static void child_shrink(void)
         ncclCommCount(small, &n);
         ncclCommUserRank(small, &r);
     }
-    CHECK(res == ncclSuccess && small && n == 3 && r == (me == 0 ? 0 : me - 1),
-          "shrink without rank 1, in a group: %d ranks, I am rank %d", n, r);
+    test_condf(res == ncclSuccess && small && n == 3 && r == (me == 0 ? 0 : me - 1),
+               "shrink without rank 1, in a group: %d ranks, I am rank %d", n, r);
     if (small) {
         check_sum_on(small, members, 3, "the shrunk comm");
-        CHECK(order_is(small, members, 3), "survivors keep their order");
+        test_condf(order_is(small, members, 3), "survivors keep their order");
     }
-    CHECK(ncclCommDestroy(small) == ncclSuccess && ncclCommDestroy(world) == ncclSuccess,
-          "destroy");
+    test_condf(ncclCommDestroy(small) == ncclSuccess && ncclCommDestroy(world) == ncclSuccess,
+               "destroy");
 }
 
 /* ---- scenarios: ranks that disagree -----------------------------------------------------------
@@ -892,21 +867,23 @@ static void child_mismatch(void)
         else /* rank 3's block: its 4 values, then zeros */
             want[j] = q == 3 && i >= 4 ? 0 : v((int)q, i);
     }
-    CHECK(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
-          "all-gather where rank 3 sends 4, the others 6: success and %s%s",
-          me == 3 ? "truncated blocks" : "rank 3's block padded with zeros", why);
+    test_condf(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
+               "all-gather where rank 3 sends 4, the others 6: success and %s%s",
+               me == 3 ? "truncated blocks" : "rank 3's block padded with zeros", why);
 
     /* Ranks disagreeing on the root each take their own root's data. */
     fill(ncclFloat32, recv, total, NULL, 0, SENTINEL);
     r = ncclBroadcast(send, recv, C, ncclFloat32, me == 0 ? 0 : 1, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? v(me == 0 ? 0 : 1, j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
-          "broadcast where rank 0 says root 0, the others root 1: no error, each its own%s", why);
+    test_condf(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
+               "broadcast where rank 0 says root 0, the others root 1: no error, each its own%s",
+               why);
 
     /* Datatypes that disagree: garbage, no error, no crash. */
     r = ncclAllReduce(send, recv, C, me == 2 ? ncclFloat32 : ncclInt32, ncclSum, comm, 0);
-    CHECK(r == ncclSuccess, "all-reduce where rank 2 says fp32 and the others int32: no error");
+    test_condf(r == ncclSuccess,
+               "all-reduce where rank 2 says fp32 and the others int32: no error");
 
     /* p2p sizes that disagree: the receiver takes what fits, zeros after a short message. */
     if (me < 2) {
@@ -914,16 +891,17 @@ static void child_mismatch(void)
 
         if (me == 0) {
             r = ncclSend(s8, 8, ncclInt32, 1, comm, 0);
-            CHECK(r == ncclSuccess && ncclSend(s2, 2, ncclInt32, 1, comm, 0) == ncclSuccess,
-                  "sends of 8 then 2 int32 to rank 1");
+            test_condf(r == ncclSuccess && ncclSend(s2, 2, ncclInt32, 1, comm, 0) == ncclSuccess,
+                       "sends of 8 then 2 int32 to rank 1");
         } else {
             r = ncclRecv(got, 4, ncclInt32, 0, comm, 0);
-            CHECK(r == ncclSuccess && got[0] == 1 && got[3] == 4,
-                  "receive of 4 from a send of 8: the first 4 (%d..%d)", got[0], got[3]);
+            test_condf(r == ncclSuccess && got[0] == 1 && got[3] == 4,
+                       "receive of 4 from a send of 8: the first 4 (%d..%d)", got[0], got[3]);
             memset(got, 0x55, sizeof(got));
             r = ncclRecv(got, 4, ncclInt32, 0, comm, 0);
-            CHECK(r == ncclSuccess && got[0] == 9 && got[1] == 10 && got[2] == 0 && got[3] == 0,
-                  "receive of 4 from a send of 2: 2 values, then zeros");
+            test_condf(r == ncclSuccess && got[0] == 9 && got[1] == 10 && got[2] == 0 &&
+                           got[3] == 0,
+                       "receive of 4 from a send of 2: 2 values, then zeros");
         }
     }
 
@@ -932,11 +910,11 @@ static void child_mismatch(void)
     r = ncclAllReduce(send, recv, C, ncclFloat32, ncclSum, comm, 0);
     for (size_t j = 0; j < total; j++)
         want[j] = j < C ? red(ncclSum, ncclFloat32, nranks, j) : SENTINEL;
-    CHECK(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
-          "an agreeing all-reduce afterwards is right%s", why);
+    test_condf(r == ncclSuccess && expect(ncclFloat32, recv, want, total, why, sizeof(why)),
+               "an agreeing all-reduce afterwards is right%s", why);
     cudaFree(send);
     cudaFree(recv);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 static void child_missing(void)
@@ -947,26 +925,26 @@ static void child_missing(void)
     double t0, took;
 
     r = ncclAllReduce(x, y, C, ncclFloat32, ncclSum, comm, 0);
-    CHECK(r == ncclSuccess && y[0] == (float)nranks, "first all-reduce, everyone");
+    test_condf(r == ncclSuccess && y[0] == (float)nranks, "first all-reduce, everyone");
     if (me == nranks - 1) {
-        CHECK(ncclCommDestroy(comm) == ncclSuccess, "rank %d skips the second and leaves", me);
+        test_condf(ncclCommDestroy(comm) == ncclSuccess, "rank %d skips the second and leaves", me);
         return;
     }
     t0 = now_s();
     r = ncclAllReduce(x, y, C, ncclFloat32, ncclSum, comm, 0);
     took = now_s() - t0;
-    CHECK(r == ncclSystemError || r == ncclInternalError, "second all-reduce without rank %d: %s",
-          nranks - 1, ncclGetErrorString(r));
-    CHECK(took > 0.9 && took < 4, "gave up after %.2f s (SHAPETRACE_DOUBLE_TIMEOUT=1)", took);
-    CHECK(strstr(ncclGetLastError(comm), "ncclAllReduce") &&
-              strstr(ncclGetLastError(comm), "waiting for rank 3 (1 of 4) to make this call"),
-          "ncclGetLastError names the call and the missing rank: %s", ncclGetLastError(comm));
-    CHECK(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSystemError,
-          "ncclCommGetAsyncError reports the error");
+    test_condf(r == ncclSystemError || r == ncclInternalError,
+               "second all-reduce without rank %d: %s", nranks - 1, ncclGetErrorString(r));
+    test_condf(took > 0.9 && took < 4, "gave up after %.2f s (SHAPETRACE_DOUBLE_TIMEOUT=1)", took);
+    test_condf(strstr(ncclGetLastError(comm), "ncclAllReduce") &&
+                   strstr(ncclGetLastError(comm), "waiting for rank 3 (1 of 4) to make this call"),
+               "ncclGetLastError names the call and the missing rank: %s", ncclGetLastError(comm));
+    test_condf(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSystemError,
+               "ncclCommGetAsyncError reports the error");
     t0 = now_s();
     r = ncclAllReduce(x, y, C, ncclFloat32, ncclSum, comm, 0);
-    CHECK(r != ncclSuccess && now_s() - t0 < 0.5, "the comm then refuses work at once");
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy after the timeout");
+    test_condf(r != ncclSuccess && now_s() - t0 < 0.5, "the comm then refuses work at once");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy after the timeout");
 }
 
 static void child_missing_p2p(void)
@@ -979,17 +957,17 @@ static void child_missing_p2p(void)
         fatal("out of memory");
     if (me == 0) {
         r = ncclRecv(buf, 16, ncclUint8, 1, comm, 0);
-        CHECK(r == ncclSystemError && strstr(ncclGetLastError(comm), "to send"),
-              "receive from a rank that never sends times out: %s", ncclGetLastError(comm));
+        test_condf(r == ncclSystemError && strstr(ncclGetLastError(comm), "to send"),
+                   "receive from a rank that never sends times out: %s", ncclGetLastError(comm));
     } else {
         /* Larger than the ring, and nobody receives. */
         r = ncclSend(buf, PAIR_MSG, ncclUint8, me, comm, 0);
-        CHECK(r == ncclSystemError && strstr(ncclGetLastError(comm), "to receive"),
-              "send to self outside a group, never received, times out: %s",
-              ncclGetLastError(comm));
+        test_condf(r == ncclSystemError && strstr(ncclGetLastError(comm), "to receive"),
+                   "send to self outside a group, never received, times out: %s",
+                   ncclGetLastError(comm));
     }
     free(buf);
-    CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    test_condf(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 }
 
 /* A split in a group that one rank never makes: the group fails after the timeout, and the comm
@@ -1001,18 +979,18 @@ static void child_missing_split(void)
     double t0 = now_s();
 
     if (me == 1) {
-        CHECK(ncclCommDestroy(comm) == ncclSuccess, "rank 1 never splits");
+        test_condf(ncclCommDestroy(comm) == ncclSuccess, "rank 1 never splits");
         return;
     }
     ncclGroupStart();
     ncclCommSplit(comm, 0, 0, &sub, NULL);
     r = ncclGroupEnd();
-    CHECK(r == ncclSystemError && now_s() - t0 < 4, "the group's end fails after %.2f s",
-          now_s() - t0);
-    CHECK(sub && ncclCommGetAsyncError(sub, &async) == ncclSuccess && async == ncclSystemError,
-          "the handed-out comm reports the error");
-    CHECK(ncclCommDestroy(sub) == ncclSuccess && ncclCommDestroy(comm) == ncclSuccess,
-          "destroy both");
+    test_condf(r == ncclSystemError && now_s() - t0 < 4, "the group's end fails after %.2f s",
+               now_s() - t0);
+    test_condf(sub && ncclCommGetAsyncError(sub, &async) == ncclSuccess && async == ncclSystemError,
+               "the handed-out comm reports the error");
+    test_condf(ncclCommDestroy(sub) == ncclSuccess && ncclCommDestroy(comm) == ncclSuccess,
+               "destroy both");
 }
 
 /* ---- scenario: several communicators at once --------------------------------------------------
@@ -1073,34 +1051,34 @@ static void child_concurrent(void)
     if (shp_uid_exchange(&idb, me) != 0)
         fatal("second unique id");
     r1 = ncclCommInitRankConfig(&b, nranks, idb, me, &config);
-    CHECK(r1 == ncclSuccess && b, "ncclCommInitRankConfig with the second exchanged id");
+    test_condf(r1 == ncclSuccess && b, "ncclCommInitRankConfig with the second exchanged id");
     broadcast_id(a, &idc);
     r1 = ncclCommInitRankScalable(&c, nranks, me, 1, &idc, NULL);
-    CHECK(r1 == ncclSuccess && c, "ncclCommInitRankScalable with an id broadcast over a comm");
+    test_condf(r1 == ncclSuccess && c, "ncclCommInitRankScalable with an id broadcast over a comm");
     broadcast_id(a, &idd);
     ncclGroupStart();
     r1 = ncclCommInitRank(&d, nranks, idd, me);
     {
         int n = -1;
 
-        CHECK(r1 == ncclSuccess && d && ncclCommCount(d, &n) == ncclInvalidArgument,
-              "ncclCommInitRank inside a group: handed out, not usable before the end");
+        test_condf(r1 == ncclSuccess && d && ncclCommCount(d, &n) == ncclInvalidArgument,
+                   "ncclCommInitRank inside a group: handed out, not usable before the end");
     }
     r2 = ncclGroupEnd();
-    CHECK(r1 == ncclSuccess && r2 == ncclSuccess && d, "ncclCommInitRank inside a group");
+    test_condf(r1 == ncclSuccess && r2 == ncclSuccess && d, "ncclCommInitRank inside a group");
     if (!b || !c || !d)
         fatal("communicators");
 
     /* Interleaved calls on four comms. */
     r1 = ncclAllReduce(&x, &ya, 1, ncclInt32, ncclSum, a, 0);
     r2 = ncclAllGather(&x, yb, 1, ncclInt32, b, 0);
-    CHECK(r1 == ncclSuccess && r2 == ncclSuccess && ya == nranks * (nranks + 1) / 2 &&
-              yb[nranks - 1] == nranks,
-          "interleaved all-reduce on a and all-gather on b");
+    test_condf(r1 == ncclSuccess && r2 == ncclSuccess && ya == nranks * (nranks + 1) / 2 &&
+                   yb[nranks - 1] == nranks,
+               "interleaved all-reduce on a and all-gather on b");
     r1 = ncclBroadcast(&x, &yc, 1, ncclInt32, nranks - 1, c, 0);
     r2 = ncclAllReduce(&x, &ya, 1, ncclInt32, ncclMax, d, 0);
-    CHECK(r1 == ncclSuccess && r2 == ncclSuccess && yc == nranks && ya == nranks,
-          "broadcast on c, all-reduce max on d");
+    test_condf(r1 == ncclSuccess && r2 == ncclSuccess && yc == nranks && ya == nranks,
+               "broadcast on c, all-reduce max on d");
 
     /* One group, two comms, issued in opposite orders on odd and even ranks. */
     ya = 0;
@@ -1114,8 +1092,8 @@ static void child_concurrent(void)
         ncclAllGather(&x, yb, 1, ncclInt32, b, 0);
     }
     r1 = ncclGroupEnd();
-    CHECK(r1 == ncclSuccess && ya == nranks * (nranks + 1) / 2 && yb[0] == 1,
-          "a group with calls on two comms in different orders on different ranks");
+    test_condf(r1 == ncclSuccess && ya == nranks * (nranks + 1) / 2 && yb[0] == 1,
+               "a group with calls on two comms in different orders on different ranks");
 
     /* Two ranks per process: both made in one group, driven in one group. */
     {
@@ -1128,15 +1106,15 @@ static void child_concurrent(void)
         for (int i = 0; i < 2; i++)
             ncclCommInitRank(&e[i], 2 * nranks, ide, 2 * me + i);
         r1 = ncclGroupEnd();
-        CHECK(r1 == ncclSuccess && e[0] && e[1], "two ranks of one comm made in one group");
+        test_condf(r1 == ncclSuccess && e[0] && e[1], "two ranks of one comm made in one group");
         ncclGroupStart();
         for (int i = 0; i < 2; i++)
             ncclAllReduce(&xe[i], &ye[i], 1, ncclInt32, ncclSum, e[i], 0);
         r1 = ncclGroupEnd();
-        CHECK(r1 == ncclSuccess && ye[0] == k * (k + 1) / 2 && ye[1] == ye[0],
-              "an all-reduce over %d ranks, two per process, in one group: %d", k, ye[0]);
-        CHECK(ncclCommDestroy(e[0]) == ncclSuccess && ncclCommDestroy(e[1]) == ncclSuccess,
-              "destroy both");
+        test_condf(r1 == ncclSuccess && ye[0] == k * (k + 1) / 2 && ye[1] == ye[0],
+                   "an all-reduce over %d ranks, two per process, in one group: %d", k, ye[0]);
+        test_condf(ncclCommDestroy(e[0]) == ncclSuccess && ncclCommDestroy(e[1]) == ncclSuccess,
+                   "destroy both");
     }
 
     /* Two threads, each driving its own comm. */
@@ -1147,12 +1125,12 @@ static void child_concurrent(void)
     pthread_create(&tb, NULL, loop_main, &lb);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
-    CHECK(la.err == ncclSuccess && la.bad == 0 && lb.err == ncclSuccess && lb.bad == 0,
-          "two threads, %d all-reduces on a and %d all-gathers on b at once (bad %d, %d)", LOOPS,
-          LOOPS, la.bad, lb.bad);
-    CHECK(ncclCommDestroy(d) == ncclSuccess && ncclCommDestroy(c) == ncclSuccess &&
-              ncclCommDestroy(b) == ncclSuccess && ncclCommDestroy(a) == ncclSuccess,
-          "destroy four comms");
+    test_condf(la.err == ncclSuccess && la.bad == 0 && lb.err == ncclSuccess && lb.bad == 0,
+               "two threads, %d all-reduces on a and %d all-gathers on b at once (bad %d, %d)",
+               LOOPS, LOOPS, la.bad, lb.bad);
+    test_condf(ncclCommDestroy(d) == ncclSuccess && ncclCommDestroy(c) == ncclSuccess &&
+                   ncclCommDestroy(b) == ncclSuccess && ncclCommDestroy(a) == ncclSuccess,
+               "destroy four comms");
 }
 
 /* ---- the parent -------------------------------------------------------------------------------
@@ -1186,37 +1164,37 @@ static int count_lines(const char *text, const char *part)
 static void quiet(const char *err, double secs)
 {
     (void)secs;
-    CHECK(!*err, "no messages on stderr");
+    test_condf(!*err, "no messages on stderr");
 }
 
 static void after_missing(const char *err, double secs)
 {
-    CHECK(count_lines(err, "timed out") == 3, "three ranks each print one timeout message");
-    CHECK(count_lines(err, "waiting for rank 3 (1 of 4) to make this call") == 3,
-          "each message says the call waits for rank 3");
-    CHECK(count_lines(err, "ncclAllReduce(count 6, fp32, sum) : rank 0 of 4") == 1 &&
-              count_lines(err, "rank 1 of 4") == 1 && count_lines(err, "rank 2 of 4") == 1,
-          "each names the op and its rank");
-    CHECK(secs < 6, "the scenario ends in %.2f s", secs);
+    test_condf(count_lines(err, "timed out") == 3, "three ranks each print one timeout message");
+    test_condf(count_lines(err, "waiting for rank 3 (1 of 4) to make this call") == 3,
+               "each message says the call waits for rank 3");
+    test_condf(count_lines(err, "ncclAllReduce(count 6, fp32, sum) : rank 0 of 4") == 1 &&
+                   count_lines(err, "rank 1 of 4") == 1 && count_lines(err, "rank 2 of 4") == 1,
+               "each names the op and its rank");
+    test_condf(secs < 6, "the scenario ends in %.2f s", secs);
 }
 
 static void after_missing_split(const char *err, double secs)
 {
-    CHECK(count_lines(err, "ncclCommSplit : rank 0 of 2 timed out") == 1 &&
-              count_lines(err, "waiting for rank 1 (1 of 2) to make this call") == 1,
-          "one message: the split waits for rank 1");
-    CHECK(secs < 6, "the scenario ends in %.2f s", secs);
+    test_condf(count_lines(err, "ncclCommSplit : rank 0 of 2 timed out") == 1 &&
+                   count_lines(err, "waiting for rank 1 (1 of 2) to make this call") == 1,
+               "one message: the split waits for rank 1");
+    test_condf(secs < 6, "the scenario ends in %.2f s", secs);
 }
 
 static void after_missing_p2p(const char *err, double secs)
 {
-    CHECK(count_lines(err, "ncclRecv(count 16, uint8, peer 1) : rank 0 of 2") == 1 &&
-              count_lines(err, "waiting for rank 1 to send") == 1,
-          "the receive's message names its peer");
-    CHECK(count_lines(err, "ncclSend(count 2097152, uint8, peer 1) : rank 1 of 2") == 1 &&
-              count_lines(err, "waiting for rank 1 to receive") == 1,
-          "the send's message names its peer");
-    CHECK(secs < 6, "the scenario ends in %.2f s", secs);
+    test_condf(count_lines(err, "ncclRecv(count 16, uint8, peer 1) : rank 0 of 2") == 1 &&
+                   count_lines(err, "waiting for rank 1 to send") == 1,
+               "the receive's message names its peer");
+    test_condf(count_lines(err, "ncclSend(count 2097152, uint8, peer 1) : rank 1 of 2") == 1 &&
+                   count_lines(err, "waiting for rank 1 to receive") == 1,
+               "the send's message names its peer");
+    test_condf(secs < 6, "the scenario ends in %.2f s", secs);
 }
 
 static const struct scenario scenarios[] = {
@@ -1299,9 +1277,9 @@ static void take_lines(const char *out)
         int len = end ? (int)(end - line) : (int)strlen(line);
 
         if (!strncmp(line, "ok  ", 4))
-            passed++;
+            test_passed++;
         else if (!strncmp(line, "FAIL", 4))
-            failed++;
+            test_failed++;
         printf("%s%.*s\n", !strncmp(line, "ok  ", 4) || !strncmp(line, "FAIL", 4) ? "" : "# ", len,
                line);
         if (!end)
@@ -1322,7 +1300,7 @@ static int parent_main(void)
     snprintf(launcher, sizeof(launcher), "%s", self);
     if ((slash = strrchr(launcher, '/')))
         strcpy(slash + 1, "shp_launch");
-    CHECK(access(launcher, X_OK) == 0, "launcher %s", launcher);
+    test_condf(access(launcher, X_OK) == 0, "launcher %s", launcher);
     for (size_t k = 0; k < NSCENARIOS && access(launcher, X_OK) == 0; k++) {
         const struct scenario *s = &scenarios[k];
         char *out = NULL, *err = NULL;
@@ -1330,17 +1308,16 @@ static int parent_main(void)
         int st = launch(launcher, self, s, &out, &err, &secs);
 
         take_lines(out);
-        CHECK(st == 0, "%s on %d ranks: every rank exits 0 (launcher status %d, %.2f s)", s->name,
-              s->nranks, st, secs);
+        test_condf(st == 0, "%s on %d ranks: every rank exits 0 (launcher status %d, %.2f s)",
+                   s->name, s->nranks, st, secs);
         s->parent(err, secs);
         if (*err && s->parent == quiet)
             printf("# stderr of %s:\n%s", s->name, err);
         free(out);
         free(err);
     }
-    CHECK(now_s() - t0 < 30, "the whole test took %.1f s", now_s() - t0);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed > 0;
+    test_condf(now_s() - t0 < 30, "the whole test took %.1f s", now_s() - t0);
+    return test_report();
 }
 
 int main(int argc, char **argv)
@@ -1352,10 +1329,12 @@ int main(int argc, char **argv)
     scenario = argv[2];
     me = rank ? atoi(rank) : 0;
     nranks = world ? atoi(world) : 1;
+    snprintf(group, sizeof(group), "%s r%d", scenario, me);
+    test_group(group);
     for (size_t k = 0; k < NSCENARIOS; k++) {
         if (!strcmp(scenarios[k].name, scenario)) {
             scenarios[k].child();
-            return failed > 0;
+            return test_failed > 0;
         }
     }
     fatal("no scenario %s", scenario);
