@@ -64,7 +64,7 @@ PRELOAD := $(B)/lib/libshapetrace.so
 EXPORTS := $(B)/obj/preload/exports.map
 
 # ---- the command ----
-TOOLS_SRC := $(wildcard tools/lib/*.c tools/analyze/*.c tools/cmd/*.c)
+TOOLS_SRC := $(wildcard tools/lib/*.c tools/analyze/*.c tools/render/*.c tools/cmd/*.c)
 TOOLS_OBJ := $(TOOLS_SRC:%.c=$(B)/obj/%.o)
 TOOL := $(B)/bin/shapetrace
 TOOLS_LIBS := -ldw -lelf -ljansson -lm -lstdc++ -lpthread

@@ -251,6 +251,10 @@ figure "export of 10,000 two-event traces, max RSS" "$1" "MiB" 512 le
 info "export of 10,000 two-event traces, wall" "$2" "s"
 rm -rf "$tmp/small" "$tmp/many" "$tmp/many.json"
 
+# export at scale: 8 ranks x 1,000,000 events, Perfetto and Chrome JSON (bench/export.sh).
+bench/export.sh "$B"
+
+
 # The analyzer at scale, on synthetic traces (bench/analyze.sh: its targets, each thread's CPU
 # and callgrind's instructions an event).
 echo

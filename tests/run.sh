@@ -56,6 +56,10 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
         test_a_seq_far_ahead_is_lined_up_at_once
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "$T/test_hostile.py" "hostile, harm cases (thread)" python3 "$T/test_hostile.py" "$B" harm
+    # export's threads: the analysis beside the walk's scan, the file's writer.
+    suite "$T/test_pictures.py" "pictures, export (thread)" python3 "$T/test_pictures.py" "$B" \
+        test_export_is_the_same_every_time test_export_chrome_structure_and_flows \
+        test_flows_from_each_send_to_its_receive
 else
     for src in $(LC_ALL=C ls "$T"/unit/test_*.c) $(LC_ALL=C ls "$T"/doubles/test_*.c); do
         t=$B/tests/$(basename "$src" .c)

@@ -3,6 +3,7 @@ in headless chromium), on traces of the examples run on the test doubles (simula
 GPU). The front door (--version, help, the man page) is test_cli.py's.
 Usage: test_pictures.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
 import collections
+from html import unescape as html_unescape
 import json
 import os
 import re
@@ -20,10 +21,14 @@ TOOL = os.path.join(BUILD, "bin", "shapetrace")
 T = os.path.join(BUILD, "tests")
 EX = os.path.join(BUILD, "examples")
 TMP = tempfile.mkdtemp(prefix="shapetrace-pictures-")
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(cmd, ok=(0, 1), **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=tool_env(), **kw)
+def run(cmd, ok=(0, 1), extra_env=None, **kw):
+    env = tool_env()
+    env.pop("SHAPETRACE_SITE_SKIP", None)
+    env.update(extra_env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
     if ok is not None and p.returncode not in ok:
         raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr}")
     return p
@@ -99,7 +104,7 @@ def pb_get(fields, num):
 def perfetto_decode(path):
     """Tracks and slices of a Perfetto trace as our writer makes it: {uuid: track}, [slice]."""
     data = open(path, "rb").read()
-    names, keys, strings = {}, {}, {}
+    names, keys, strings, cats = {}, {}, {}, {}
     tracks, slices, open_ = {}, [], collections.defaultdict(list)
     seq_cleared = False
     for f, wt, pkt in pb_fields(data):
@@ -110,13 +115,14 @@ def perfetto_decode(path):
             seq_cleared = True
         for idata in pb_get(p, 12):
             idf = pb_fields(idata)
-            for num, table in ((2, names), (3, keys), (29, strings)):
+            for num, table in ((1, cats), (2, names), (3, keys), (29, strings)):
                 for item in pb_get(idf, num):
                     it = pb_fields(item)
                     table[pb_get(it, 1)[0]] = pb_get(it, 2)[0].decode()
         for td in pb_get(p, 60):
             t = pb_fields(td)
             uuid = pb_get(t, 1)[0]
+            assert uuid and uuid not in tracks, ("track uuid given twice", uuid)
             proc, thr = pb_get(t, 3), pb_get(t, 4)
             if proc:
                 pd = pb_fields(proc[0])
@@ -146,9 +152,10 @@ def perfetto_decode(path):
                         args[k] = pb_get(af, num)[0]
                 if pb_get(af, 17):
                     args[k] = strings[pb_get(af, 17)[0]]
-            s = {"ts": ts, "track": track, "name": names[pb_get(e, 10)[0]],
-                 "cat": pb_get(e, 22)[0].decode(), "args": args, "flows": pb_get(e, 47),
-                 "type": typ}
+            cat = [cats[i] for i in pb_get(e, 3)] + [c.decode() for c in pb_get(e, 22)]
+            assert len(cat) == 1, cat
+            s = {"ts": ts, "track": track, "name": names[pb_get(e, 10)[0]], "cat": cat[0],
+                 "args": args, "flows": pb_get(e, 47), "type": typ}
             if typ == 1:
                 open_[track].append(s)
             slices.append(s)
@@ -230,7 +237,7 @@ def test_export_chrome_structure_and_flows():
         for k in ("seq", "count", "dtype", "bytes", "kind"):
             assert s["args"].get(k) == e[k], (k, s, e)
         if e["stack"]:
-            assert s["args"]["site"] == e["stack"][0], (s, e["stack"])
+            assert s["args"]["site"] == e["site"] == e["stack"][0], (s, e["stack"])
     pairs = check_chrome_flows(ev)
     check_collective_pairs(pairs["collective"], processes, events)
     # lineage: the first finding's producers, farthest first, then its consumer
@@ -329,6 +336,126 @@ def test_export_ranks_and_window():
     check_chrome_flows(win)  # no flow left dangling by the window
 
 
+def test_export_is_the_same_every_time():
+    """export runs the analysis on a thread of its own while it scans the traces, and a thread of
+    its own writes the file: the bytes are the same on every run (and under ThreadSanitizer, in
+    make check's thread run, no report)."""
+    for d in (hidden(), stacks("pp_graph", "planted"), stacks("graph_buckets", "planted")):
+        for fmt in ("chrome", "perfetto"):
+            outs = set()
+            for i in range(6 if os.environ.get("SHAPETRACE_TSAN") != "1" else 2):
+                out = os.path.join(TMP, f"same{i}.{fmt}")
+                run([TOOL, "export", "--format", fmt, "--dim", "hidden=7168", "-o", out, d],
+                    ok=(0,))
+                outs.add(open(out, "rb").read())
+            assert len(outs) == 1, (d, fmt, len(outs))
+
+
+def test_export_symbolizes_each_module_once():
+    """200 traces of one program: its executable and its symbol file are opened once for the
+    whole command, not once a trace."""
+    strace = shutil.which("strace")
+    if not strace:
+        raise NotRun("strace is not installed")
+    small = os.path.join(TMP, "one-small")
+    run([TOOL, "run", "--dir", small, "--", f"{T}/hostile", "calls", "1"], ok=None)
+    one = [f for f in os.listdir(small) if f.endswith(".shptrace")]
+    assert len(one) == 1, one
+    many = os.path.join(TMP, "many-small")
+    run([sys.executable, os.path.join(SRC, "bench", "copies.py"), os.path.join(small, one[0]),
+         many, "200"], ok=(0,))
+    for f in os.listdir(small):
+        if f.endswith(".symbols"):
+            shutil.copy(os.path.join(small, f), many)
+    log = os.path.join(TMP, "opens.txt")
+    for fmt in ("chrome", "perfetto"):
+        run([strace, "-f", "-e", "trace=openat", "-o", log, TOOL, "export", "--format", fmt,
+             "-o", os.path.join(TMP, "many.out"), many], ok=(0,))
+        opened = [x for x in open(log) if '"' in x and "ENOENT" not in x]
+        module = [x for x in opened if x.split('"')[1].endswith("/tests/hostile")]
+        symbols = [x for x in opened if x.split('"')[1].endswith(".symbols")]
+        traces = [x for x in opened if x.split('"')[1].endswith(".shptrace")]
+        assert len(traces) == 200 and len(module) == 1 and len(symbols) <= 1, \
+            (len(traces), module, symbols)
+
+
+def test_export_writes_a_local_file_past_the_page_cache():
+    """A file on a local disk is written with direct I/O in whole blocks, its last partial block
+    through the page cache; what comes out is byte for byte what the page cache path writes (a
+    pipe, tmpfs), over several of the writer's 4 MiB chunks. The standard output, whose open
+    file another process may share, is never switched to direct I/O."""
+    strace = shutil.which("strace")
+    if not strace:
+        raise NotRun("strace is not installed")
+    d = os.path.join(TMP, "direct-in")
+    run([os.path.join(BUILD, "tests", "gen_traces"), d, "2", "40000"], ok=(0,))
+    local = run(["stat", "-f", "-c", "%T", TMP], ok=(0,)).stdout.strip() in \
+        ("ext2/ext3", "xfs", "btrfs")
+    log = os.path.join(TMP, "direct.strace")
+    for fmt in ("chrome", "perfetto"):
+        piped = subprocess.run([TOOL, "export", "--format", fmt, "-o", "-", d],
+                               capture_output=True, env=tool_env(), timeout=120)
+        assert piped.returncode == 0 and len(piped.stdout) > 3 * (4 << 20) // 2, \
+            (fmt, len(piped.stdout))
+        targets = [os.path.join(TMP, f"direct.{fmt}")]
+        if os.path.isdir("/dev/shm"):
+            targets.append(os.path.join("/dev/shm", f"shapetrace-direct-{os.getpid()}.{fmt}"))
+        for out in targets:
+            run([strace, "-f", "-e", "trace=openat,fcntl", "-o", log, TOOL, "export", "--format",
+                 fmt, "-o", out, d], ok=(0,))
+            data = open(out, "rb").read()
+            if out.startswith("/dev/shm"):
+                os.unlink(out)
+            assert data == piped.stdout, (fmt, out, len(data), len(piped.stdout))
+            calls = open(log).read()
+            direct = [x for x in calls.splitlines() if "F_SETFL" in x and "O_DIRECT" in x]
+            if out.startswith(TMP) and local:
+                # on, then off again before the last partial block
+                setfl = [x for x in calls.splitlines() if "F_SETFL" in x]
+                assert direct and "O_DIRECT" not in setfl[-1], setfl
+            else:
+                assert not direct, (out, direct)
+        # the standard output as a file of this filesystem
+        with open(os.path.join(TMP, f"stdout.{fmt}"), "wb") as f:
+            p = subprocess.run([strace, "-f", "-e", "trace=fcntl", "-o", log, TOOL, "export",
+                                "--format", fmt, "-o", "-", d], stdout=f, env=tool_env(),
+                               stderr=subprocess.PIPE, timeout=120)
+        assert p.returncode == 0 and "O_DIRECT" not in open(log).read()
+        assert open(os.path.join(TMP, f"stdout.{fmt}"), "rb").read() == piped.stdout
+    if not local:
+        raise NotRun(f"{TMP} is on no local disk filesystem: direct I/O was not to be used")
+
+
+def test_export_out_of_memory_is_one_line():
+    """Under address-space limits from too small to enough, export and report end with exit
+    status 0, or 2 after one line saying so: never a signal (the backends and the walk return
+    -ENOMEM up to the command; a thread that cannot be made is done without). The traces are
+    the generator's, whose modules are not on this machine: libdw, which aborts when it runs out
+    of memory, is not asked."""
+    import resource
+    if os.environ.get("SHAPETRACE_SANITIZED") == "1":
+        raise NotRun("a sanitizer reserves its own address space: no address-space limit fits")
+    gen = os.path.join(BUILD, "tests", "gen_traces")
+    d = os.path.join(TMP, "oom-in")
+    run([gen, d, "8", "20000", "--diverge", "count:3:500"], ok=(0,))
+    seen = set()
+    for mb in (16, 24, 32, 48, 64, 96, 128):
+        def limit(mb=mb):
+            resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
+        for cmd in (["export", "--format", "chrome", "-o"], ["export", "--format", "perfetto",
+                                                             "-o"], ["report", "--html"]):
+            out = os.path.join(TMP, "oom.out")
+            p = subprocess.run([TOOL, *cmd, out, d], capture_output=True, text=True,
+                               timeout=120, env=tool_env(), preexec_fn=limit)
+            assert p.returncode in (0, 2), (mb, cmd, p.returncode, p.stderr[-500:])
+            lines = p.stderr.strip().splitlines()
+            if p.returncode == 2:
+                assert "out of memory" in lines[-1] or "Cannot allocate memory" in lines[-1], \
+                    (mb, cmd, lines)
+            seen.add(p.returncode)
+    assert seen == {0, 2}, seen  # the limits reach both ends
+
+
 def test_export_bad_usage():
     d = hidden()
     for args, text in ((["--format", "svg"], "chrome or perfetto"),
@@ -338,6 +465,126 @@ def test_export_bad_usage():
         assert text in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     p = run([TOOL, "export", "-o", os.path.join(TMP, "bad"), "/nonexistent"], ok=(2,))
     assert "/nonexistent" in p.stderr
+
+
+# ---- flows through graph replays, and from each send to its receive ----
+
+def stacks(pattern, variant, extra_env=None):
+    """A tests/load/stacks.c pattern on 4 simulated ranks (made once)."""
+    name = f"stacks-{pattern}-{variant}"
+    if name not in _runs:
+        d = os.path.join(TMP, name)
+        run([TOOL, "run", "--dir", d, "--", f"{T}/shp_launch", "-n", "4", "--", f"{T}/stacks",
+             pattern, variant], ok=None, extra_env=extra_env)
+        _runs[name] = d
+    return _runs[name]
+
+
+def flow_pairs(ev):
+    """{category: [(start slice, end slice)]} of a Chrome export, each flow checked whole."""
+    return check_chrome_flows(ev)
+
+
+def rank_of_pid(ev):
+    return {e["pid"]: int(re.match(r"rank (\d+)", e["args"]["name"]).group(1)) for e in ev
+            if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def launches(ev, ranks):
+    """{rank: [launch slices in time order]} of a Chrome export."""
+    out = collections.defaultdict(list)
+    for e in sorted((e for e in ev if e["ph"] == "X" and e["name"] == "cudaGraphLaunch"),
+                    key=lambda e: e["ts"]):
+        out[ranks[e["pid"]]].append(e)
+    return out
+
+
+def perfetto_flows(path):
+    """{flow id: [slices]} of a Perfetto export, with each slice's rank."""
+    tracks, slices = perfetto_decode(path)
+    rank = {u: int(re.match(r"rank (\d+)", t["name"]).group(1)) for u, t in tracks.items()
+            if t["kind"] == "process"}
+    for u, t in tracks.items():
+        if t["kind"] == "thread":
+            rank[u] = rank[t["parent"]]
+    flows = collections.defaultdict(list)
+    for sl in slices:
+        sl["rank"] = rank[sl["track"]]
+        for fid in sl["flows"]:
+            flows[fid].append(sl)
+    assert all(len(v) == 2 for v in flows.values()), [len(v) for v in flows.values()]
+    return flows
+
+
+def test_flows_at_each_graph_replay():
+    # vLLM's decode graphs, one per batch-size bucket, each capturing one all-reduce, replayed
+    # one a step for 6 steps: the arrows join the ranks' launches of each step, and the
+    # captured calls at their capture as before
+    for variant in ("clean", "planted"):
+        d = stacks("graph_buckets", variant)
+        ev, _ = chrome(d, "--no-findings")
+        ranks = rank_of_pid(ev)
+        pairs = flow_pairs(ev)["collective"]
+        at_launch = [(a, b) for a, b in pairs if a["name"] == "cudaGraphLaunch"]
+        at_capture = [(a, b) for a, b in pairs if a["name"] == "ncclAllReduce"]
+        assert len(at_launch) == 6 * 3 and len(at_capture) == 4 * 3, (len(at_launch),
+                                                                       len(at_capture))
+        assert all(b["name"] == "cudaGraphLaunch" for a, b in at_launch)
+        assert all(a["args"]["captured"] and b["args"]["captured"] for a, b in at_capture)
+        steps = launches(ev, ranks)
+        assert sorted(steps) == [0, 1, 2, 3] and all(len(v) == 6 for v in steps.values())
+        for a, b in at_launch:
+            ra, rb = ranks[a["pid"]], ranks[b["pid"]]
+            # the planted rank replays another bucket at step 3: NCCL still meets it there
+            assert rb == ra + 1 and steps[ra].index(a) == steps[rb].index(b), (ra, rb)
+        pf = os.path.join(TMP, f"buckets-{variant}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "--no-findings", "-o", pf, d], ok=(0,))
+        flows = perfetto_flows(pf)
+        assert sum(1 for v in flows.values() if v[0]["name"] == "cudaGraphLaunch") == 18
+        assert len(flows) == 18 + 12, len(flows)
+
+
+def test_flows_from_each_send_to_its_receive():
+    # torch pipeline stages, eager (the last posting first), and vLLM's pipeline in graph mode
+    # (each stage's decode graph receives from the previous stage and sends to the next)
+    for pattern, variant, sends in (("pipeline", "clean", 3), ("pipeline", "planted", 2),
+                                    ("pp_graph", "clean", 18), ("pp_graph", "planted", 18)):
+        d = stacks(pattern, variant)
+        r = analysis(d)
+        ev, _ = chrome(d)
+        ranks = rank_of_pid(ev)
+        p2p = flow_pairs(ev)["p2p"]
+        assert len(p2p) == sends, (pattern, variant, len(p2p))
+        for a, b in p2p:
+            assert ranks[b["pid"]] == ranks[a["pid"]] + 1, (a, b)
+            if pattern == "pipeline":
+                assert (a["name"], b["name"]) == ("ncclSend", "ncclRecv")
+                assert a["args"]["peer"] == ranks[b["pid"]] and b["args"]["peer"] == ranks[a["pid"]]
+            else:  # captured: the replay that executed each side
+                assert a["name"] == b["name"] == "cudaGraphLaunch"
+        if pattern == "pp_graph":
+            steps = launches(ev, ranks)
+            assert all(steps[ranks[a["pid"]]].index(a) == steps[ranks[b["pid"]]].index(b)
+                       for a, b in p2p)
+        # the matching is the analysis's: a mismatched pair still gets its arrow, and the
+        # finding names the same two calls
+        if pattern == "pp_graph" and variant == "planted":
+            f = r["findings"][0]
+            assert f["kind"] == "p2p_size_mismatch", f
+            launch_idx = {(e["args"]["index"]) for a, b in p2p for e in (a, b)
+                          if ranks[e["pid"]] in f["ranks"]}
+            assert {x["index"] for x in f["events"] if x["op"] == "cudaGraphLaunch"} <= \
+                launch_idx, (f["events"], launch_idx)
+        pf = os.path.join(TMP, f"{pattern}-{variant}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "-o", pf, d], ok=(0,))
+        # the writer keeps the top bit of an id for the analysis's arrows (no lineage here)
+        given = [v for fid, v in perfetto_flows(pf).items() if fid >> 63]
+        assert len(given) == sends and all(abs(a["rank"] - b["rank"]) == 1 for a, b in given)
+        # without the analysis there is no matching, so no such arrow; a window or a rank
+        # selection leaves none dangling
+        assert not flow_pairs(chrome(d, "--no-findings")[0]).get("p2p")
+        cut, _ = chrome(d, "--ranks", "1-2")
+        assert len(flow_pairs(cut).get("p2p", [])) == (1 if pattern == "pipeline" else 6)
 
 
 # ---- report: the page in a real browser ----
@@ -544,6 +791,238 @@ def test_report_of_512_ranks_opens():
     ms = int(re.search(r'data-load-ms="(\d+)"', body).group(1))
     print(f"     512-rank report: {size} bytes, loaded in {ms} ms")
     assert size < 2_000_000 and ms < 10_000, (size, ms)
+
+
+# ---- call sites: the first frame of the user's code, in every output ----
+
+def ctypes_traced():
+    """tests/load/ctypes_nccl.py with Python call sites: NCCL and cudart through ctypes."""
+    if "ctypes" not in _runs:
+        d = os.path.join(TMP, "ctypes")
+        run([TOOL, "run", "--dir", d, "--stacks", "python", "--", sys.executable,
+             os.path.join(SRC, "tests", "load", "ctypes_nccl.py"), f"{T}/libnccl.so.2",
+             f"{T}/libcudart.so.13"], ok=(0,))
+        _runs["ctypes"] = d
+    return _runs["ctypes"]
+
+
+def rows_spec():
+    """An expectation that copy_rows's 256-byte copies break: a finding at a Python site."""
+    spec = os.path.join(TMP, "rows.expect.json")
+    open(spec, "w").write('{"expect": [{"name": "rows of 128 bytes", "match": {"op": '
+                          '"cudaMemcpy", "site": "copy_rows"}, "shape": [128], "dtype": "int8"}]}')
+    return spec
+
+
+def test_site_through_ctypes_in_every_output():
+    d = ctypes_traced()
+    events = dump(d)
+    copies = [e for e in events if e["op"] == "cudaMemcpy"]
+    assert len(copies) == 20, len(copies)
+    for e in events:
+        k = e["stack"].index(e["site"])
+        # the frames inside the site are ctypes' runtime, never the script's
+        assert e["site"].startswith("py: ") and "ctypes_nccl.py:" in e["site"], e
+        assert all("ctypes_nccl.py" not in f for f in e["stack"][:k]), e["stack"]
+        assert k > 0 and "libffi" in e["stack"][0], e["stack"]
+    folded = copies[0]["stack"].index(copies[0]["site"])
+    assert copies[0]["site"].startswith("py: copy_rows (")
+    # the table's site column
+    table = run([TOOL, "dump", d]).stdout
+    rows = [x for x in table.splitlines() if " cudaMemcpy " in x]
+    assert len(rows) == 20 and all(x.endswith(copies[0]["site"]) for x in rows), rows[:2]
+    # the text report: the site first, then how many frames it folded, then its callers
+    spec = rows_spec()
+    text = run([TOOL, "analyze", "--expect", spec, d]).stdout
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("at "))
+    assert lines[at].strip() == f"at {copies[0]['site']}, past {folded} framework frames", \
+        lines[at]
+    assert lines[at + 1].strip().startswith("<- py: forward ("), lines[at + 1]
+    assert "libffi" not in text, text
+    # --json: the site beside the whole stack, in the finding's calls too
+    r = json.loads(run([TOOL, "analyze", "--json", "--expect", spec, d]).stdout)
+    ev = r["findings"][0]["events"][0]
+    assert ev["site"] == copies[0]["site"] and len(ev["stack"]) == len(copies[0]["stack"]), ev
+    assert "at " + copies[0]["site"] in r["findings"][0]["summary"], r["findings"][0]["summary"]
+    # the timeline: each slice's site argument, Chrome and Perfetto
+    ev, _ = chrome(d, "--expect", spec)
+    sites = {s["args"]["index"]: s["args"]["site"] for s in ev if s["ph"] == "X"}
+    assert sites == {e["index"]: e["site"] for e in events}, sites
+    out = os.path.join(TMP, "ctypes.perfetto-trace")
+    run([TOOL, "export", "--format", "perfetto", "-o", out, d], ok=(0,))
+    _, slices = perfetto_decode(out)
+    assert {s["args"]["index"]: s["args"]["site"] for s in slices if s["type"] == 1} == \
+        {e["index"]: e["site"] for e in events}
+    # the page: the site first, the framework frames folded apart with their number
+    page = open(report(d, "ctypes", "--expect", spec)).read()
+    first = re.search(r'id="first-finding">(.*?)</div><h2>', page, re.S).group(1)
+    items = re.findall(r"<li[^>]*>(.*?)</li>", first)
+    assert items[0] == "at " + html_escape(copies[0]["site"]), items[:2]
+    assert f"<summary>past {folded} framework frames</summary>" in first, first
+
+
+def test_site_of_every_finding_kind():
+    """The analyzer's newer kinds show their calls' sites as the older ones do: the text's "at"
+    line, the JSON's site key, the page's first item, and the timeline's finding instant (its
+    site argument: that of the call it sits at)."""
+    hang = {"SHAPETRACE_DOUBLE_TIMEOUT": "2"}
+    values = os.path.join(TMP, "values-race")
+    run([TOOL, "run", "--values", "--dir", values, "--", f"{T}/shp_launch", "-n", "4", "--",
+         f"{T}/values", "race"], ok=(0,),
+        extra_env={"SHP_DOUBLE_VIA_DRIVER": "1", "LD_LIBRARY_PATH": T})
+    cases = ((stacks("fsdp_freed", "planted", hang), "failed_collective", "gather_layer"),
+             (stacks("eagle_dp", "planted", hang), "deadlock", "draft_forward"),
+             (values, "value_mismatch", "row_parallel"),
+             (traced("desync", "desync"), "count_mismatch", "gather_activations"))
+    for d, kind, func in cases:
+        r = analysis(d)
+        at = next(i for i, x in enumerate(r["findings"]) if x["kind"] == kind)
+        f = r["findings"][at]
+        evs = [e for e in f["events"] if e["stack"]]
+        assert evs and evs[0]["site"].startswith(func + " ("), (kind, evs[:1])
+        for e in evs:
+            assert e["site"] in e["stack"], (kind, e)
+        # text: each call's site on its "at" line
+        text = [x.strip() for x in run([TOOL, "analyze", d]).stdout.splitlines()]
+        assert all("at " + e["site"] in text for e in evs), (kind, text)
+        # the page drawn around that finding: the site first under each call
+        page = open(report(d, "kind-" + kind, "--finding", str(at + 1))).read()
+        first = re.search(r'id="first-finding">(.*?)</div><h2>', page, re.S).group(1)
+        assert f'class="kind">{kind}<' in first, first[:300]
+        items = re.findall(r"<li[^>]*>(.*?)</li>", first)
+        assert all("at " + html_escape(e["site"]) in items for e in evs), (kind, items[:4])
+        # each call under what it is to the finding, as the text says it, with its error code
+        labels = [html_unescape(x) for x in
+                  re.findall(r'<div class="sub">([^<]*):</div><div class="mono">', first)]
+        assert labels == [e["label"] for e in f["events"] if e["label"]], labels
+        if kind == "failed_collective":
+            assert labels[0] == "the call NCCL refused" and "[error 4]</span>" in first, first
+        # the timeline: the finding's instant on each rank it names, with that rank's site
+        want = {}
+        for e in reversed(evs):
+            want[e["rank"]] = e["site"]
+        ev, _ = chrome(d)
+        ranks = rank_of_pid(ev)
+        inst = [i for i in ev if i["ph"] == "i" and i["cat"] == "finding" and
+                i["args"]["finding"] == at]
+        got = {ranks[i["pid"]]: i["args"].get("site") for i in inst}
+        assert got and got == {k: want[k] for k in got}, (kind, got, want)
+        pf = os.path.join(TMP, f"kind-{kind}.perfetto-trace")
+        run([TOOL, "export", "--format", "perfetto", "-o", pf, d], ok=(0,))
+        _, slices = perfetto_decode(pf)
+        assert sorted(i["args"].get("site") for i in slices if i["type"] == 3 and
+                      i["cat"] == "finding" and i["args"]["finding"] == at) == \
+            sorted(got.values()), kind
+
+
+def html_escape(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def test_site_of_c_programs_on_the_doubles():
+    # a C program on the NCCL double is its own innermost frame: its site is its own function
+    d = hidden()
+    events = dump(d)
+    own = re.compile(r"^\w+ \(\.?/?examples/(hidden_states\.c|common\.h):\d+\)$")
+    assert all(own.match(e["site"]) and e["site"] == e["stack"][0] for e in events), \
+        [e["site"] for e in events if not own.match(e["site"] or "")][:3]
+    assert {e["site"].split(" ")[0] for e in events} >= {"main", "generate", "receive_states"}
+    # on a static runtime linked into the program, the stack starts in the runtime's cudaMemcpy
+    # and the site is the program's own line
+    sd = os.path.join(TMP, "static")
+    run([TOOL, "run", "--dir", sd, "--", f"{T}/static_rt", "copies"], ok=(0,),
+        extra_env={"LD_LIBRARY_PATH": T})
+    ev = dump(sd)
+    assert ev and all(re.match(r"cuda[A-Z]\w* \(tests/doubles/static_cudart\.c:", e["stack"][0])
+                      for e in ev), [e["stack"][0] for e in ev]
+    assert all(e["site"] == e["stack"][1] and "static_rt.c:" in e["site"] for e in ev), \
+        [(e["site"], e["stack"][:2]) for e in ev]
+
+
+def test_site_skip_moves_the_site():
+    d = traced("desync", "desync")
+    base = analysis(d)
+    f0 = base["findings"][0]
+    assert f0["events"][0]["site"].startswith("gather_activations ("), f0["events"][0]
+    for how in ({"args": ["--site-skip", "fn:gather_activations"]},
+                {"args": [], "env": {"SHAPETRACE_SITE_SKIP": "libfoo.so*,fn:gather_activations"}}):
+        args, env = how["args"], how.get("env")
+        r = json.loads(run([TOOL, "analyze", "--json", *args, d], extra_env=env).stdout)
+        ev = r["findings"][0]["events"][0]
+        assert ev["site"].startswith("main (examples/desync.c:") and ev["stack"][1] == ev["site"]
+        assert "gather_activations" not in r["findings"][0]["summary"].split(" at ")[-1]
+        text = run([TOOL, "analyze", *args, d], extra_env=env).stdout
+        assert f"at {ev['site']}, past 1 framework frame\n" in text, text
+        assert [e["site"] for e in dump_args(d, args, env) if e["op"] == "ncclAllGather"] == \
+            [ev["site"]] * 24
+        evx, _ = chrome_env(d, args, env)
+        assert {s["args"]["site"] for s in evx if s["ph"] == "X" and
+                s["name"] == "ncclAllGather"} == {ev["site"]}
+        page = open(report_env(d, "skip", args, env)).read()
+        assert "at " + html_escape(ev["site"]) in page and "past 1 framework frame<" in page
+    # the command line comes after the environment, so it decides: "!" keeps the frame again
+    r = json.loads(run([TOOL, "analyze", "--json", "--site-skip", "!fn:gather_activations", d],
+                       extra_env={"SHAPETRACE_SITE_SKIP": "fn:gather_activations"}).stdout)
+    assert r["findings"][0]["events"][0]["site"] == f0["events"][0]["site"]
+    # what is no glob is refused, one line, exit 2, by the one parser every command calls
+    for cmd in ("dump", "analyze", "export", "report", "snapshot"):
+        p = run([TOOL, cmd, "--site-skip", "!", d], ok=(2,))
+        assert p.stderr.startswith(f"shapetrace {cmd}: --site-skip takes a glob") and \
+            len(p.stderr.splitlines()) == 1, p.stderr
+        p = run([TOOL, cmd, d], ok=(2,), extra_env={"SHAPETRACE_SITE_SKIP": "a,fn:"})
+        assert "SHAPETRACE_SITE_SKIP" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+
+
+def dump_args(d, args, env):
+    out = run([TOOL, "dump", "--json", *args, d], extra_env=env).stdout
+    return [json.loads(x) for x in out.splitlines()]
+
+
+def chrome_env(d, args, env):
+    out = os.path.join(TMP, f"x{len(os.listdir(TMP))}.json")
+    run([TOOL, "export", "-o", out, *args, d], ok=(0,), extra_env=env)
+    return json.load(open(out))["traceEvents"], out
+
+
+def report_env(d, name, args, env):
+    out = os.path.join(TMP, name + ".html")
+    run([TOOL, "report", "--html", out, *args, d], ok=(0,), extra_env=env)
+    return out
+
+
+def test_manual_states_the_site_list():
+    """The manual's list of framework globs (docs/tracing.md, "Call sites") is the one the tools
+    use, in the same order."""
+    text = open(os.path.join(SRC, "tools", "lib", "site.c")).read()
+    init = text[text.index("shp_site_builtin[] = {"):]
+    init = init[:init.index("NULL};")]
+    builtin = c_strings(init[init.index("{") + 1:])
+    readme = open(os.path.join(SRC, "docs", "tracing.md")).read()
+    at = readme.index("`shp_site_builtin` in `tools/lib/site.c`")
+    block = readme[readme.index("```text\n", at) + 8:]
+    block = block[:block.index("```")]
+    listed = [g for g in re.split(r"\s{2,}|\n", block) if g]
+    assert listed == builtin, (listed, builtin)
+    assert len(builtin) > 40
+
+
+def c_strings(text):
+    """The string literals of C text, comments skipped (a '/*' inside a string is no comment)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("/*", i):
+            i = text.index("*/", i + 2) + 2
+        elif text[i] == '"':
+            j, buf = i + 1, ""
+            while text[j] != '"':
+                buf += text[j + 1] if text[j] == "\\" else text[j]
+                j += 2 if text[j] == "\\" else 1
+            out.append(buf)
+            i = j + 1
+        else:
+            i += 1
+    return out
 
 
 def main():

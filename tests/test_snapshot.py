@@ -569,7 +569,8 @@ def test_usage():
                       (("--merge",), "--merge needs the snapshot FILEs to merge"),
                       (("--merge", "--all", "f"), "--merge reads files; --all takes processes"),
                       (("--jsno", "1"), "unknown option '--jsno'"),
-                      (("--site-skip", "", "1"), "--site-skip takes a non-empty glob")):
+                      (("--site-skip", "", "1"),
+                       "--site-skip takes a glob (GLOB, fn:GLOB or !GLOB), not ''")):
         p = snapshot(*args, check=False)
         assert p.returncode == 2 and p.stdout == "", (args, p)
         assert p.stderr == f"shapetrace snapshot: {why}; see shapetrace help snapshot\n", \

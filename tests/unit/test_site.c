@@ -111,6 +111,18 @@ static void test_cupy_vllm_jax(void)
     test_cond("CuPy: its binding and the interpreter are skipped",
               shp_site_pick(NULL, cupy, N(cupy)) == 3);
 
+    /* ctypes, as tests/load/ctypes_nccl.py records it under pyenv's CPython 3.11. */
+    struct shp_site_frame ctypes[] = {
+        nat("0x6f7a (libffi.so.8)", "/usr/lib/x86_64-linux-gnu/libffi.so.8"),
+        nat("ffi_call+0xcd (libffi.so.8)", "/usr/lib/x86_64-linux-gnu/libffi.so.8"),
+        nat("_ctypes_callproc (Modules/_ctypes/callproc.c:923)",
+            "/root/.pyenv/versions/3.11.7/lib/python3.11/lib-dynload/"
+            "_ctypes.cpython-311-x86_64-linux-gnu.so"),
+        py("py: copy_rows (tests/load/ctypes_nccl.py:34)", "/src/tests/load/ctypes_nccl.py"),
+    };
+    test_cond("ctypes: libffi and _ctypes are skipped",
+              shp_site_pick(NULL, ctypes, N(ctypes)) == 3);
+
     struct shp_site_frame vllm[] = {
         py("py: ncclAllReduce (pynccl_wrapper.py:330)",
            SP "vllm/distributed/device_communicators/pynccl_wrapper.py"),

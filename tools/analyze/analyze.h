@@ -19,6 +19,7 @@ struct an_options {
     bool stats;             /* --stats: each thread's time on stderr */
     unsigned threads;       /* --threads N: how many threads the run may use; 0: the cores
                                this process may run on (sched_getaffinity) */
+    bool matches;           /* keep every matched send and receive in the result (export) */
 };
 
 /* Reads o->expect, when it is set and not read yet, into o->spec (its dims join o->dims).
@@ -46,6 +47,16 @@ struct an_result_finding {
     struct an_call expected;                /* what the others did (f.has_expected) */
 };
 
+/* One side of a matched send and receive: the call, or the graph launch that executed it. */
+struct an_match_end {
+    uint32_t proc;         /* an index of the session's procs */
+    uint64_t index;        /* its index in its file */
+    uint64_t t_ns, dur_ns; /* dur_ns SHP_NONE: it never returned */
+};
+struct an_result_match {
+    struct an_match_end send, recv;
+};
+
 /* What a run found, for the reporters: it names processes by the session's index, so the
  * session must outlive it. */
 struct an_result {
@@ -56,6 +67,9 @@ struct an_result {
     size_t ncomms;
     struct an_result_finding *findings; /* in causal order: the first finding is findings[0] */
     size_t nfindings;
+    struct an_result_match *matches; /* with o->matches: every send and the receive it matched,
+                                        in the order the p2p pass matched them */
+    size_t nmatches;
     struct an_values_counts values; /* the fingerprints compared (--values); all 0 without */
 };
 

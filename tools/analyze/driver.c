@@ -448,6 +448,21 @@ static int build_result(struct an_ctx *ctx, struct an_result *res)
     }
     for (size_t o = 0; o < n && !numbered; o++)
         at[o] = o;
+    if (ctx->nmatches && !(res->matches = malloc(ctx->nmatches * sizeof(*res->matches)))) {
+        free(at);
+        return -1;
+    }
+    for (size_t i = 0; i < ctx->nmatches; i++) {
+        struct an_match_end *ends[2] = {&res->matches[res->nmatches].send,
+                                        &res->matches[res->nmatches].recv};
+        const struct an_ref *refs[2] = {&ctx->matches[i].send, &ctx->matches[i].recv};
+        struct shp_event e;
+        bool ok = true;
+        for (int k = 0; k < 2 && ok; k++)
+            if ((ok = an_decode(ctx, refs[k], &e)))
+                *ends[k] = (struct an_match_end){refs[k]->proc, refs[k]->index, e.t_ns, e.dur_ns};
+        res->nmatches += ok;
+    }
     res->nfindings = n;
     for (size_t o = 0; o < n; o++) {
         struct an_finding *f = &ctx->findings.v[at[o]];
@@ -477,6 +492,7 @@ void an_result_free(struct an_result *r)
     free(r->comms);
     free(r->last);
     free(r->findings);
+    free(r->matches);
     free(r);
 }
 
@@ -489,6 +505,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         return -1;
     ctx.dims = o->dims;
     ctx.expect = o->spec;
+    ctx.keep_matches = o->matches;
     double t0 = now_s();
     struct plan pl = plan_for(o->threads, session->nprocs);
     struct feeding F = {.ctx = &ctx};
@@ -640,6 +657,7 @@ out:
     for (size_t i = 0; i < ctx.ncomms; i++)
         free(ctx.comms[i].ranks);
     free(ctx.comms);
+    free(ctx.matches);
     an_findings_free(&ctx.findings);
     an_unload(&ctx);
     return rc;

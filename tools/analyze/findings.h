@@ -168,8 +168,9 @@ struct an_ctx;
 const char *const *an_frames(struct an_ctx *ctx, uint32_t proc, uint32_t stack, size_t *n);
 /* Decode the call at r; false if r holds none. */
 bool an_decode(struct an_ctx *ctx, const struct an_ref *r, struct shp_event *e);
-/* The call site of r as a person wrote it: the innermost Python frame when there is one, else
- * the innermost frame ("generate (hidden.c:63)"), else "an unknown site". Any thread. */
+/* The call site of r as a person wrote it: the first frame of the application's or the model's
+ * code under the session's site rule ("generate (hidden.c:63)"), else "an unknown site". Any
+ * thread. */
 void an_site(struct an_ctx *ctx, const struct an_ref *r, char *out, size_t len);
 /* "replay N of the graph launched at SITE (captured at SITE)" for a call that replay N of the
  * launch at `launch` executed, `captured` being the call as recorded at its capture. */

@@ -195,6 +195,7 @@ static void match(struct an_ctx *ctx, struct p2p *P, struct an_chan *ch)
             ctx->findings.v[ch->finding - 1].consequences++;
         else if (sb != rb || s->dtype != r->dtype)
             report_pair(ctx, P, ch, s, r, sb, rb);
+        an_note_match(ctx, s, r);
         an_queue_pop(&ch->send);
         an_queue_pop(&ch->recv);
     }

@@ -20,6 +20,16 @@ struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref)
                              .op = e->op};
 }
 
+void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct an_entry *recv)
+{
+    if (!ctx->keep_matches ||
+        !shp_grow((void **)&ctx->matches, &ctx->cap_matches, ctx->nmatches, sizeof(*ctx->matches)))
+        return;
+    ctx->matches[ctx->nmatches++] =
+        (struct an_match){.send = send->launch.rec ? send->launch : send->ref,
+                          .recv = recv->launch.rec ? recv->launch : recv->ref};
+}
+
 bool an_refused(const struct shp_event *e)
 {
     /* ncclInvalidArgument and ncclInvalidUsage (nccl.h numbers them 4 and 5). */

@@ -48,6 +48,12 @@ struct an_values_counts {
 struct an_load;
 struct an_expect;
 
+/* A send and the receive it matched, as the p2p pass matched them: each side's call, or the
+ * graph launch that executed it. */
+struct an_match {
+    struct an_ref send, recv;
+};
+
 struct an_ctx {
     struct shp_session *session; /* the traces, their stacks (thread-safe: an_site, an_frames) */
     struct an_proc *procs;       /* by the session's index */
@@ -61,6 +67,10 @@ struct an_ctx {
     struct an_comm_summary *comms; /* filled by the alignment pass when it finishes */
     size_t ncomms;
     uint64_t bytes_total;
+    /* every match of the p2p pass, when the options ask for them (an_options.matches) */
+    bool keep_matches;
+    struct an_match *matches;
+    size_t nmatches, cap_matches;
     struct an_values_counts values; /* written by the values pass as it finishes */
 };
 
@@ -136,6 +146,9 @@ struct an_entry {
     uint64_t replay;
 };
 struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref);
+/* Keeps that send matched receive, when ctx->keep_matches (out of memory loses it). Merged
+ * stream only. */
+void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct an_entry *recv);
 
 /* True for a collective or p2p call that NCCL refused before it enqueued anything: it returned
  * ncclInvalidArgument or ncclInvalidUsage, the errors of ncclEnqueueCheck's checks of the

@@ -13,8 +13,9 @@
 #include "tools/lib/session.h"
 #include "tools/lib/stacks.h"
 
-/* One call, indented, with its first max_frames frames (from the Python line that made it, in a
- * Python program: the native frames below it are the framework's). */
+/* One call, indented, with its site first (the first frame of the user's or the model's code:
+ * the frames inside it, the frameworks' and the runtimes', are counted, not shown), then the
+ * frames that called it, max_frames in all. */
 static void print_call(FILE *out, const struct an_result *r, const struct an_call *c,
                        const char *indent, size_t max_frames)
 {
@@ -51,13 +52,13 @@ static void print_call(FILE *out, const struct an_result *r, const struct an_cal
     fprintf(out, "\n");
     size_t n;
     const char *const *fr = shp_session_frames(r->session, c->proc, e->stack, &n);
-    size_t from = 0;
-    while (from < n && strncmp(fr[from], "py: ", 4) != 0)
-        from++;
-    if (from == n)
-        from = 0;
-    for (size_t i = from; i < n && i < from + max_frames; i++)
-        fprintf(out, "%s    %s %s\n", indent, i > from ? "<-" : "at", fr[i]);
+    size_t from = n ? shp_session_site_index(r->session, c->proc, e->stack) : 0;
+    for (size_t i = from; i < n && i < from + max_frames; i++) {
+        fprintf(out, "%s    %s %s", indent, i > from ? "<-" : "at", fr[i]);
+        if (i == from && from)
+            fprintf(out, ", past %zu framework frame%s", from, from == 1 ? "" : "s");
+        fputc('\n', out);
+    }
 }
 
 /* "rank 5 is rank 1 of communicator 1234abcd, ..." for the culprits whose two ranks differ;

@@ -16,12 +16,14 @@
 #include "tools/cmd/options.h"
 #include "tools/lib/out.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 
 /* analyze's options (tools/cmd/options.h). */
 /* clang-format off */
 #define ANALYZE_OPTIONS(X) \
 X(OPT_JSON, "json", 0, NULL, "the JSON report (docs/CONTRACTS.md)") \
 SHP_ANALYSIS_OPTIONS(X) \
+SHP_SITE_SKIP_OPTION(X) \
 X(OPT_STATS, "stats", 0, NULL, \
   "where the time went, on stderr after the report: wall and CPU\n" \
   "time of each thread, peak memory, events read") \
@@ -33,8 +35,8 @@ SHP_OPTS_ROWS(analyze_rows, ANALYZE_OPTIONS);
 static const struct shp_opts analyze_opts = {
     .cmd = "analyze",
     .synopsis =
-        "usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE] [--stats]\n"
-        "                          [--threads N] PATH...\n"
+        "usage: shapetrace analyze [--json] [--dim NAME=VALUE]... [--expect FILE]\n"
+        "                          [--site-skip GLOB]... [--stats] [--threads N] PATH...\n"
         "\n"
         "Lines the ranks' collectives up by communicator and sequence number, matches sends\n"
         "with receives, checks buffers against their allocations, compares the fingerprints\n"
@@ -99,7 +101,7 @@ int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_resu
     return rc < 0 ? SHP_EXIT_USAGE : (*res)->nfindings ? SHP_EXIT_FINDINGS : SHP_EXIT_OK;
 }
 
-static double clock_s(clockid_t clock)
+double shp_cmd_seconds(clockid_t clock)
 {
     struct timespec ts;
     clock_gettime(clock, &ts);
@@ -111,45 +113,54 @@ int shp_cmd_analyze(int argc, char **argv)
     struct shp_optparse p;
     struct an_options o;
     memset(&o, 0, sizeof(o));
+    struct shp_site_rule rule = {0};
+    struct shp_session s;
+    memset(&s, 0, sizeof(s));
+    struct an_result *res = NULL;
     bool json = false;
-    int c;
+    int c, status = SHP_EXIT_USAGE;
+    if (shp_cmd_site_env(&rule) < 0)
+        goto out;
     shp_opts_begin(&p, &analyze_opts);
     while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
         if (c == OPT_JSON) {
             json = true;
         } else if (c == OPT_DIM) {
             if (shp_cmd_dim(&o.dims, p.arg) < 0)
-                return SHP_EXIT_USAGE;
+                goto out;
         } else if (c == OPT_STATS) {
             o.stats = true;
         } else if (c == OPT_EXPECT) {
             o.expect = p.arg;
+        } else if (c == OPT_SITE_SKIP) {
+            if (shp_cmd_site_skip(&rule, "analyze", p.arg) < 0)
+                goto out;
         } else if (c == OPT_THREADS) {
             char *end;
             unsigned long n = strtoul(p.arg, &end, 10);
             if (!*p.arg || *end || *p.arg == '-' || n < 1 || n > 1024) {
                 shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", p.arg);
-                return SHP_EXIT_USAGE;
+                goto out;
             }
             o.threads = (unsigned)n;
         }
     }
-    if (c == SHP_OPT_STOP)
-        return p.status;
-    if (optind >= argc)
-        return shp_usage_error("analyze", "no trace given");
-    bool color = !json && isatty(1) && !getenv("NO_COLOR");
-    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-    struct shp_session s;
-    struct an_result *res = NULL;
-    int status = SHP_EXIT_USAGE;
-    /* The expectation file first: a malformed one is the error to see, whatever the traces. */
-    if (an_options_expect(&o) < 0) {
-        memset(&s, 0, sizeof(s));
+    if (c == SHP_OPT_STOP) {
+        status = p.status;
         goto out;
     }
+    if (optind >= argc) {
+        status = shp_usage_error("analyze", "no trace given");
+        goto out;
+    }
+    bool color = !json && isatty(1) && !getenv("NO_COLOR");
+    double t0 = shp_cmd_seconds(CLOCK_MONOTONIC), c0 = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
+    /* The expectation file first: a malformed one is the error to see, whatever the traces. */
+    if (an_options_expect(&o) < 0)
+        goto out;
     if (shp_session_open(&s, argv + optind, argc - optind, SHP_SESSION_UNIQUE, "the analysis") < 0)
         goto out;
+    s.site = &rule;
     status = shp_cmd_analysis(&o, &s, &res);
     if (!res)
         goto out;
@@ -160,9 +171,9 @@ int shp_cmd_analyze(int argc, char **argv)
     if (o.stats) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        double t = clock_s(CLOCK_MONOTONIC) - t0;
+        double t = shp_cmd_seconds(CLOCK_MONOTONIC) - t0;
         fprintf(stderr, "shapetrace: main thread, all: wall %.3f s, CPU %.3f s\n", t,
-                clock_s(CLOCK_THREAD_CPUTIME_ID) - c0);
+                shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID) - c0);
         fprintf(stderr, "shapetrace: analyze took %.3f s, max RSS %ld MiB, %" PRIu64 " events\n", t,
                 ru.ru_maxrss / 1024, res->events);
     }
@@ -170,5 +181,6 @@ out:
     an_result_free(res);
     shp_session_close(&s);
     an_options_free(&o);
+    shp_site_rule_free(&rule);
     return status;
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 /* Exit statuses of the tools (docs/CONTRACTS.md lists them). */
 #define SHP_EXIT_OK 0
@@ -34,6 +35,14 @@ X(OPT_DIM, "dim", 0, "NAME=VALUE", \
   "shown as shapes ([512, hidden/tp]), and a region's rows are\n" \
   "known, so that a consumer cutting them is reported") \
 X(OPT_EXPECT, "expect", 0, "FILE", "shapes you believe in (JSON: docs/CONTRACTS.md)")
+/* The call-site option of every command that shows sites (dump, analyze, export, report,
+ * snapshot): its id is OPT_SITE_SKIP in each; its parsing is shp_cmd_site_skip's. */
+#define SHP_SITE_SKIP_OPTION(X) \
+X(OPT_SITE_SKIP, "site-skip", 0, "GLOB", \
+  "frames that GLOB matches are framework code: a call site is the\n" \
+  "first frame past them (repeatable; also SHAPETRACE_SITE_SKIP=G1,G2;\n" \
+  "!GLOB keeps a frame; the rule and its list: docs/tracing.md, Call\n" \
+  "sites)")
 /* clang-format on */
 
 struct an_dims;
@@ -47,10 +56,20 @@ int shp_cmd_dim(struct an_dims *dims, const char *arg);
  * FILE, ...: nargs strings) and read into o once the traces are open, in that order. Returns 0,
  * or -1 after one line. */
 int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs);
+/* The time of clock (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID) in seconds, for --stats. */
+double shp_cmd_seconds(clockid_t clock);
 /* Runs the analysis of o over s into *res (analyze.h) for a command. Returns the exit status
  * analyze would give: SHP_EXIT_OK, SHP_EXIT_FINDINGS, or SHP_EXIT_USAGE after one line (then
  * *res is NULL). */
 int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_result **res);
+
+struct shp_site_rule;
+/* The call-site options of every command that shows sites (tools/cmd/site.c). */
+/* Adds the globs of SHAPETRACE_SITE_SKIP to r (call it first: the command line's come after, and
+ * so decide). Returns 0, or -1 after one line (an item that is not a glob, out of memory). */
+int shp_cmd_site_env(struct shp_site_rule *r);
+/* Adds --site-skip GLOB to r for command cmd. Returns 0, or -1 after one line (a usage error). */
+int shp_cmd_site_skip(struct shp_site_rule *r, const char *cmd, const char *glob);
 
 /* What shp_symbols_write did: traces of this host read, frame lines written, modules that had
  * frames, the file's size, the wall time taken, and the files skipped. */

@@ -14,6 +14,7 @@
 #include "tools/lib/out.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/session.h"
+#include "tools/lib/site.h"
 #include "tools/lib/stacks.h"
 #include "tools/lib/value.h"
 
@@ -21,14 +22,17 @@
 /* clang-format off */
 #define DUMP_OPTIONS(X) \
 X(OPT_JSON, "json", 0, NULL, "JSON Lines, one event per line (keys in docs/CONTRACTS.md)") \
-X(OPT_NO_STACKS, "no-stacks", 0, NULL, "leave call sites out (faster on large traces)")
+X(OPT_NO_STACKS, "no-stacks", 0, NULL, "leave call sites out (faster on large traces)") \
+SHP_SITE_SKIP_OPTION(X)
 /* clang-format on */
 SHP_OPTS_ROWS(dump_rows, DUMP_OPTIONS);
 static const struct shp_opts dump_opts = {
     .cmd = "dump",
-    .synopsis = "usage: shapetrace dump [--json] [--no-stacks] PATH...\n"
-                "\n"
-                "Prints every event of the traces in PATH (trace files or run directories).\n",
+    .synopsis =
+        "usage: shapetrace dump [--json] [--no-stacks] [--site-skip GLOB]... PATH...\n"
+        "\n"
+        "Prints every event of the traces in PATH (trace files or run directories), each\n"
+        "with its call site: the first frame of the application's or the model's own code.\n",
     .epilogue =
         "A file of a directory that is not a readable trace is named on stderr and skipped.\n"
         "Exit status: 0, or 2 when a PATH is not a readable trace (the others are still\n"
@@ -215,23 +219,35 @@ int shp_cmd_dump(int argc, char **argv)
 {
     struct shp_optparse p;
     bool json = false, stacks = true;
-    int c;
+    struct shp_site_rule rule = {0};
+    struct shp_out *o = NULL;
+    int c, status = SHP_EXIT_USAGE;
+    if (shp_cmd_site_env(&rule) < 0)
+        goto out;
     shp_opts_begin(&p, &dump_opts);
     while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
-        if (c == OPT_JSON)
+        if (c == OPT_JSON) {
             json = true;
-        else if (c == OPT_NO_STACKS)
+        } else if (c == OPT_NO_STACKS) {
             stacks = false;
+        } else if (c == OPT_SITE_SKIP) {
+            if (shp_cmd_site_skip(&rule, "dump", p.arg) < 0)
+                goto out;
+        }
     }
-    if (c == SHP_OPT_STOP)
-        return p.status;
-    if (optind >= argc)
-        return shp_usage_error("dump", "no trace given");
+    if (c == SHP_OPT_STOP) {
+        status = p.status;
+        goto out;
+    }
+    if (optind >= argc) {
+        status = shp_usage_error("dump", "no trace given");
+        goto out;
+    }
     /* One writer for every trace: JSON lines go through it, the table through printf. */
-    struct shp_out *o = malloc(sizeof(*o));
+    o = malloc(sizeof(*o));
     if (!o) {
         shp_err("out of memory");
-        return SHP_EXIT_USAGE;
+        goto out;
     }
     shp_out_init(o, stdout);
     /* A PATH that is not a readable trace is refused, but the others are still printed. The
@@ -240,9 +256,13 @@ int shp_cmd_dump(int argc, char **argv)
     struct shp_session s;
     int rc = shp_session_open(&s, argv + optind, argc - optind,
                               SHP_SESSION_PARTIAL | (stacks ? 0 : SHP_SESSION_RAW), "the dump");
+    s.site = &rule;
     for (size_t i = 0; rc >= 0 && i < s.nprocs; i++)
         dump_one(o, &s, i, json);
-    free(o);
     shp_session_close(&s);
-    return rc == 0 ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+    status = rc == 0 ? SHP_EXIT_OK : SHP_EXIT_USAGE;
+out:
+    free(o);
+    shp_site_rule_free(&rule);
+    return status;
 }

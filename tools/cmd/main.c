@@ -5,10 +5,7 @@
 #include "include/shapetrace/trace.h"
 #include "tools/cmd/cmd.h"
 #include "tools/lib/out.h"
-
-#ifndef SHP_VERSION
-#define SHP_VERSION "0.1.0"
-#endif
+#include "tools/lib/version.h"
 
 static void usage(FILE *f)
 {

@@ -33,9 +33,7 @@ X(OPT_FULL, "full", 0, NULL, \
 X(OPT_STATS, "stats", 0, NULL, \
   "on stderr: how long each process was stopped, and where the time\n" \
   "went") \
-X(OPT_SITE_SKIP, "site-skip", 0, "GLOB", \
-  "treat frames matching GLOB as framework code when picking the\n" \
-  "user's site (repeatable; also SHAPETRACE_SITE_SKIP, comma-separated)")
+SHP_SITE_SKIP_OPTION(X)
 /* clang-format on */
 SHP_OPTS_ROWS(snapshot_rows, SNAPSHOT_OPTIONS);
 static const struct shp_opts snapshot_opts = {
@@ -187,6 +185,8 @@ static int parse(struct snap_args *a, int argc, char **argv)
     struct shp_optparse p;
     int c;
     memset(a, 0, sizeof(*a));
+    if (shp_cmd_site_env(&a->rule) < 0)
+        return SHP_EXIT_USAGE;
     shp_opts_begin(&p, &snapshot_opts);
     while ((c = shp_opts_next(&p, argc, argv)) >= 0) {
         if (c == OPT_JSON) {
@@ -201,17 +201,12 @@ static int parse(struct snap_args *a, int argc, char **argv)
             a->stats = true;
         } else if (c == OPT_OUT) {
             a->out_path = p.arg;
-        } else if (c == OPT_SITE_SKIP && shp_site_rule_add(&a->rule, p.arg) < 0) {
-            return shp_usage_error("snapshot", "--site-skip takes a non-empty glob");
+        } else if (c == OPT_SITE_SKIP && shp_cmd_site_skip(&a->rule, "snapshot", p.arg) < 0) {
+            return SHP_EXIT_USAGE;
         }
     }
     if (c == SHP_OPT_STOP)
         return p.status;
-    const char *env_skip = getenv(SHP_ENV_SITE_SKIP);
-    if (env_skip && shp_site_rule_add_list(&a->rule, env_skip) < 0) {
-        shp_err("%s: an empty glob in '%s'", SHP_ENV_SITE_SKIP, env_skip);
-        return SHP_EXIT_USAGE;
-    }
     return take_operands(a, argv + optind, argc - optind);
 }
 

@@ -504,6 +504,9 @@ void shp_event_json_out(struct shp_out *o, const struct shp_trace *t, struct shp
         K(",\"mark\":");
         shp_out_json_str(o, e->mark);
     }
+    /* The frame a person reads first (the site rule, site.h), then every frame. */
+    K(",\"site\":");
+    shp_stacks_site_json_out(o, st, e->stack);
     K(",\"stack\":");
     shp_stacks_json_out(o, st, e->stack);
     shp_out_char(o, '}');

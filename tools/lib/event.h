@@ -75,7 +75,8 @@ struct shp_span {
 void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write);
 
 struct shp_stacks;
-/* Print e as one JSON object with the dump keys of docs/CONTRACTS.md (no newline). */
+/* Print e as one JSON object with the dump keys of docs/CONTRACTS.md (no newline); its site is
+ * the one under st's rule (shp_stacks_set_rule). */
 void shp_event_json(FILE *f, const struct shp_trace *t, struct shp_stacks *st,
                     const struct shp_event *e);
 struct shp_out;

@@ -362,8 +362,10 @@ enum shp_fate shp_proc_fate(const struct shp_proc *p)
 static struct shp_stacks *stacks_locked(struct shp_session *s, size_t i)
 {
     struct shp_proc *p = &s->procs[i];
-    if (!p->stacks)
+    if (!p->stacks) {
         p->stacks = shp_stacks_load_shared(&p->t, !(s->flags & SHP_SESSION_RAW), s->cache);
+        shp_stacks_set_rule(p->stacks, s->site);
+    }
     return p->stacks;
 }
 
@@ -392,13 +394,27 @@ void shp_session_site(struct shp_session *s, size_t i, uint32_t id, char *out, s
     pthread_mutex_unlock(&s->lock);
 }
 
+size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t site = shp_stacks_site_index(stacks_locked(s, i), id, s->site);
+    pthread_mutex_unlock(&s->lock);
+    return site;
+}
+
+void shp_session_forget_pages(struct shp_session *s, size_t i)
+{
+    struct shp_proc *p = &s->procs[i];
+    /* The pages go back to the page cache; the header stays. */
+    if (p->t.map && p->t.size > SHP_HEADER_SIZE)
+        madvise((void *)(p->t.map + SHP_HEADER_SIZE), (p->t.size - SHP_HEADER_SIZE) & ~4095ul,
+                MADV_DONTNEED);
+}
+
 void shp_session_release(struct shp_session *s, size_t i)
 {
     struct shp_proc *p = &s->procs[i];
     shp_stacks_free(p->stacks);
     p->stacks = NULL;
-    /* The pages go back to the page cache; the header is read again if asked for. */
-    if (p->t.map && p->t.size > SHP_HEADER_SIZE)
-        madvise((void *)(p->t.map + SHP_HEADER_SIZE), (p->t.size - SHP_HEADER_SIZE) & ~4095ul,
-                MADV_DONTNEED);
+    shp_session_forget_pages(s, i);
 }

@@ -13,6 +13,7 @@
 #include "tools/lib/reader.h"
 
 struct shp_event;
+struct shp_site_rule;
 struct shp_stacks;
 struct shp_symcache;
 
@@ -49,6 +50,10 @@ struct shp_session {
     size_t nprocs;
     struct shp_unreadable *unreadable; /* files of run directories skipped, in the same order */
     size_t nunreadable;
+    /* The site rule (site.h) of every call site the command shows: NULL, the built-in list, or
+     * the command's (--site-skip, SHAPETRACE_SITE_SKIP), which must outlive the session. Set it
+     * after shp_session_open, before any stack is read. */
+    const struct shp_site_rule *site;
     /* the session's own */
     size_t cap;
     char **paths;
@@ -115,12 +120,21 @@ struct shp_stacks *shp_session_stacks(struct shp_session *s, size_t i);
  * may call it at any time. The texts stay valid until the session is closed or updated. */
 const char *const *shp_session_frames(struct shp_session *s, size_t i, uint32_t id, size_t *n);
 
-/* The call site of stack `id` of proc i (shp_stacks_site), under the session's lock. */
+/* The call site of stack `id` of proc i under s->site (shp_stacks_site), under the session's
+ * lock. */
 void shp_session_site(struct shp_session *s, size_t i, uint32_t id, char *out, size_t len);
+
+/* The index of that site among shp_session_frames' frames (the ones before it are framework
+ * code: a report folds them), under the session's lock; 0 for an unknown id. */
+size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id);
 
 /* Gives back what proc i's stacks and the pages of its trace hold, for a command that is done
  * with it (dump, once a trace is printed); its description stays, and its stacks load again
  * if asked for. Not thread-safe. */
 void shp_session_release(struct shp_session *s, size_t i);
+
+/* Gives back the pages of proc i's trace only (a walk of it is over; its stacks stay): they are
+ * read again from the page cache when asked for. Any thread, while others read the trace. */
+void shp_session_forget_pages(struct shp_session *s, size_t i);
 
 #endif

@@ -30,7 +30,7 @@ const char *const shp_site_builtin[] = {
     "libasan.so*", "libtsan.so*", "libubsan.so*", "liblsan.so*", "libhwasan.so*",
     "fn:__interceptor_*", "fn:___interceptor_*",
     /* the foreign-function layer under ctypes and cffi (vLLM's pynccl calls NCCL through it) */
-    "libffi.so*",
+    "libffi.so*", "_cffi_backend*",
     /* the interpreter */
     "libpython3*.so*", "python", "python3", "python3.[0-9]*", "<frozen *>",
     /* the frameworks: torch (Python, and C++ also where LibTorch is installed by hand), Triton,

@@ -2,7 +2,8 @@
  * is the first one in the application's or the model's own code: the frames of the frameworks
  * and runtimes below it (torch and its C++ libraries, CuPy's core, JAX, the interpreter and its
  * standard library, NCCL, the CUDA libraries, libc, shapetrace itself) are skipped, as Sentry's
- * "in-app frames" and py-spy's idle filters do. docs/snapshot.md states the rule ("The site"). */
+ * "in-app frames" and py-spy's idle filters do. docs/tracing.md states the rule and its list ("Call
+ * sites"). */
 #ifndef SHAPETRACE_SITE_H
 #define SHAPETRACE_SITE_H
 

@@ -27,6 +27,8 @@ struct stack_entry {
     uint32_t site; /* the site under the built-in rule + 1; 0: not computed yet */
     char *json;    /* the frames as a JSON array, built on first use by dump --json */
     size_t json_len;
+    char *site_json; /* the site's frame as a JSON string, the same way */
+    size_t site_json_len;
 };
 
 struct shp_stacks {
@@ -194,6 +196,7 @@ void shp_stacks_free(struct shp_stacks *st)
         free(st->tab[i].text);
         free(st->tab[i].where);
         free(st->tab[i].json);
+        free(st->tab[i].site_json);
     }
     free(st->tab);
     free(st->codes);
@@ -512,6 +515,14 @@ const struct shp_site_frame *shp_stacks_where(struct shp_stacks *st, uint32_t id
     return st->tab[id].where;
 }
 
+void shp_stacks_set_rule(struct shp_stacks *st, const struct shp_site_rule *rule)
+{
+    if (!st)
+        return;
+    st->site_rule = rule;
+    st->site_rule_set = true;
+}
+
 size_t shp_stacks_site_index(struct shp_stacks *st, uint32_t id, const struct shp_site_rule *rule)
 {
     size_t n;
@@ -541,8 +552,10 @@ static void frames_json(struct shp_out *o, const char *const *fr, size_t n)
     shp_out_char(o, ']');
 }
 
-/* A stack's JSON text, made once: the events of a trace share a few hundred stacks. */
-static bool cache_json(struct stack_entry *e, const char *const *fr, size_t n)
+/* A stack's JSON text (its frames, or with one of them, that frame's string), made once into
+ * *out: the events of a trace share a few hundred stacks. */
+static bool cache_json(char **out, size_t *out_len, const char *const *fr, size_t n,
+                       const char *one)
 {
     char *text = NULL;
     size_t len = 0;
@@ -552,7 +565,10 @@ static bool cache_json(struct stack_entry *e, const char *const *fr, size_t n)
     struct shp_out *o = malloc(sizeof(*o));
     if (o) {
         shp_out_init(o, mem);
-        frames_json(o, fr, n);
+        if (one)
+            shp_out_json_str(o, one);
+        else
+            frames_json(o, fr, n);
         shp_out_flush(o);
         free(o);
     }
@@ -560,8 +576,8 @@ static bool cache_json(struct stack_entry *e, const char *const *fr, size_t n)
         free(text);
         return false;
     }
-    e->json = text;
-    e->json_len = len;
+    *out = text;
+    *out_len = len;
     return true;
 }
 
@@ -574,7 +590,7 @@ void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id)
         return;
     }
     struct stack_entry *e = &st->tab[id];
-    if (e->json || cache_json(e, fr, n))
+    if (e->json || cache_json(&e->json, &e->json_len, fr, n, NULL))
         shp_out_mem(o, e->json, e->json_len);
     else
         frames_json(o, fr, n);
@@ -588,13 +604,30 @@ void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id)
     shp_out_flush(&o);
 }
 
-void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len)
+/* The site's frame under st's rule, NULL when the stack has none. */
+static const char *site_frame(struct shp_stacks *st, uint32_t id)
 {
     size_t n;
     const char *const *fr = shp_stacks_frames(st, id, &n);
-    size_t site = 0;
-    /* In a Python program the line that made the call is the site a person looks for. */
-    while (site < n && strncmp(fr[site], "py: ", 4) != 0)
-        site++;
-    snprintf(out, len, "%s", fr && n ? fr[site < n ? site : 0] : "");
+    return fr && n ? fr[shp_stacks_site_index(st, id, st->site_rule)] : NULL;
+}
+
+void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len)
+{
+    const char *site = site_frame(st, id);
+    snprintf(out, len, "%s", site ? site : "");
+}
+
+void shp_stacks_site_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id)
+{
+    const char *site = site_frame(st, id);
+    if (!site) {
+        shp_out_mem(o, "null", 4);
+        return;
+    }
+    struct stack_entry *e = &st->tab[id];
+    if (e->site_json || cache_json(&e->site_json, &e->site_json_len, NULL, 0, site))
+        shp_out_mem(o, e->site_json, e->site_json_len);
+    else
+        shp_out_json_str(o, site);
 }

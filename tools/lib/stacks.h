@@ -41,8 +41,13 @@ const struct shp_site_frame *shp_stacks_where(struct shp_stacks *st, uint32_t id
 
 /* The index of stack `id`'s site under rule (NULL: the built-in list alone) among
  * shp_stacks_frames' frames: the frames before it are framework and runtime code (site.h). 0 for
- * an unknown id. Cached per stack for the first rule st is asked about. */
+ * an unknown id. Cached per stack for the rule of shp_stacks_set_rule, or else the first rule st
+ * is asked about. */
 size_t shp_stacks_site_index(struct shp_stacks *st, uint32_t id, const struct shp_site_rule *rule);
+
+/* The rule of the command that reads st (NULL: the built-in list alone), which must outlive st:
+ * shp_stacks_site and the JSON of an event use it. Call it before any site is asked for. */
+void shp_stacks_set_rule(struct shp_stacks *st, const struct shp_site_rule *rule);
 
 /* Print stack `id` as a JSON array of strings, or null. */
 void shp_stacks_json(FILE *f, struct shp_stacks *st, uint32_t id);
@@ -50,9 +55,12 @@ struct shp_out;
 /* The same through the writer o (out.h); the text is made once per stack and kept in st. */
 void shp_stacks_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 
-/* The call site as one line: the innermost Python frame if the stack has one, else the innermost
- * frame ("" if none). */
+/* The call site as one line, under st's rule (shp_stacks_set_rule): the first frame of the
+ * application's or the model's own code ("" if the stack has none). */
 void shp_stacks_site(struct shp_stacks *st, uint32_t id, char *out, size_t len);
+/* The same as a JSON string through o, or null when the stack has no frame; made once per
+ * stack. */
+void shp_stacks_site_json_out(struct shp_out *o, struct shp_stacks *st, uint32_t id);
 
 /* A symbolizer's frame text as people read it (a new string; NULL when out of memory): the C++
  * name demangled and GCC's clone suffixes (".constprop.0", ".isra.0", ".cold") dropped,

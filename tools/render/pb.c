@@ -1,6 +1,5 @@
-/* shapetrace tools: protobuf wire-format writing for `export --format perfetto` (see perfetto.h).
- */
-#include "tools/lib/perfetto.h"
+/* shapetrace render: protobuf wire-format writing for `export --format perfetto` (see pb.h). */
+#include "tools/render/pb.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +10,7 @@ void shp_pb_free(struct shp_pb *b)
     memset(b, 0, sizeof(*b));
 }
 
-static bool room(struct shp_pb *b, size_t more)
+bool shp_pb_grow(struct shp_pb *b, size_t more)
 {
     if (b->oom)
         return false;
@@ -32,36 +31,19 @@ static bool room(struct shp_pb *b, size_t more)
 
 void shp_pb_raw(struct shp_pb *b, const void *data, size_t len)
 {
-    if (!len || !room(b, len))
+    if (!len || !shp_pb_room(b, len))
         return;
     memcpy(b->p + b->len, data, len);
     b->len += len;
 }
 
-void shp_pb_varint(struct shp_pb *b, uint64_t v)
-{
-    if (!room(b, 10))
-        return;
-    while (v >= 0x80) {
-        b->p[b->len++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    b->p[b->len++] = (uint8_t)v;
-}
-
-void shp_pb_uint(struct shp_pb *b, unsigned field, uint64_t v)
-{
-    shp_pb_varint(b, (uint64_t)field << 3);
-    shp_pb_varint(b, v);
-}
-
 void shp_pb_fixed64(struct shp_pb *b, unsigned field, uint64_t v)
 {
     shp_pb_varint(b, (uint64_t)field << 3 | 1);
-    uint8_t le[8];
+    if (!shp_pb_room(b, 8))
+        return;
     for (int i = 0; i < 8; i++)
-        le[i] = (uint8_t)(v >> (8 * i));
-    shp_pb_raw(b, le, 8);
+        b->p[b->len++] = (uint8_t)(v >> (8 * i));
 }
 
 void shp_pb_bytes(struct shp_pb *b, unsigned field, const void *data, size_t len)
@@ -81,4 +63,19 @@ void shp_pb_msg(struct shp_pb *b, unsigned field, const struct shp_pb *sub)
     if (sub->oom)
         b->oom = true;
     shp_pb_bytes(b, field, sub->p, sub->len);
+}
+
+void shp_pb_end_long(struct shp_pb *b, size_t at, size_t len)
+{
+    uint8_t v[10];
+    size_t n = 0;
+    for (uint64_t x = len; x >= 0x80; x >>= 7)
+        v[n++] = (uint8_t)(x | 0x80);
+    v[n] = (uint8_t)(len >> (7 * n));
+    n++;
+    if (!shp_pb_room(b, n - 1))
+        return;
+    memmove(b->p + at + n, b->p + at + 1, len);
+    memcpy(b->p + at, v, n);
+    b->len += n - 1;
 }
