@@ -377,6 +377,14 @@ int shp_py_frames(void (*fn)(void *arg, const struct shp_py_frame *f), void *arg
  * stack could not be stored. With SHP_STACKS_PYTHON it names a Python stack (SHP_REC_PYSTACK)
  * when the thread runs Python. Call from a wrapper with the guard held. */
 uint32_t shp_stack_here(void);
+/* Where the application called the wrapper being recorded: the return address into its code and
+ * the recording function's frame (its stack depth). Set by each generated wrapper just before it
+ * records, taken (and cleared) by shp_stack_here: it finds the stack of an earlier call from the
+ * same place, which is then checked against this one's instead of unwinding (stacks.c). */
+struct shp_site_hint {
+    uintptr_t pc, sp;
+};
+extern SHP_TLS struct shp_site_hint shp_site_hint;
 void shp_stacks_atfork_child(void);
 
 /* ---- values.c: fingerprints of values (its calls are in values.h) ---- */

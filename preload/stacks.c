@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -22,10 +23,22 @@
 #include "preload/preload.h"
 
 typedef int (*unw_backtrace_fn)(void **, int);
+typedef int (*unw_getcontext_fn)(void *);
+typedef int (*unw_init_local_fn)(void *, void *);
+typedef int (*unw_step_fn)(void *);
+typedef int (*unw_get_reg_fn)(void *, int, uintptr_t *);
+/* libunwind's register numbers on x86-64 (UNW_X86_64_RIP, UNW_X86_64_RSP). */
+#define UW_REG_IP 16
+#define UW_REG_SP 7
 
 static struct {
     pthread_once_t once;
     unw_backtrace_fn unwind;
+    /* Its cursor, for the stacks that are kept to be checked (see the call-site cache). */
+    unw_getcontext_fn getcontext;
+    unw_init_local_fn init_local;
+    unw_step_fn step;
+    unw_get_reg_fn get_reg;
     bool use_glibc;
     bool validate_all; /* a libunwind before 1.6: its accessor cannot be told what to check */
 } uw = {.once = PTHREAD_ONCE_INIT};
@@ -241,6 +254,12 @@ static bool tame_unwinder(void *h)
     probing = false;
     uw.validate_all = rc != 0 || (probe_arg & ~(uintptr_t)1) != (uintptr_t)ctx;
     __atomic_store_n(&acc->access_mem, access_mem, __ATOMIC_RELEASE);
+    uw.step = (unw_step_fn)shp_libc_dlsym(h, "_ULx86_64_step");
+    uw.get_reg = (unw_get_reg_fn)shp_libc_dlsym(h, "_ULx86_64_get_reg");
+    if (uw.step && uw.get_reg) {
+        uw.getcontext = (unw_getcontext_fn)getcontext_fn;
+        uw.init_local = (unw_init_local_fn)init_local;
+    }
     return true;
 }
 
@@ -321,27 +340,180 @@ static uint32_t store_stack(void *arg)
     return id;
 }
 
+/* Up to `max` return addresses of the calling thread, ours skipped; their number. */
+static int unwind_here(void **buf, int max, int *skip)
+{
+    int n = uw.unwind ? uw.unwind(buf, max) : backtrace(buf, max);
+    int k = 0;
+    while (k < n && shp_is_self(buf[k]))
+        k++;
+    *skip = k;
+    return n - k;
+}
+
+/* The whole native stack, deduplicated into a SHP_REC_STACK; its id (0: none). */
+static uint32_t native_stack(void)
+{
+    void *buf[SHP_STACK_MAX_FRAMES + 8];
+    int skip;
+    int n = unwind_here(buf, (int)(sizeof(buf) / sizeof(buf[0])), &skip);
+    if (n > SHP_STACK_MAX_FRAMES)
+        n = SHP_STACK_MAX_FRAMES;
+    if (n <= 0)
+        return 0;
+    struct native_frames nf = {buf + skip, n};
+    return shp_stack_intern(hash_frames(nf.frames, n), store_stack, &nf);
+}
+
+/* ---- the call-site cache ----
+ *
+ * An unwind costs about 17 ns a frame, and torch puts 40 to 80 native frames between a Python
+ * line and CUDA. Most calls come again from where an earlier one came from, so the stack of a
+ * call made from a return address and a stack depth (shp_site_hint) by a thread is kept with
+ * where each of its return addresses lies on that thread's stack; a later call from the same
+ * place by the same thread reads those words and, if every one still holds the same return
+ * address, has the same stack: no unwind. Any other word there (another path to the same
+ * place, a frame of another size) and the stack is unwound again and kept instead. The words
+ * read are the caller's own live stack, between this frame and the outermost frame's return
+ * address, whose page is checked readable first. Kept only with libunwind's cursor, and never
+ * under RLIMIT_AS (2 MiB of address space for the table). */
+#define CACHE_SLOTS 2048
+struct cached {
+    _Atomic uint64_t key; /* claimed once; the rest only ever used by the thread of the key */
+    _Atomic uint32_t id;  /* 0: none kept (yet); CACHE_NEVER: this place is always unwound */
+    uint32_t n;
+    uintptr_t at[SHP_STACK_MAX_FRAMES]; /* where frame i's return address lies */
+    void *ret[SHP_STACK_MAX_FRAMES];
+};
+#define CACHE_NEVER UINT32_MAX
+static struct cached *cache;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static _Atomic uint32_t cache_gen; /* a forked child's keys differ from its parent's */
+
+static void make_cache(void)
+{
+    struct rlimit rl;
+    if (!uw.step || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur != RLIM_INFINITY)
+        return;
+    void *p = mmap(NULL, sizeof(struct cached) * CACHE_SLOTS, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    cache = p == MAP_FAILED ? NULL : p;
+}
+
+/* The slot of `key`, claimed for it if none had it (*fresh); NULL when the table is full. */
+static struct cached *cache_slot(uint64_t key, bool *fresh)
+{
+    *fresh = false;
+    for (uint32_t i = 0; i < 16; i++) {
+        struct cached *c = &cache[(key + i) & (CACHE_SLOTS - 1)];
+        uint64_t cur = atomic_load_explicit(&c->key, memory_order_acquire);
+        if (cur == 0 && atomic_compare_exchange_strong(&c->key, &cur, key)) {
+            *fresh = true;
+            return c;
+        }
+        if (cur == key)
+            return c;
+    }
+    return NULL;
+}
+
+/* True if this thread's stack still holds the kept stack's return addresses where they were.
+ * Not instrumented: the words are other frames' (as libunwind's reads are). */
+__attribute__((no_sanitize("address", "undefined"))) static bool still_there(const struct cached *c,
+                                                                             uintptr_t here)
+{
+    if (!c->n || c->at[0] <= here || !checked_readable(c->at[c->n - 1]))
+        return false;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (*(const volatile uintptr_t *)c->at[i] != (uintptr_t)c->ret[i])
+            return false;
+    return true;
+}
+
+/* Unwinds with the cursor into c->ret (ours skipped) and c->at; false if a frame's return
+ * address was not where the cursor says (a signal frame): such a stack is not kept. */
+__attribute__((no_sanitize("address", "undefined"))) static bool unwind_kept(struct cached *c)
+{
+    /* libunwind's unw_context_t (a ucontext_t) and unw_cursor_t (127 words), with room. */
+    _Alignas(64) unsigned char ctx[1536], cursor[1536];
+    c->n = 0;
+    if (uw.getcontext(ctx) != 0 || uw.init_local(cursor, ctx) != 0)
+        return false;
+    bool ok = true, ours = true;
+    uintptr_t last = 0;
+    for (int depth = 0; depth < SHP_STACK_MAX_FRAMES + 16 && uw.step(cursor) > 0; depth++) {
+        uintptr_t ip, sp;
+        if (uw.get_reg(cursor, UW_REG_IP, &ip) != 0 || uw.get_reg(cursor, UW_REG_SP, &sp) != 0)
+            return false;
+        if (ours && shp_is_self((void *)ip))
+            continue;
+        ours = false;
+        if (c->n == SHP_STACK_MAX_FRAMES)
+            break;
+        uintptr_t at = sp - 8;
+        if (at <= last || !checked_readable(at) || *(const volatile uintptr_t *)at != ip)
+            ok = false;
+        last = at;
+        c->at[c->n] = at;
+        c->ret[c->n++] = (void *)ip;
+    }
+    return ok && c->n > 0;
+}
+
+static uint32_t store_kept(const struct cached *c)
+{
+    struct native_frames nf = {c->ret, (int)c->n};
+    return shp_stack_intern(hash_frames(nf.frames, nf.n), store_stack, &nf);
+}
+
+/* The native stack of a call from `hint`, through the cache; 0 and *done false when the cache
+ * cannot serve it (the caller unwinds as usual). */
+static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
+{
+    *done = false;
+    pthread_once(&cache_once, make_cache);
+    if (!cache || !hint.pc)
+        return 0;
+    uint64_t key = shp_hash_word(
+        shp_hash_word(shp_hash_word(0x52dce729da3ed12bull, hint.pc), hint.sp),
+        (uint64_t)pthread_self() ^ atomic_load_explicit(&cache_gen, memory_order_relaxed));
+    bool fresh;
+    struct cached *c = cache_slot(key ? key : 1, &fresh);
+    if (!c)
+        return 0;
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    uint32_t id = fresh ? 0 : atomic_load_explicit(&c->id, memory_order_acquire);
+    if (id == CACHE_NEVER)
+        return 0;
+    if (id && still_there(c, here)) {
+        *done = true;
+        return id;
+    }
+    if (!unwind_kept(c)) {
+        atomic_store_explicit(&c->id, CACHE_NEVER, memory_order_release);
+        return 0;
+    }
+    id = store_kept(c);
+    atomic_store_explicit(&c->id, id ? id : CACHE_NEVER, memory_order_release);
+    *done = id != 0;
+    return id;
+}
+
+SHP_TLS struct shp_site_hint shp_site_hint;
+
 uint32_t shp_stack_here(void)
 {
+    struct shp_site_hint hint = shp_site_hint;
+    shp_site_hint.pc = 0;
     if (shp_cfg.stacks == SHP_STACKS_NONE)
         return 0;
     /* The unwinder's memory checks and the records' growth set errno: the caller's is kept. */
     int saved = errno;
     pthread_once(&uw.once, load_unwinder);
-    void *buf[SHP_STACK_MAX_FRAMES + 8];
-    int n = uw.unwind ? uw.unwind(buf, (int)(sizeof(buf) / sizeof(buf[0])))
-                      : backtrace(buf, (int)(sizeof(buf) / sizeof(buf[0])));
-    int skip = 0;
-    while (skip < n && shp_is_self(buf[skip]))
-        skip++;
-    n -= skip;
-    if (n > SHP_STACK_MAX_FRAMES)
-        n = SHP_STACK_MAX_FRAMES;
-    uint32_t id = 0;
-    if (n > 0) {
-        struct native_frames nf = {buf + skip, n};
-        id = shp_stack_intern(hash_frames(nf.frames, n), store_stack, &nf);
-    }
+    bool done;
+    uint32_t id = cached_stack(hint, &done);
+    if (!done)
+        id = native_stack();
     if (shp_cfg.stacks == SHP_STACKS_PYTHON)
         id = shp_py_stack(id);
     errno = saved;
@@ -523,6 +695,7 @@ void shp_stacks_atfork_child(void)
     /* The child's trace starts empty: its stacks and modules must be written again. */
     shp_stackid_atfork_child();
     shp_py_atfork_child();
+    atomic_fetch_add(&cache_gen, 0x9e3779b9u);
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;
     mods.nwritten = 0;

@@ -48,6 +48,7 @@
     static __attribute__((noinline)) SHP_RET_##lib name##_rec##slot_ params                        \
     {                                                                                              \
         name##_fn real = (name##_fn)shp_real(SHP_OP_##name, slot_);                                \
+        shp_site_hint.sp = (uintptr_t)__builtin_frame_address(0);                                  \
         struct shp_call c; /* the description whole, the recorder's part left to shp_enter */      \
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
@@ -86,6 +87,7 @@
                 shp_dormant_group(SHP_OP_##name, (int)r);                                          \
             return r;                                                                              \
         }                                                                                          \
+        shp_site_hint.pc = (uintptr_t)__builtin_return_address(0);                                 \
         return name##_rec##slot_ args;                                                             \
     }
 

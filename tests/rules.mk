@@ -9,7 +9,7 @@ DOUBLE_NCCL := $(B)/tests/libnccl.so.2
 DOUBLE_CUDA := $(B)/tests/libcuda.so.1
 TEST_PROGS := $(patsubst tests/load/%.c,$(B)/tests/%,$(wildcard tests/load/*.c))
 TEST_LIBS := $(DOUBLE_CUDA) $(B)/tests/mod_nccl.so $(B)/tests/libctor.so $(B)/tests/libnext_a.so \
-             $(B)/tests/libnext_b.so
+             $(B)/tests/libnext_b.so $(B)/tests/libpaths.so
 UNIT_PROGS := $(patsubst tests/unit/%.c,$(B)/tests/%,$(wildcard tests/unit/*.c))
 # The doubles' own tests, apart from the product's: programs on the doubles alone
 # (tests/doubles/test_*.c), and a compile-only check of a double's header.
@@ -117,6 +117,11 @@ $(B)/tests/libctor.so: tests/load/lib/ctor.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13
+
+$(B)/tests/libpaths.so: tests/load/lib/paths.c $(DOUBLE_CUDART)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -fPIC -shared -o $@ $< $(TEST_LDFLAGS) \
+		-l:libcudart.so.13
 
 $(B)/tests/libnext_b.so: tests/load/lib/next_b.c
 	@mkdir -p $(@D)

@@ -834,6 +834,69 @@ def test_python_lines_across_constructs():
     print(f"     (checked {len(pys)} interpreters)")
 
 
+PATHS_PY = """import ctypes, sys, threading
+cudart = ctypes.CDLL(sys.argv[1])
+paths = ctypes.CDLL(sys.argv[2])
+paths.copy_via.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+dev = ctypes.c_void_p()
+assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+host = ctypes.create_string_buffer(64)
+
+
+def run(order):
+    for k in order:
+        assert paths.copy_via(k, dev, host, 64) == 0  # the one line
+
+
+run([0] * 300 + [1] * 300 + [i % 2 for i in range(300)])
+t = threading.Thread(target=run, args=([1] * 100 + [0] * 100,))
+t.start()
+t.join()
+for k in (0, 1, 0, 1):  # one after the other: each may get the last one's stack and thread id
+    t = threading.Thread(target=run, args=([k] * 50,))
+    t.start()
+    t.join()
+both = [threading.Thread(target=run, args=(o,)) for o in ([0, 1] * 60, [1, 1, 0] * 40)]
+for t in both:  # at once: ctypes lets the GIL go for the call
+    t.start()
+for t in both:
+    t.join()
+"""
+
+
+def test_call_site_cache_never_hides_a_second_native_path():
+    """A call made from where an earlier one was made (return address, stack depth, thread)
+    reuses that call's stack once its return addresses are found where they were
+    (preload/stacks.c). One Python line reaches cudaMemcpy through path_a or path_b of
+    tests/load/lib/paths.c, alike in all three: 300 calls through path_a, 300 through path_b,
+    then alternating, then threads one after the other (the same stack and pthread id again),
+    then two threads at once; each thread's copies, in order, must name the paths it took, with
+    native and with Python stacks."""
+    script = os.path.join(TMP, "paths.py")
+    os.makedirs(TMP, exist_ok=True)
+    open(script, "w").write(PATHS_PY)
+    want = sorted([[0] * 300 + [1] * 300 + [i % 2 for i in range(300)], [1] * 100 + [0] * 100,
+                   [0] * 50, [1] * 50, [0] * 50, [1] * 50, [0, 1] * 60, [1, 1, 0] * 40])
+    line = line_of(script, contains="# the one line")
+    for stacks in ("native", "python"):
+        d, _ = traced("paths-" + stacks, [shutil.which("python3"), script,
+                                          f"{T}/libcudart.so.13", f"{T}/libpaths.so"],
+                      opts=["--stacks", stacks])
+        ev, _ = dump(d)
+        by_tid = {}
+        for e in sorted(ops(ev, "cudaMemcpy"), key=lambda e: e["t_ns"]):
+            frames, _ = py_frames(e)
+            if stacks == "python":
+                assert frames and frames[0][0] == "run" and frames[0][2] == line, e["stack"]
+            else:
+                assert not frames, e["stack"]
+            a, b = site_has(e, "path_a"), site_has(e, "path_b")
+            assert a != b, e["stack"]
+            by_tid.setdefault(e["tid"], []).append(1 if b else 0)
+        got = sorted(by_tid.values())
+        assert got == want, (stacks, [len(g) for g in got], [sum(g) for g in got])
+
+
 REUSE_PY = """import ctypes, gc, sys, threading
 cudart = ctypes.CDLL(sys.argv[1])
 
