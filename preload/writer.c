@@ -426,17 +426,19 @@ static uint64_t as_share(void)
     return vm && as > vm ? (as - vm + w.as_mapped) / 8 : 0;
 }
 
-/* Map the segments of [from, to) that are not mapped yet. Under w.mu. Returns 0, or -ENOMEM
- * with *mapped_to set to the end of what is mapped (the address-space share is spent, or the
- * limit refused the mapping). */
-static int map_segments(int fd, uint64_t from, uint64_t to, uint64_t *mapped_to)
+/* Map the segments of [from, to) that are not mapped yet, within `share` (as_share(), taken
+ * before the trace was opened: reading it opens /proc/self/statm, and the preload holds one
+ * descriptor at a time; it does not move as segments are mapped, which add to both VmSize and
+ * w.as_mapped). Under w.mu. Returns 0, or -ENOMEM with *mapped_to set to the end of what is
+ * mapped (the share is spent, or the limit refused the mapping). */
+static int map_segments(int fd, uint64_t from, uint64_t to, uint64_t share, uint64_t *mapped_to)
 {
     for (unsigned i = (unsigned)(from >> shp_wh.shift); (uint64_t)i << shp_wh.shift < to; i++) {
         if (shp_wh.seg[i])
             continue;
         uint64_t len = seg_len(i);
         void *m = MAP_FAILED;
-        if (w.as_mapped + len <= as_share())
+        if (w.as_mapped + len <= share)
             m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                      (off_t)((uint64_t)i << shp_wh.shift));
         if (m == MAP_FAILED) {
@@ -473,6 +475,7 @@ static int grow(uint64_t need)
             goto out;
         }
     }
+    uint64_t share = as_share();
     int fd = reopen();
     if (fd < 0) {
         rc = fd;
@@ -482,18 +485,19 @@ static int grow(uint64_t need)
      * instead of as SIGBUS on the first store into a hole. */
     int e = shp_fallocate_quiet(fd, (off_t)have, (off_t)(want - have));
     uint64_t mapped_to = want;
+    bool as_spent = e == 0 && map_segments(fd, have, want, share, &mapped_to) < 0;
+    close(fd); /* before lower_cap, whose log line may open the debug file */
     if (e == EFBIG) {
         /* The limit was lowered between our look and the call. */
         lower_cap(have, SHP_CAP_FSIZE, limit_of(RLIMIT_FSIZE));
         rc = -EFBIG;
     } else if (e != 0) {
         rc = -e;
-    } else if (map_segments(fd, have, want, &mapped_to) < 0) {
+    } else if (as_spent) {
         lower_cap(mapped_to, SHP_CAP_AS, limit_of(RLIMIT_AS));
         want = mapped_to > have ? mapped_to : have;
         rc = need > want ? -EFBIG : 0;
     }
-    close(fd);
     if (want > have && e == 0) {
         /* `attach` may have grown the file too: the header keeps the larger. */
         struct shp_file_header *h = shp_wh.hdr;
@@ -662,6 +666,7 @@ static int open_file(void)
     uint64_t cap_limit;
     if (!plan(&cap_why, &cap_limit))
         return -EFBIG;
+    uint64_t share = as_share();
     int fd = -1;
     for (int i = 0; i < 100 && fd < 0; i++) {
         if (i == 0)
@@ -706,7 +711,7 @@ static int open_file(void)
     if (e != 0) {
         rc = -e;
         fail = strerror(e);
-    } else if (map_segments(fd, 0, first, &mapped_to) < 0) {
+    } else if (map_segments(fd, 0, first, share, &mapped_to) < 0) {
         rc = -ENOMEM;
         fail = "no address space left to map it";
     }

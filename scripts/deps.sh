@@ -31,8 +31,10 @@ for set in "$@"; do
         ;;
     check)
         # python3 runs the test suites, chromium the report's browser test, clang and its
-        # runtime (libFuzzer, sanitizers) the reader's fuzz run, jq the README's commands.
-        pkgs="$pkgs python3 chromium clang libclang-rt-14-dev jq"
+        # runtime (libFuzzer, sanitizers) the reader's fuzz run, jq the README's commands,
+        # strace the checks of what the preload and export open, util-linux's prlimit the limits
+        # of the harm cases.
+        pkgs="$pkgs python3 chromium clang libclang-rt-14-dev jq strace util-linux"
         ;;
     format)
         # .clang-format is read by version 14; other versions format some lines differently.

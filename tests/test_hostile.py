@@ -5,6 +5,7 @@ Usage: test_hostile.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
 import glob
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -369,6 +370,44 @@ def test_descriptor_limit_is_the_applications_alone():
         same(u, t, uf, tf)
     assert "opened it again" in u.stdout, u.stdout
     assert "no file descriptor to spare" in "".join(warnings_of(t)), t.stderr
+
+
+def test_one_descriptor_at_a_time_even_under_an_address_space_limit():
+    """The preload holds at most one descriptor at a time: under RLIMIT_AS the share of address
+    space it may map is read from /proc/self/statm, which was opened while the trace was open
+    again to grow it (two of the application's descriptors at once). strace follows every open
+    and close of the traced program, which opens nothing itself once running: from the trace's
+    creation on, no open returns while a descriptor of the preload's is still open."""
+    if SANITIZED:
+        raise NotRun("AddressSanitizer reserves terabytes of shadow: no RLIMIT_AS under it")
+    strace = shutil.which("strace")
+    if not strace:
+        raise NotRun("strace is not installed")
+    vm = int(run([f"{T}/hostile", "vmsize"]).stdout.split()[0]) << 10
+    d = fresh("one-fd")
+    log = os.path.join(d, "strace.log")
+    e = preload_env(os.path.join(d, "run"), SHAPETRACE_STACKS="none")
+    p = subprocess.run([strace, "-f", "-qq", "-e", "trace=openat,open,close", "-o", log, PRLIMIT,
+                        f"--as={vm + (1536 << 20)}", f"{T}/hostile", "calls", "200000"],
+                       capture_output=True, text=True, timeout=120, env=e)
+    assert p.returncode == 0, p.stderr[-2000:]
+    held, seen, opens, grows = {}, False, 0, 0
+    for ln in open(log):
+        m = re.match(r"(\d+) +(openat|open)\((?:AT_FDCWD, )?\"([^\"]*)\".* = (\d+)$", ln)
+        if m:
+            pid, path, fd = m.group(1), m.group(3), m.group(4)
+            if path.endswith(".shptrace"):
+                seen = True
+                grows += 1
+            if seen:
+                opens += 1
+                assert not held.get(pid), (ln, held[pid])
+                held.setdefault(pid, set()).add(fd)
+            continue
+        m = re.match(r"(\d+) +close\((\d+)\) += 0", ln)
+        if m:
+            held.get(m.group(1), set()).discard(m.group(2))
+    assert seen and grows > 2 and opens > grows, (grows, opens)
 
 
 def test_warnings_never_go_into_a_file_on_descriptor_2():
@@ -1311,6 +1350,7 @@ HARM = {
     "test_a_small_trace_maps_little",
     "test_unwinder_holds_no_descriptor_that_the_application_reuses",
     "test_descriptor_limit_is_the_applications_alone",
+    "test_one_descriptor_at_a_time_even_under_an_address_space_limit",
     "test_warnings_never_go_into_a_file_on_descriptor_2",
     "test_umask_0777_still_gives_private_readable_files",
     "test_paths_from_the_environment_are_checked_before_use",
