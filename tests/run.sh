@@ -47,13 +47,18 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     suite "$T/unit/test_findings.c" "test_findings (thread)" "$B/tests/test_findings"
     suite "$T/test_analyze.py" "analyze (thread)" python3 "$T/test_analyze.py" "$B"
     suite "$T/test_values.py" "values (thread)" python3 "$T/test_values.py" "$B"
-    # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files.
+    # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files, and
+    # every command's one policy for unreadable, empty and cut inputs (the session library).
     suite "$T/test_hostile.py" "hostile readers (thread)" python3 "$T/test_hostile.py" "$B" \
         test_one_communicator_of_two_sizes_is_a_finding \
         test_two_processes_claiming_one_rank_are_named_both \
         test_collectives_tied_to_no_communicator_are_counted \
         test_byte_counts_that_wrap_are_a_finding test_expectation_file_that_is_a_fifo_does_not_block \
-        test_a_seq_far_ahead_is_lined_up_at_once
+        test_a_seq_far_ahead_is_lined_up_at_once test_fifo_named_like_a_trace \
+        test_unreadable_files_of_a_run_directory_are_skipped_by_every_command \
+        test_an_empty_run_directory_among_others_is_a_note \
+        test_a_path_named_that_is_no_readable_trace_is_refused_by_every_command \
+        test_one_rule_of_completeness_for_every_command
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "$T/test_hostile.py" "hostile, harm cases (thread)" python3 "$T/test_hostile.py" "$B" harm
     # export's threads: the analysis beside the walk's scan, the file's writer.
