@@ -76,12 +76,15 @@ class Model:
 
 
 def block_ms(model, tokens, steps, first_step):
+    """The block's wall ms a step, the calling thread's CPU ms a step, the sampled tokens."""
     torch.cuda.synchronize()
     t = time.perf_counter()
+    c = time.thread_time()
     for s in range(steps):
         tokens = model.step(tokens, first_step + s)
     torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps * 1e3, tokens
+    return ((time.perf_counter() - t) / steps * 1e3, (time.thread_time() - c) / steps * 1e3,
+            tokens)
 
 
 def attach(args, switch):
@@ -110,8 +113,8 @@ def main():
                             world_size=1, device_id=dev, timeout=datetime.timedelta(seconds=60))
     model = Model(dev)
     tokens = torch.arange(BATCH)
-    _, tokens = block_ms(model, tokens, 5, 0)  # warm-up: allocator, NCCL, kernels
-    times = {}
+    _, _, tokens = block_ms(model, tokens, 5, 0)  # warm-up: allocator, NCCL, kernels
+    times, cpu = {}, {}
     step = 5
     for b in range(args.blocks):
         if args.attach:
@@ -122,9 +125,10 @@ def main():
             step += 1
         else:
             state = "plain"
-        ms, tokens = block_ms(model, tokens, args.steps, step)
+        ms, cpu_ms, tokens = block_ms(model, tokens, args.steps, step)
         step += args.steps
         times.setdefault(state, []).append(ms)
+        cpu.setdefault(state, []).append(cpu_ms)
     if args.attach:
         attach(args, "--off")
     dist.destroy_process_group()
@@ -132,7 +136,8 @@ def main():
     with open(args.results, "a") as f:
         for state, ms in times.items():
             f.write(json.dumps({"config": args.config, "state": state, "calls_per_step": calls,
-                                "median_ms": statistics.median(ms), "ms": ms}) + "\n")
+                                "median_ms": statistics.median(ms), "ms": ms,
+                                "cpu_ms": cpu[state]}) + "\n")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,18 @@ def main():
             print(f"| {cfg} | off {mo:.3f}, on {statistics.median(on):.3f} | {d * 1e3:+.1f} us | "
                   f"{d / mo * 100:+.2f}% | {min(diffs) * 1e3:+.1f} to {max(diffs) * 1e3:+.1f} us ({len(diffs)} pairs) | "
                   f"{lo / mo * 100:+.2f} to {hi / mo * 100:+.2f}% |")
+            # The calling thread's CPU time a step, paired the same way (the waits on the GPU
+            # spin on a CPU too, so it is no lower bound; it moves less than the wall).
+            con = [m for r in states["on"] for m in r.get("cpu_ms", [])]
+            coff = [m for r in states["off"] for m in r.get("cpu_ms", [])]
+            if con and coff:
+                cd = [a - b for a, b in zip(con, coff)]
+                cm, cmo = statistics.median(cd), statistics.median(coff)
+                clo, chi = interval(cd)
+                print(f"| {cfg}, thread CPU | off {cmo:.3f}, on {statistics.median(con):.3f} | "
+                      f"{cm * 1e3:+.1f} us | {cm / cmo * 100:+.2f}% | {min(cd) * 1e3:+.1f} to "
+                      f"{max(cd) * 1e3:+.1f} us ({len(cd)} pairs) | {clo / cmo * 100:+.2f} to "
+                      f"{chi / cmo * 100:+.2f}% |")
         elif "plain" in states:
             ms = [m for r in states["plain"] for m in r["ms"]]
             m = statistics.median(ms)

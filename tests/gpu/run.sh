@@ -8,7 +8,11 @@
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
+#   SHP_BENCH_VALUES  0 leaves bench's --values decode loops out (default 1)
+#   SHP_VALUES_PROMISE  0 leaves the values part's check of NCCL's promise out (default 1)
 #   SHP_DECODE_BLOCKS, SHP_DECODE_STEPS  decode's blocks a process (24), steps a block (10)
+#   SHP_DECODE_STACKS  decode's stack settings (default "python native none")
+#   SHP_DECODE_OTHERS  0 leaves out decode's untraced, NCCL-log and Flight Recorder processes
 set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
@@ -252,7 +256,9 @@ if has values; then
         --check "$W/traces/values_hash" "$W/values_hash" >>"$SUMMARY" 2>&1
     # NCCL's promise: 4 ranks, one job per algorithm and protocol, under --values collectives.
     : >"$W/promise.jsonl"
-    for algo in Ring Tree; do
+    algos="Ring Tree"
+    [ "${SHP_VALUES_PROMISE:-1}" = 0 ] && algos=""
+    for algo in $algos; do
         for proto in LL LL128 Simple; do
             name=promise_${algo}_$proto
             rm -rf "$W/traces/$name"
@@ -266,7 +272,7 @@ if has values; then
         done
     done
     wait # the six jobs side by side: each is mostly waiting on loopback sockets
-    for algo in Ring Tree; do
+    for algo in $algos; do
         for proto in LL LL128 Simple; do
             name=promise_${algo}_$proto
             rc=$(rc_of "$name")
@@ -278,9 +284,14 @@ if has values; then
             fi
         done
     done
-    python3 "$here/values_promise.py" --table "$W/promise.jsonl" >"$W/promise_table.txt" 2>&1 &&
-        note "PASS values_promise: $(tail -n 1 "$W/promise_table.txt")" ||
+    if [ -z "$algos" ]; then
+        note "NOT RUN values_promise: SHP_VALUES_PROMISE=0"
+    elif python3 "$here/values_promise.py" --table "$W/promise.jsonl" >"$W/promise_table.txt" 2>&1
+    then
+        note "PASS values_promise: $(tail -n 1 "$W/promise_table.txt")"
+    else
         note "FAIL values_promise: $(tail -n 1 "$W/promise_table.txt") (table: promise_table.txt)"
+    fi
     # torch_tp.py under --values: the clean run silent, one ulp in one rank's batch found
     # (after the other jobs: fewer processes share the GPU).
     # llama_tp.py --plant perturb: the last rank's final norm weights one unit in the last place
@@ -388,7 +399,9 @@ if has bench; then
     # --values: the decode loop armed against dormant, in one process per configuration.
     vres=$W/bench_values.jsonl
     : >"$vres"
-    for cfg in none every1 every100; do
+    vcfgs="none every1 every100"
+    [ "${SHP_BENCH_VALUES:-1}" = 0 ] && vcfgs=""
+    for cfg in $vcfgs; do
         port=$((port + 1))
         case $cfg in
         none) set -- ;;
@@ -414,7 +427,7 @@ if has decode; then
     port=29700
     pin=""
     command -v taskset >/dev/null && pin="taskset -c 4-7"
-    for stacks in python native none; do
+    for stacks in ${SHP_DECODE_STACKS:-python native none}; do
         port=$((port + 1))
         rm -rf "$W/traces/decode_$stacks"
         $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" \
@@ -423,7 +436,9 @@ if has decode; then
             --tool-ld "${SHP_TOOL_LD:-}" $decode_size \
             >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
     done
-    for cfg in untraced nccl_debug flight_recorder; do
+    others="untraced nccl_debug flight_recorder"
+    [ "${SHP_DECODE_OTHERS:-1}" = 0 ] && others=""
+    for cfg in $others; do
         port=$((port + 1))
         case $cfg in
         untraced) set -- ;;

@@ -59,8 +59,16 @@ def site_matches(event, want):
     return got == want if "@" in want else got.split("@")[0] == want
 
 
+def site_line(event):
+    """FUNCTION@FILE:LINE of the site frame, or FUNCTION@FILE when it has no line."""
+    where = py_site(event)
+    frame = site_frame(event) or ""
+    line = frame.rstrip(")").rsplit(":", 1)[-1] if " (" in frame else ""
+    return f"{where}:{line}" if where and line.isdigit() else where
+
+
 def describe(f):
-    where = py_site(f["events"][0]) if f.get("events") else None
+    where = site_line(f["events"][0]) if f.get("events") else None
     seq = f"#{f['seq']}" if f.get("seq") is not None else ""
     ranks = ",".join(map(str, f["ranks"])) or "-"
     return f"{f['kind']}{' ' + seq if seq else ''} ranks {ranks}" + \
