@@ -54,5 +54,6 @@ __attribute__((constructor)) static void shp_constructor(void)
 
 __attribute__((destructor)) static void shp_destructor(void)
 {
+    shp_stacks_report();
     shp_writer_close();
 }

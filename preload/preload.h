@@ -385,6 +385,8 @@ struct shp_site_hint {
     uintptr_t pc, sp;
 };
 extern SHP_TLS struct shp_site_hint shp_site_hint;
+/* At exit: how many native stacks were unwound in full (an INFO line of the log). */
+void shp_stacks_report(void);
 void shp_stacks_atfork_child(void);
 
 /* ---- values.c: fingerprints of values (its calls are in values.h) ---- */

@@ -387,6 +387,9 @@ struct cached {
 };
 #define CACHE_NEVER UINT32_MAX
 static struct cached *cache;
+/* Native stacks unwound in full (the cache's first call from a place, a place it cannot keep,
+ * or no cache), for the log line at exit (shp_stacks_report); only unwinds add to it. */
+static _Atomic uint64_t full_unwinds;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static _Atomic uint32_t cache_gen; /* a forked child's keys differ from its parent's */
 
@@ -489,6 +492,7 @@ static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
         *done = true;
         return id;
     }
+    atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
     if (!unwind_kept(c)) {
         atomic_store_explicit(&c->id, CACHE_NEVER, memory_order_release);
         return 0;
@@ -512,8 +516,10 @@ uint32_t shp_stack_here(void)
     pthread_once(&uw.once, load_unwinder);
     bool done;
     uint32_t id = cached_stack(hint, &done);
-    if (!done)
+    if (!done) {
+        atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
         id = native_stack();
+    }
     if (shp_cfg.stacks == SHP_STACKS_PYTHON)
         id = shp_py_stack(id);
     errno = saved;
@@ -690,12 +696,27 @@ static void modules_for(void *const *frames, int n)
         shp_py_modules_changed();
 }
 
+void shp_stacks_report(void)
+{
+    if (shp_cfg.stacks == SHP_STACKS_NONE)
+        return;
+    uint64_t n = atomic_load_explicit(&full_unwinds, memory_order_relaxed);
+    if (!n)
+        return; /* no native stack taken: nothing to say */
+    const char *how = cache      ? "the call-site cache served the others"
+                      : !uw.step ? "no call-site cache: glibc's unwinder"
+                                 : "no call-site cache: an address-space limit";
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "native stacks unwound in full: %llu (%s)",
+            (unsigned long long)n, how);
+}
+
 void shp_stacks_atfork_child(void)
 {
     /* The child's trace starts empty: its stacks and modules must be written again. */
     shp_stackid_atfork_child();
     shp_py_atfork_child();
     atomic_fetch_add(&cache_gen, 0x9e3779b9u);
+    atomic_store_explicit(&full_unwinds, 0, memory_order_relaxed);
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;
     mods.nwritten = 0;

@@ -871,7 +871,8 @@ def test_call_site_cache_never_hides_a_second_native_path():
     tests/load/lib/paths.c, alike in all three: 300 calls through path_a, 300 through path_b,
     then alternating, then threads one after the other (the same stack and pthread id again),
     then two threads at once; each thread's copies, in order, must name the paths it took, with
-    native and with Python stacks."""
+    native and with Python stacks. The log line at exit counts the stacks unwound in full: at
+    each change of path and each new thread (about 500), not at each of the 1,540 copies."""
     script = os.path.join(TMP, "paths.py")
     os.makedirs(TMP, exist_ok=True)
     open(script, "w").write(PATHS_PY)
@@ -879,9 +880,12 @@ def test_call_site_cache_never_hides_a_second_native_path():
                    [0] * 50, [1] * 50, [0] * 50, [1] * 50, [0, 1] * 60, [1, 1, 0] * 40])
     line = line_of(script, contains="# the one line")
     for stacks in ("native", "python"):
-        d, _ = traced("paths-" + stacks, [shutil.which("python3"), script,
+        d, p = traced("paths-" + stacks, [shutil.which("python3"), script,
                                           f"{T}/libcudart.so.13", f"{T}/libpaths.so"],
-                      opts=["--stacks", stacks])
+                      opts=["--stacks", stacks, "--debug", "INFO"])
+        m = re.search(r"native stacks unwound in full: (\d+) \(([^)]*)\)", p.stderr)
+        assert m and m.group(2) == "the call-site cache served the others", p.stderr[-2000:]
+        assert int(m.group(1)) < 700, m.group(0)
         ev, _ = dump(d)
         by_tid = {}
         for e in sorted(ops(ev, "cudaMemcpy"), key=lambda e: e["t_ns"]):
