@@ -17,6 +17,21 @@ def interval(diffs):
     return meds[50], meds[1949]
 
 
+def paired_row(label, states, key):
+    """One line for a process that alternated armed and dormant blocks: the median of the pair
+    differences of KEY (ms a step), its range and interval; nothing if the results lack KEY."""
+    on = [m for r in states["on"] for m in r.get(key, [])]
+    off = [m for r in states["off"] for m in r.get(key, [])]
+    if not on or not off:
+        return
+    diffs = [a - b for a, b in zip(on, off)]
+    d, mo = statistics.median(diffs), statistics.median(off)
+    lo, hi = interval(diffs)
+    print(f"| {label} | off {mo:.3f}, on {statistics.median(on):.3f} | {d * 1e3:+.1f} us | "
+          f"{d / mo * 100:+.2f}% | {min(diffs) * 1e3:+.1f} to {max(diffs) * 1e3:+.1f} us "
+          f"({len(diffs)} pairs) | {lo / mo * 100:+.2f} to {hi / mo * 100:+.2f}% |")
+
+
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
     by = {}
@@ -29,27 +44,10 @@ def main():
     print("|---|---|---|---|---|---|")
     for cfg, states in by.items():
         if "on" in states and "off" in states:
-            on = [m for r in states["on"] for m in r["ms"]]
-            off = [m for r in states["off"] for m in r["ms"]]
-            diffs = [a - b for a, b in zip(on, off)]
-            d = statistics.median(diffs)
-            mo = statistics.median(off)
-            lo, hi = interval(diffs)
-            print(f"| {cfg} | off {mo:.3f}, on {statistics.median(on):.3f} | {d * 1e3:+.1f} us | "
-                  f"{d / mo * 100:+.2f}% | {min(diffs) * 1e3:+.1f} to {max(diffs) * 1e3:+.1f} us ({len(diffs)} pairs) | "
-                  f"{lo / mo * 100:+.2f} to {hi / mo * 100:+.2f}% |")
+            paired_row(cfg, states, "ms")
             # The calling thread's CPU time a step, paired the same way (the waits on the GPU
             # spin on a CPU too, so it is no lower bound; it moves less than the wall).
-            con = [m for r in states["on"] for m in r.get("cpu_ms", [])]
-            coff = [m for r in states["off"] for m in r.get("cpu_ms", [])]
-            if con and coff:
-                cd = [a - b for a, b in zip(con, coff)]
-                cm, cmo = statistics.median(cd), statistics.median(coff)
-                clo, chi = interval(cd)
-                print(f"| {cfg}, thread CPU | off {cmo:.3f}, on {statistics.median(con):.3f} | "
-                      f"{cm * 1e3:+.1f} us | {cm / cmo * 100:+.2f}% | {min(cd) * 1e3:+.1f} to "
-                      f"{max(cd) * 1e3:+.1f} us ({len(cd)} pairs) | {clo / cmo * 100:+.2f} to "
-                      f"{chi / cmo * 100:+.2f}% |")
+            paired_row(f"{cfg}, thread CPU", states, "cpu_ms")
         elif "plain" in states:
             ms = [m for r in states["plain"] for m in r["ms"]]
             m = statistics.median(ms)
