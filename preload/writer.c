@@ -602,9 +602,9 @@ static void write_header(struct shp_file_header *h, uint32_t cap_why, uint64_t c
 
 /* How big the file may become and how it is mapped, within the process's limits: the cap is
  * lowered (why and the limit in *cap_why, *cap_limit) for a file-size limit it would pass, and
- * for an address-space limit, of whose headroom the segments take an eighth at most. Returns
- * false when no trace fits. */
-static bool plan(uint32_t *cap_why, uint64_t *cap_limit)
+ * for an address-space limit, of whose headroom the segments take an eighth at most (`share`,
+ * as_share()). Returns false when no trace fits. */
+static bool plan(uint64_t share, uint32_t *cap_why, uint64_t *cap_limit)
 {
     w.cap = SHP_HEADER_SIZE + shp_cfg.cap;
     w.map_len = w.cap + shp_cfg.cap / 16; /* the bookkeeping reserve: shp_rec_limit */
@@ -622,12 +622,11 @@ static bool plan(uint32_t *cap_why, uint64_t *cap_limit)
         shp_wh.shift++;
     uint64_t as = limit_of(RLIMIT_AS);
     if (as != UINT64_MAX) {
-        uint64_t budget = as_share();
         /* Segments small enough that a few fit in the share, so that a small trace maps
          * little; then the cap that the share can map whole. */
-        while (shp_wh.shift > SEG_SHIFT_MIN && ((1ull << shp_wh.shift) + OVERLAP) * 4 > budget)
+        while (shp_wh.shift > SEG_SHIFT_MIN && ((1ull << shp_wh.shift) + OVERLAP) * 4 > share)
             shp_wh.shift--;
-        uint64_t fit = budget / ((1ull << shp_wh.shift) + OVERLAP) << shp_wh.shift;
+        uint64_t fit = share / ((1ull << shp_wh.shift) + OVERLAP) << shp_wh.shift;
         if (fit < w.map_len) {
             w.cap = cap_for(fit);
             w.map_len = fit;
@@ -664,9 +663,9 @@ static int open_file(void)
     }
     uint32_t cap_why;
     uint64_t cap_limit;
-    if (!plan(&cap_why, &cap_limit))
+    uint64_t share = as_share(); /* before the trace is opened: it reads /proc/self/statm */
+    if (!plan(share, &cap_why, &cap_limit))
         return -EFBIG;
-    uint64_t share = as_share();
     int fd = -1;
     for (int i = 0; i < 100 && fd < 0; i++) {
         if (i == 0)
