@@ -339,6 +339,12 @@ def test_address_space_limit_leaves_the_application_its_allocation():
         assert u.stdout == "malloc of 1024 MiB succeeded\n", u.stdout
     [q] = procs_of(d)
     assert q["capped_by"] == "address_space" and q["dropped"] > 0, q
+    # Native stacks: the call-site cache's table (2 MiB of address space) is not made under the
+    # limit, and the allocation still succeeds.
+    u, t, d, uf, tf = both("as-native", [PRLIMIT, limit, f"{T}/hostile", "malloc", "1024", "1000"],
+                           opts=["--stacks", "native", "--debug", "INFO"])
+    same(u, t, uf, tf)
+    assert "no call-site cache: an address-space limit" in t.stderr, t.stderr[-2000:]
 
 
 def test_a_small_trace_maps_little():
