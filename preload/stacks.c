@@ -372,16 +372,19 @@ static uint32_t native_stack(void)
  * call made from a return address and a stack depth (shp_site_hint) by a thread is kept with
  * where each of its return addresses lies on that thread's stack; a later call from the same
  * place by the same thread reads those words and, if every one still holds the same return
- * address, has the same stack: no unwind. Any other word there (another path to the same
- * place, a frame of another size) and the stack is unwound again and kept instead. The words
+ * address, has the same stack: no unwind. A place keeps up to CACHE_WAYS stacks (the paths that
+ * reach it, as a layer's attention and MLP reach one all-reduce), each in a slot of its own; a
+ * call whose words match none of them is unwound and kept in place of the oldest. The words
  * read are the caller's own live stack, between this frame and the outermost frame's return
  * address, whose page is checked readable first. Kept only with libunwind's cursor, and never
  * under RLIMIT_AS (2 MiB of address space for the table). */
 #define CACHE_SLOTS 2048
+#define CACHE_WAYS 4
 struct cached {
     _Atomic uint64_t key; /* claimed once; the rest only ever used by the thread of the key */
     _Atomic uint32_t id;  /* 0: none kept (yet); CACHE_NEVER: this place is always unwound */
-    uint32_t n;
+    uint16_t n;
+    uint16_t next; /* a place's first way: the way its next new path replaces */
     uintptr_t at[SHP_STACK_MAX_FRAMES]; /* where frame i's return address lies */
     void *ret[SHP_STACK_MAX_FRAMES];
 };
@@ -470,7 +473,8 @@ static uint32_t store_kept(const struct cached *c)
 }
 
 /* The native stack of a call from `hint`, through the cache; 0 and *done false when the cache
- * cannot serve it (the caller unwinds as usual). */
+ * cannot serve it (the caller unwinds as usual). The place's ways are looked at in turn; the
+ * first one that is free, or else the oldest, takes the stack that none of them held. */
 static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
 {
     *done = false;
@@ -480,24 +484,40 @@ static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
     uint64_t key = shp_hash_word(
         shp_hash_word(shp_hash_word(0x52dce729da3ed12bull, hint.pc), hint.sp),
         (uint64_t)pthread_self() ^ atomic_load_explicit(&cache_gen, memory_order_relaxed));
-    bool fresh;
-    struct cached *c = cache_slot(key ? key : 1, &fresh);
-    if (!c)
-        return 0;
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
-    uint32_t id = fresh ? 0 : atomic_load_explicit(&c->id, memory_order_acquire);
-    if (id == CACHE_NEVER)
-        return 0;
-    if (id && still_there(c, here)) {
-        *done = true;
-        return id;
+    struct cached *way[CACHE_WAYS], *c = NULL;
+    uint32_t ways = 0;
+    for (; ways < CACHE_WAYS; ways++) {
+        uint64_t k = shp_hash_word(key, ways);
+        bool fresh;
+        struct cached *w = cache_slot(k ? k : 1, &fresh);
+        if (!w)
+            break; /* the table is full: the ways found so far take turns */
+        if (fresh) {
+            c = w;
+            break;
+        }
+        uint32_t id = atomic_load_explicit(&w->id, memory_order_acquire);
+        if (id == CACHE_NEVER)
+            return 0;
+        if (id && still_there(w, here)) {
+            *done = true;
+            return id;
+        }
+        way[ways] = w;
+    }
+    if (!c) {
+        if (!ways)
+            return 0;
+        c = way[way[0]->next % ways];
+        way[0]->next = (uint16_t)((way[0]->next + 1) % CACHE_WAYS);
     }
     atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
     if (!unwind_kept(c)) {
         atomic_store_explicit(&c->id, CACHE_NEVER, memory_order_release);
         return 0;
     }
-    id = store_kept(c);
+    uint32_t id = store_kept(c);
     atomic_store_explicit(&c->id, id ? id : CACHE_NEVER, memory_order_release);
     *done = id != 0;
     return id;
