@@ -525,6 +525,29 @@ static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
 
 SHP_TLS struct shp_site_hint shp_site_hint;
 
+/* With --debug INFO, what call sites cost: the trace clock's ticks in the native part and in the
+ * Python part of every call that took a stack, and a clock pair read at the first, to give them
+ * in ns at exit (shp_stacks_report). Shared counters: a cost of the debug level only. */
+static struct {
+    _Atomic uint64_t calls, native, python;
+    _Atomic int started;
+    uint64_t tsc0, ns0;
+} cost;
+
+static inline bool timing(void)
+{
+    return __builtin_expect(shp_log.level >= SHP_LOG_INFO, 0) && (shp_log.subsys & SHP_SUB_STACK);
+}
+
+static void cost_add(uint64_t t0, uint64_t t1, uint64_t t2)
+{
+    if (!atomic_exchange(&cost.started, 1))
+        shp_clock_pair_now(&cost.tsc0, &cost.ns0);
+    atomic_fetch_add_explicit(&cost.calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cost.native, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cost.python, t2 - t1, memory_order_relaxed);
+}
+
 uint32_t shp_stack_here(void)
 {
     struct shp_site_hint hint = shp_site_hint;
@@ -533,6 +556,8 @@ uint32_t shp_stack_here(void)
         return 0;
     /* The unwinder's memory checks and the records' growth set errno: the caller's is kept. */
     int saved = errno;
+    bool timed = timing();
+    uint64_t t0 = timed ? shp_clock_now() : 0;
     pthread_once(&uw.once, load_unwinder);
     bool done;
     uint32_t id = cached_stack(hint, &done);
@@ -540,8 +565,11 @@ uint32_t shp_stack_here(void)
         atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
         id = native_stack();
     }
+    uint64_t t1 = timed ? shp_clock_now() : 0;
     if (shp_cfg.stacks == SHP_STACKS_PYTHON)
         id = shp_py_stack(id);
+    if (timed)
+        cost_add(t0, t1, shp_clock_now());
     errno = saved;
     return id;
 }
@@ -728,6 +756,21 @@ void shp_stacks_report(void)
                                  : "no call-site cache: an address-space limit";
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "native stacks unwound in full: %llu (%s)",
             (unsigned long long)n, how);
+    uint64_t calls = atomic_load(&cost.calls);
+    if (!calls)
+        return;
+    /* Ticks to ns: the trace clock's rate since the first timed call (1 where it is in ns). */
+    double per_tick = 1.0;
+    if (shp_clock_kind == SHP_CLOCK_TSC) {
+        uint64_t tsc, ns;
+        shp_clock_pair_now(&tsc, &ns);
+        per_tick = tsc > cost.tsc0 ? (double)(ns - cost.ns0) / (double)(tsc - cost.tsc0) : 0.0;
+    }
+    double nat = (double)atomic_load(&cost.native) * per_tick / (double)calls,
+           py = (double)atomic_load(&cost.python) * per_tick / (double)calls;
+    SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK,
+            "call sites took %.0f ns a call: native %.0f, Python %.0f (%llu calls, timed)",
+            nat + py, nat, py, (unsigned long long)calls);
 }
 
 void shp_stacks_atfork_child(void)
@@ -737,6 +780,10 @@ void shp_stacks_atfork_child(void)
     shp_py_atfork_child();
     atomic_fetch_add(&cache_gen, 0x9e3779b9u);
     atomic_store_explicit(&full_unwinds, 0, memory_order_relaxed);
+    atomic_store(&cost.calls, 0);
+    atomic_store(&cost.native, 0);
+    atomic_store(&cost.python, 0);
+    atomic_store(&cost.started, 0);
     pthread_mutex_init(&mods.mu, NULL);
     mods.n = 0;
     mods.nwritten = 0;

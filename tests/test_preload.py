@@ -885,7 +885,8 @@ def test_call_site_cache_never_hides_a_second_native_path():
     threads one after the other (the same stack and pthread id again), then two threads at once;
     each thread's copies, in order, must name the paths it took, with native and with Python
     stacks. The log line at exit counts the stacks unwound in full: one at each path a place did
-    not hold (the cache's rule, counted here), not one at each of the 1,840 copies."""
+    not hold (the cache's rule, counted here), not one at each of the 1,840 copies; the next
+    line, the mean time of the 1,841 calls that took a stack."""
     script = os.path.join(TMP, "paths.py")
     os.makedirs(TMP, exist_ok=True)
     open(script, "w").write(PATHS_PY)
@@ -907,6 +908,10 @@ def test_call_site_cache_never_hides_a_second_native_path():
         assert m and m.group(2) == "the call-site cache served the others", p.stderr[-2000:]
         # The copies' misses, and the one cudaMalloc.
         assert least + 1 <= int(m.group(1)) <= misses + 1, (m.group(0), least, misses)
+        # With --debug INFO every call that took a stack is timed, and the mean said at exit.
+        m2 = re.search(r"call sites took (\d+) ns a call: native (\d+), Python (\d+) "
+                       r"\((\d+) calls, timed\)", p.stderr)
+        assert m2 and int(m2.group(4)) == 1841, p.stderr[-2000:]
         ev, _ = dump(d)
         by_tid = {}
         for e in sorted(ops(ev, "cudaMemcpy"), key=lambda e: e["t_ns"]):

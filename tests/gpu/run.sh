@@ -433,7 +433,8 @@ if has decode; then
     for stacks in ${SHP_DECODE_STACKS:-python native none}; do
         port=$((port + 1))
         rm -rf "$W/traces/decode_$stacks"
-        # --debug INFO: the process says at exit how many native stacks it unwound in full
+        # --debug INFO: the process says at exit how many native stacks it unwound in full and what
+        # its call sites cost a call (timed)
         $pin timeout -k 5 180 "$SHP_TOOL_RUN" --dormant --stacks "$stacks" --debug INFO \
             --dir "$W/traces/decode_$stacks" -- $JOB_ENV python3 "$here/bench_decode.py" "$res" \
             "stacks $stacks" "$port" --attach "$W/traces/decode_$stacks" --tool "$SHP_TOOL" \
@@ -441,6 +442,7 @@ if has decode; then
             >"$W/logs/decode_$stacks.log" 2>&1 || note "FAIL decode stacks $stacks: see its log"
         [ "$stacks" = none ] || note "INFO decode stacks $stacks: $(grep -o \
             'native stacks unwound in full.*' "$W/logs/decode_$stacks.log" | tail -n 1)," \
+            "$(grep -o 'call sites took.*' "$W/logs/decode_$stacks.log" | tail -n 1)," \
             "$(st dump --json --no-stacks "$W/traces/decode_$stacks" 2>/dev/null | wc -l) events"
     done
     others="untraced nccl_debug flight_recorder"
