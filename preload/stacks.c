@@ -488,7 +488,7 @@ static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
     struct cached *way[CACHE_WAYS], *c = NULL;
     uint32_t ways = 0;
     for (; ways < CACHE_WAYS; ways++) {
-        uint64_t k = shp_hash_word(key, ways);
+        uint64_t k = ways ? shp_hash_word(key, ways) : key;
         bool fresh;
         struct cached *w = cache_slot(k ? k : 1, &fresh);
         if (!w)
