@@ -285,6 +285,18 @@ if "$PY" -c 'import ctypes' 2>/dev/null; then
         "traced native, added" "$pn" "traced python, added" "$pp"
     figure "Python frames over native stacks" "$(echo "$pp $pn" | awk '{printf "%.0f", $1 - $2}')" \
         "ns/call" 2000 le
+    # The same call sites timed inside the process (--debug INFO's exit line): each part of a
+    # call's stack on its own, with no batch of direct calls to subtract; medians of 5 runs.
+    for i in 1 2 3 4 5; do
+        rm -rf "$tmp/run"
+        "$TOOL" run --dir "$tmp/run" --stacks python --debug INFO -- "$PY" bench/pystack.py \
+            "$B/tests/libcudart.so.13" "$PN" 2>&1 >/dev/null |
+            sed -n 's/.*call sites took [0-9]* ns a call: native \([0-9]*\), Python \([0-9]*\).*/\1 \2/p'
+    done >"$tmp/timed"
+    info "call sites timed in the process: native part" \
+        "$(cut -d' ' -f1 "$tmp/timed" | median)" "ns/call"
+    info "call sites timed in the process: Python part" \
+        "$(cut -d' ' -f2 "$tmp/timed" | median)" "ns/call"
 fi
 # shapetrace snapshot (issue 25): how long each process is stopped (target: 50 ms on average)
 # and the command's wall time, on the doubles (SIMULATED ranks): 4 C ranks, one sleeping while
