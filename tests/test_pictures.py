@@ -467,6 +467,87 @@ def test_export_bad_usage():
     assert "/nonexistent" in p.stderr
 
 
+def parts_left(where):
+    return [n for n in os.listdir(where) if n.endswith(".part")]
+
+
+def test_outputs_are_replaced_whole_or_not_at_all():
+    """-o FILE of export (both formats) and report --html is written beside FILE and renamed
+    over it once every byte is out (tools/lib/outfile.c). A write that fails half-way (a file
+    size limit, with SIGXFSZ ignored, stands for a full disk) ends in one line and exit status 2
+    and leaves the old FILE as it was, its mode too, and nothing beside it; a run that succeeds
+    replaces FILE and keeps its mode; through a link, the link stays and its target is replaced;
+    /dev/null is written in place and stays what it is; SIGTERM during the writing leaves the
+    old FILE and no new one behind, and the command dies of SIGTERM."""
+    import resource
+    import signal
+    import time
+    gen = os.path.join(BUILD, "tests", "gen_traces")
+    d = os.path.join(TMP, "whole-in")
+    run([gen, d, "2", "40000"], ok=(0,))
+    where = os.path.join(TMP, "whole")
+    os.makedirs(where, exist_ok=True)
+
+    def small(kib=64):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (kib << 10, kib << 10))
+
+    for cmd in (["export", "--format", "chrome", "-o"], ["export", "--format", "perfetto", "-o"],
+                ["report", "--html"]):
+        out = os.path.join(where, "out")
+        with open(out, "w") as f:
+            f.write("old\n")
+        os.chmod(out, 0o640)
+        p = subprocess.run([TOOL, *cmd, out, d], capture_output=True, text=True, timeout=120,
+                           env=tool_env(), preexec_fn=small)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and "File too large" in lines[-1], (cmd, p.returncode, lines)
+        assert open(out).read() == "old\n", cmd
+        assert os.stat(out).st_mode & 0o777 == 0o640 and not parts_left(where), cmd
+        run([TOOL, *cmd, out, d], ok=(0,))
+        assert os.path.getsize(out) > 64 << 10, cmd
+        assert os.stat(out).st_mode & 0o777 == 0o640 and not parts_left(where), cmd
+        # through a link
+        target, link = os.path.join(where, "target"), os.path.join(where, "link")
+        for f in (target, link):
+            if os.path.lexists(f):
+                os.unlink(f)
+        with open(target, "w") as f:
+            f.write("old\n")
+        os.symlink("target", link)
+        run([TOOL, *cmd, link, d], ok=(0,))
+        assert os.path.islink(link) and os.path.getsize(target) > 64 << 10, cmd
+        assert not parts_left(where), cmd
+        run([TOOL, *cmd, "/dev/null", d], ok=(0,))
+        assert not os.path.isfile("/dev/null"), cmd
+    # SIGTERM while the timeline is written: a trace big enough that the writing takes a while;
+    # the signal is sent once the new file is seen.
+    big = os.path.join(TMP, "whole-big")
+    run([gen, big, "2", "400000"], ok=(0,))
+    out = os.path.join(where, "out")
+    with open(out, "w") as f:
+        f.write("old\n")
+    for attempt in range(5):
+        proc = subprocess.Popen([TOOL, "export", "-o", out, big], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, env=tool_env())
+        seen = False
+        while proc.poll() is None and not seen:
+            seen = bool(parts_left(where))
+            if not seen:
+                time.sleep(0.002)
+        if seen:
+            proc.terminate()
+        proc.wait(timeout=120)
+        proc.stderr.close()
+        if seen and proc.returncode != 0:
+            break
+        with open(out, "w") as f:  # it ended before the signal: again
+            f.write("old\n")
+    else:
+        raise AssertionError("the export ended before the signal, 5 times")
+    assert proc.returncode == -signal.SIGTERM, proc.returncode
+    assert open(out).read() == "old\n" and not parts_left(where)
+
 # ---- flows through graph replays, and from each send to its receive ----
 
 def stacks(pattern, variant, extra_env=None):

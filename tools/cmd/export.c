@@ -16,6 +16,7 @@
 #include "tools/cmd/cmd.h"
 #include "tools/cmd/options.h"
 #include "tools/lib/out.h"
+#include "tools/lib/outfile.h"
 #include "tools/lib/session.h"
 #include "tools/lib/site.h"
 #include "tools/render/sink.h"
@@ -236,6 +237,7 @@ int shp_cmd_export(int argc, char **argv)
     struct an_result *result = NULL;
     struct shp_tl *tl = NULL;
     FILE *out = NULL;
+    struct shp_outfile of = {0};
     struct export_args a;
     int rc, status = parse(&a, argc, argv);
     if (status != SHP_PARSED)
@@ -292,7 +294,7 @@ int shp_cmd_export(int argc, char **argv)
         goto out;
     if (!outpath)
         outpath = ops->path;
-    out = !strcmp(outpath, "-") ? stdout : shp_sink_fopen(outpath);
+    out = !strcmp(outpath, "-") ? stdout : shp_sink_fdopen(shp_outfile_open(&of, outpath));
     if (!out) {
         shp_err("%s: %s", outpath, strerror(errno));
         goto out;
@@ -329,6 +331,14 @@ int shp_cmd_export(int argc, char **argv)
         shp_err("%s: %s", outpath, rc < 0 ? strerror(-rc) : strerror(errno));
         goto out;
     }
+    if (out != stdout) {
+        FILE *written = out; /* only now does the file take the place of the one named */
+        out = NULL;
+        if (shp_outfile_close(&of, written)) {
+            shp_err("%s: %s", outpath, strerror(errno));
+            goto out;
+        }
+    }
     size_t nprocs;
     shp_tl_procs(tl, &nprocs);
     fprintf(stderr,
@@ -339,6 +349,7 @@ int shp_cmd_export(int argc, char **argv)
 out:
     if (out && out != stdout)
         fclose(out);
+    shp_outfile_abort(&of);
     shp_tl_close(tl);
     an_result_free(result);
     an_options_free(&ao);

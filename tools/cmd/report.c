@@ -10,6 +10,7 @@
 #include "tools/cmd/cmd.h"
 #include "tools/cmd/options.h"
 #include "tools/lib/out.h"
+#include "tools/lib/outfile.h"
 #include "tools/lib/session.h"
 #include "tools/lib/site.h"
 #include "tools/render/page.h"
@@ -53,6 +54,7 @@ int shp_cmd_report(int argc, char **argv)
     struct shp_page_options po = {.argc = argc, .argv = argv};
     const char *out = "report.html";
     FILE *f = NULL;
+    struct shp_outfile of = {0};
     char **aargs = calloc((size_t)argc * 2 + 1, sizeof(char *));
     int naargs = 0, c, rc, status = SHP_EXIT_USAGE;
     if (!aargs) {
@@ -111,7 +113,7 @@ int shp_cmd_report(int argc, char **argv)
         shp_err("report: out of memory");
         goto done;
     }
-    f = !strcmp(out, "-") ? stdout : fopen(out, "w");
+    f = !strcmp(out, "-") ? stdout : shp_outfile_fopen(&of, out);
     if (!f) {
         shp_err("%s: %s", out, strerror(errno));
         goto done;
@@ -125,6 +127,12 @@ int shp_cmd_report(int argc, char **argv)
         shp_err("%s: %s", out, strerror(errno));
         goto done;
     }
+    FILE *written = f; /* only now does the page take the place of the file named */
+    f = NULL;
+    if (written != stdout && shp_outfile_close(&of, written)) {
+        shp_err("%s: %s", out, strerror(errno));
+        goto done;
+    }
     size_t np = session.nprocs;
     fprintf(stderr, "shapetrace: %s: report of %zu process%s, %zu finding%s\n", out, np,
             np == 1 ? "" : "es", nf, nf == 1 ? "" : "s");
@@ -132,6 +140,7 @@ int shp_cmd_report(int argc, char **argv)
 done:
     if (f && f != stdout)
         fclose(f);
+    shp_outfile_abort(&of);
     shp_page_close(page);
     an_result_free(result);
     an_options_free(&ao);

@@ -17,6 +17,7 @@
 #include "tools/cmd/cmd.h"
 #include "tools/cmd/options.h"
 #include "tools/lib/out.h"
+#include "tools/lib/outfile.h"
 #include "tools/lib/site.h"
 
 /* snapshot's options (tools/cmd/options.h). */
@@ -241,7 +242,8 @@ static int gather(struct snap_args *a, struct shp_snap_job *job, struct shp_snap
 }
 
 /* Prints the job (and writes out, closing it). Returns the exit status. */
-static int show(const struct snap_args *a, struct shp_snap_job *job, FILE *out, double t0)
+static int show(const struct snap_args *a, struct shp_snap_job *job, FILE *out,
+                struct shp_outfile *of, double t0)
 {
     size_t read = 0, refused = 0;
     for (size_t i = 0; i < job->n; i++) {
@@ -258,7 +260,8 @@ static int show(const struct snap_args *a, struct shp_snap_job *job, FILE *out, 
     fflush(stdout);
     if (out) {
         shp_snap_print_json(out, job);
-        if (fclose(out) != 0) {
+        /* Every byte out: only now does the file take the place of the one named. */
+        if (shp_outfile_close(of, out)) {
             shp_err("%s: %s", a->out_path, strerror(errno));
             return SHP_EXIT_USAGE;
         }
@@ -274,23 +277,25 @@ int shp_cmd_snapshot(int argc, char **argv)
     struct shp_snap_job job = {0};
     struct shp_snap_ctx *ctx = NULL;
     FILE *out = NULL;
+    struct shp_outfile of = {0};
     int status = parse(&a, argc, argv);
     if (status != SHP_PARSED)
         goto out;
     status = SHP_EXIT_USAGE;
     /* Before any process is stopped: a file that cannot be written stops nothing. */
-    if (a.out_path && !(out = fopen(a.out_path, "we"))) {
+    if (a.out_path && !(out = shp_outfile_fopen(&of, a.out_path))) {
         shp_err("%s: %s", a.out_path, strerror(errno));
         goto out;
     }
     double t0 = mono_s();
     if (gather(&a, &job, &ctx) < 0)
         goto out;
-    status = show(&a, &job, out, t0);
+    status = show(&a, &job, out, &of, t0);
     out = NULL; /* closed by show */
 out:
     if (out)
         fclose(out);
+    shp_outfile_abort(&of);
     shp_snap_ctx_free(ctx);
     shp_snap_job_free(&job);
     snap_args_free(&a);

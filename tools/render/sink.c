@@ -40,9 +40,8 @@ struct shp_sink {
     bool refused;
 };
 
-FILE *shp_sink_fopen(const char *path)
+FILE *shp_sink_fdopen(int fd)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0)
         return NULL;
     struct stat st;

@@ -13,13 +13,13 @@ struct shp_sink;
 /* The size a backend fills a buffer to before it hands it over. */
 #define SHP_SINK_CHUNK (4u << 20)
 
-/* Opens path for writing a timeline to, as fopen(path, "w") does. A regular file on a local disk
- * filesystem (ext4, XFS, btrfs) is opened for direct I/O: a sink onto it writes it past the page
- * cache (a timeline is written once and read later, by a viewer: copying it into the page cache
- * took most of the system time of an export, and pushed the traces out of it). Such a FILE is
- * for a sink only; shp_sink_open switches direct I/O off when it cannot start one. NULL with
- * errno set when path cannot be opened. */
-FILE *shp_sink_fopen(const char *path);
+/* A FILE for writing a timeline to, made of fd (opened for writing; -1 gives NULL, errno as it
+ * is). A regular file on a local disk filesystem (ext4, XFS, btrfs) is switched to direct I/O: a
+ * sink onto it writes it past the page cache (a timeline is written once and read later, by a
+ * viewer: copying it into the page cache took most of the system time of an export, and pushed
+ * the traces out of it). Such a FILE is for a sink only; shp_sink_open switches direct I/O off
+ * when it cannot start one. NULL with errno set (fd closed) when no FILE can be made. */
+FILE *shp_sink_fdopen(int fd);
 
 /* Starts a sink onto out (NULL when out of memory, or no thread could be made: then write to out
  * yourself). It writes out's descriptor itself: nothing may be left in out's buffer, and nothing
