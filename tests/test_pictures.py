@@ -477,7 +477,8 @@ def test_outputs_are_replaced_whole_or_not_at_all():
     size limit, with SIGXFSZ ignored, stands for a full disk) ends in one line and exit status 2
     and leaves the old FILE as it was, its mode too, and nothing beside it; a run that succeeds
     replaces FILE and keeps its mode; through a link, the link stays and its target is replaced;
-    /dev/null is written in place and stays what it is; SIGTERM during the writing leaves the
+    /dev/null, a file of two names and (as root) another owner's file are written in place, as
+    fopen does, and stay what they are; SIGTERM during the writing leaves the
     old FILE and no new one behind, and the command dies of SIGTERM."""
     import resource
     import signal
@@ -520,6 +521,21 @@ def test_outputs_are_replaced_whole_or_not_at_all():
         assert not parts_left(where), cmd
         run([TOOL, *cmd, "/dev/null", d], ok=(0,))
         assert not os.path.isfile("/dev/null"), cmd
+        # a file of two names is written in place, as fopen does: both names see the new bytes
+        second = os.path.join(where, "second")
+        if os.path.lexists(second):
+            os.unlink(second)
+        with open(target, "w") as f:
+            f.write("old\n")
+        os.link(target, second)
+        run([TOOL, *cmd, second, d], ok=(0,))
+        assert os.path.samefile(target, second) and open(target, "rb").read(3) != b"old", cmd
+        os.unlink(second)
+        # so is another owner's file (root may write it): its owner stays
+        if os.geteuid() == 0:
+            os.chown(target, 65534, 65534)
+            run([TOOL, *cmd, link, d], ok=(0,))
+            assert os.stat(target).st_uid == 65534, cmd
     # SIGTERM while the timeline is written: a trace big enough that the writing takes a while;
     # the signal is sent once the new file is seen.
     big = os.path.join(TMP, "whole-big")

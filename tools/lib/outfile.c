@@ -61,7 +61,10 @@ int shp_outfile_open(struct shp_outfile *o, const char *path)
     o->path = o->tmp = NULL;
     struct stat st;
     bool exists = !stat(path, &st);
-    if (exists && !S_ISREG(st.st_mode))
+    /* What a rename would change, besides the bytes, is left to fopen's way: another owner's
+     * file, a file of several names (hard links), one that may not be written. */
+    if (exists && (!S_ISREG(st.st_mode) || st.st_nlink > 1 || st.st_uid != geteuid() ||
+                   access(path, W_OK) != 0))
         return in_place(o, path);
     /* Through a link, the link's target is replaced, as writing through the link would. */
     char *real = exists ? realpath(path, NULL) : strdup(path);

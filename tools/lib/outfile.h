@@ -15,9 +15,10 @@ struct shp_outfile {
 /* A descriptor to write the output named `path` to, or -1 with errno set. A regular file, or a
  * name that does not exist yet, gets a new file in the same directory (its name hidden, and the
  * old file's mode, or a new file's under the umask) that shp_outfile_commit renames over it;
- * anything else (/dev/null, a FIFO, a terminal), or a directory where no file can be made, is
- * opened in place and truncated, as fopen(path, "w") does. While the new file exists, SIGINT,
- * SIGTERM and SIGHUP remove it before the command dies of them. */
+ * anything else (/dev/null, a FIFO, a terminal), a file of another owner, of several names (hard
+ * links) or that may not be written, or a directory where no file can be made, is opened in place
+ * and truncated, as fopen(path, "w") does (and fails where it fails). While the new file exists,
+ * SIGINT, SIGTERM and SIGHUP remove it before the command dies of them. */
 int shp_outfile_open(struct shp_outfile *o, const char *path);
 
 /* shp_outfile_open's descriptor as a FILE for writing; NULL with errno set. */
