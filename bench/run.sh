@@ -215,11 +215,12 @@ for ex in hidden_states desync pipeline stall; do
     [ "$(verdict "$((eb / ee))" 100 le)" = missed ] || continue
     # What the bytes are: the call sites' stack and module records (written once per distinct
     # stack and module), the full records of communicators, allocations and 2-D copies.
-    why "$(type_bytes "$tmp"/ex/*.shptrace | awk -v e="$ee" '{for (i = 1; i <= NF; i++) {
-        split($i, kv, "="); printf "%s%s %.0f", (i > 1 ? ", " : ""), kv[1], kv[2] / e}}')" \
-        "B/event (full copies: the 144-byte records of 2-D copies); the stack and module" \
-        "records are written once per distinct stack and module used, over only $((ee / 4))" \
-        "events a process"
+    parts=$(type_bytes "$tmp"/ex/*.shptrace | awk -v e="$ee" '{for (i = 1; i <= NF; i++) {
+        split($i, kv, "="); printf "%s%s %.0f", (i > 1 ? ", " : ""), kv[1], kv[2] / e}}')
+    legend=""
+    case $parts in *full-copies*) legend=" (full copies: the 144-byte records of 2-D copies)" ;; esac
+    why "$parts B/event$legend; the stack and module records are written once per distinct" \
+        "stack and module used, over only $((ee / 4)) events a process"
 done
 
 # dump --json, with stacks, of bench/overhead's trace (the events were counted by this run).
