@@ -512,13 +512,15 @@ static uint32_t cached_stack(struct shp_site_hint hint, bool *done)
         c = way[way[0]->next % ways];
         way[0]->next = (uint16_t)((way[0]->next + 1) % CACHE_WAYS);
     }
-    atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
     if (!unwind_kept(c)) {
         atomic_store_explicit(&c->id, CACHE_NEVER, memory_order_release);
         return 0;
     }
     uint32_t id = store_kept(c);
     atomic_store_explicit(&c->id, id ? id : CACHE_NEVER, memory_order_release);
+    /* Counted here only when it serves the call: else the caller unwinds it, and counts it. */
+    if (id)
+        atomic_fetch_add_explicit(&full_unwinds, 1, memory_order_relaxed);
     *done = id != 0;
     return id;
 }
