@@ -1,6 +1,6 @@
 /* shapetrace render: the writer thread of a timeline (sink.h). Two buffers go round: the
  * drawing fills one while the thread writes the other, with write(2) on the FILE's descriptor;
- * past the page cache when the file was opened for it (shp_sink_fopen). */
+ * past the page cache when the file was opened for it (shp_sink_fdopen). */
 #define _GNU_SOURCE
 #include "tools/render/sink.h"
 
@@ -23,7 +23,7 @@
 
 struct shp_sink {
     int fd;
-    bool direct; /* fd has O_DIRECT, as shp_sink_fopen gave it: puts hand over whole blocks */
+    bool direct; /* fd has O_DIRECT, as shp_sink_fdopen gave it: puts hand over whole blocks */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -165,7 +165,7 @@ struct shp_sink *shp_sink_open(FILE *out)
         goto fail;
     }
     s->fd = fd;
-    /* Direct I/O from a block boundary only (a file shp_sink_fopen opened starts at 0). */
+    /* Direct I/O from a block boundary only (a file shp_sink_fdopen was given starts at 0). */
     s->direct = fl >= 0 && (fl & O_DIRECT) && lseek(fd, 0, SEEK_CUR) % BLOCK == 0;
     if (!s->direct)
         direct_off(fd);
