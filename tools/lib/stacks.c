@@ -268,6 +268,27 @@ static struct shp_site_frame native_where(const struct shp_stacks *st, uint64_t 
     return (struct shp_site_frame){.path = path, .path_len = path ? strlen(path) : 0};
 }
 
+/* The entry's first k texts, if every one was made; else (out of memory) none: the texts made
+ * and both arrays are freed, and the stack is unknown to its callers, who take NULL for that,
+ * rather than a frame without text. */
+static bool texts_made(struct stack_entry *e, size_t k)
+{
+    bool all = true;
+    for (size_t i = 0; i < k; i++)
+        all = all && e->text[i];
+    if (all) {
+        e->ntext = (uint32_t)k;
+        return true;
+    }
+    for (size_t i = 0; i < k; i++)
+        free(e->text[i]);
+    free(e->text);
+    free(e->where);
+    e->text = NULL;
+    e->where = NULL;
+    return false;
+}
+
 static bool build_native(struct shp_stacks *st, struct stack_entry *e)
 {
     e->text = calloc(e->n ? e->n : 1, sizeof(char *));
@@ -284,8 +305,7 @@ static bool build_native(struct shp_stacks *st, struct stack_entry *e)
         e->where[i] = native_where(st, e->frames[i], i > 0);
         e->where[i].text = e->text[i];
     }
-    e->ntext = e->n;
-    return true;
+    return texts_made(e, e->n);
 }
 
 static uint32_t varint(const uint8_t *p, size_t len, size_t *i)
@@ -483,7 +503,7 @@ static bool build_merged(struct shp_stacks *st, struct stack_entry *e)
                 e->text[t] = strdup("?");
             e->where[t].text = e->text[t];
         }
-        e->ntext = (uint32_t)k;
+        ok = texts_made(e, k);
     } else {
         free(e->text);
         free(e->where);
