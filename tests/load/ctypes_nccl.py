@@ -26,8 +26,15 @@ def make_comm():
     return comm
 
 
+# NCCL forbids calls on one communicator from two threads at once (its Thread Safety page): the
+# threads take turns, as a real program must (the preload counts a communicator's seq without a
+# locked add on that rule, and concurrent calls here once gave two all-reduces one seq).
+COMM_TURN = threading.Lock()
+
+
 def reduce_layer(comm, buf, n):
-    assert nccl.ncclAllReduce(buf, buf, ctypes.c_size_t(n), 7, 0, comm, None) == 0
+    with COMM_TURN:
+        assert nccl.ncclAllReduce(buf, buf, ctypes.c_size_t(n), 7, 0, comm, None) == 0
 
 
 def copy_rows(dev, host, nbytes):
