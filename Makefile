@@ -172,7 +172,7 @@ $(B)/bench/overhead: bench/overhead.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 
 bench: all $(B)/bench/overhead $(B)/tests/gen_traces $(B)/tests/shp_launch $(EXAMPLE_PROGS) \
 	$(B)/tests/snap_ranks \
-	$(DOUBLE_CUDART) $(B)/tests/hostile
+	$(DOUBLE_CUDART) $(DOUBLE_CUDA) $(B)/tests/hostile
 	$(Q)bench/run.sh $(B)
 
 # Writes only under $(DESTDIR)$(PREFIX), and says so first.
