@@ -180,7 +180,7 @@ test-build: all $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(TEST_LIBS) $(TEST_PROGS) $(B)/
 
 # What the ThreadSanitizer run needs: the command and its unit tests under TSan, and, plain, the
 # programs the analyze suite traces.
-TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings
+TOOLS_UNIT := $(B)/tests/test_lib $(B)/tests/test_findings $(B)/tests/test_render
 tsan-build: $(TOOL) $(PRELOAD) $(DOUBLE_CUDART) $(DOUBLE_NCCL) $(DOUBLE_CUDA) $(B)/tests/scenario \
 	$(B)/tests/shp_craft \
 	$(B)/tests/hidden $(B)/tests/ranks $(B)/tests/static_rt $(B)/tests/stacks $(B)/tests/shp_launch \

@@ -45,6 +45,8 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     export TSAN_OPTIONS="exitcode=66 halt_on_error=1 ${TSAN_OPTIONS:-}"
     suite "$T/unit/test_lib.c" "test_lib (thread)" "$B/tests/test_lib"
     suite "$T/unit/test_findings.c" "test_findings (thread)" "$B/tests/test_findings"
+    # The timeline drawn on several threads, each process a part.
+    suite "$T/unit/test_render.c" "test_render (thread)" "$B/tests/test_render"
     suite "$T/test_analyze.py" "analyze (thread)" python3 "$T/test_analyze.py" "$B"
     suite "$T/test_values.py" "values (thread)" python3 "$T/test_values.py" "$B"
     # The crafted traces of the analyzer's rules on membership, untied calls, sizes and files, and
@@ -64,6 +66,7 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
     # export's threads: the analysis beside the walk's scan, the file's writer.
     suite "$T/test_pictures.py" "pictures, export (thread)" python3 "$T/test_pictures.py" "$B" \
         test_export_is_the_same_every_time test_export_chrome_structure_and_flows \
+        test_export_is_the_same_on_any_number_of_threads test_export_perfetto_structure_and_flows \
         test_flows_from_each_send_to_its_receive
 else
     for src in $(LC_ALL=C ls "$T"/unit/test_*.c) $(LC_ALL=C ls "$T"/doubles/test_*.c); do

@@ -320,16 +320,6 @@ static void merged_names(char *buf, size_t len)
     }
 }
 
-/* The cores this process may run on. */
-static unsigned cores_available(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
-
 /* How a run uses its threads, besides the one that merges. */
 struct plan {
     unsigned threads; /* what it may use */
@@ -339,7 +329,7 @@ struct plan {
 
 static struct plan plan_for(unsigned threads, size_t nprocs)
 {
-    struct plan pl = {.threads = threads ? threads : cores_available()};
+    struct plan pl = {.threads = threads ? threads : shp_cores_available()};
     unsigned n = nprocs < UINT32_MAX ? (unsigned)nprocs : UINT32_MAX;
     pl.streamed = nprocs <= AN_STREAM_MAX;
     if (pl.streamed) {

@@ -27,9 +27,7 @@ SHP_SITE_SKIP_OPTION(X) \
 X(OPT_STATS, "stats", 0, NULL, \
   "where the time went, on stderr after the report: wall and CPU\n" \
   "time of each thread, peak memory, events read") \
-X(OPT_THREADS, "threads", 0, "N", \
-  "threads the analysis may use, 1 to 1024 (default: the cores it\n" \
-  "may run on); the result is the same whatever N")
+SHP_THREADS_OPTION(X)
 /* clang-format on */
 SHP_OPTS_ROWS(analyze_rows, ANALYZE_OPTIONS);
 static const struct shp_opts analyze_opts = {
@@ -95,6 +93,18 @@ int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs)
     return 0;
 }
 
+int shp_cmd_threads(const char *arg, unsigned *n)
+{
+    char *end;
+    unsigned long v = strtoul(arg, &end, 10);
+    if (!*arg || *end || *arg == '-' || v < 1 || v > 1024) {
+        shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", arg);
+        return -1;
+    }
+    *n = (unsigned)v;
+    return 0;
+}
+
 int shp_cmd_analysis(struct an_options *o, struct shp_session *s, struct an_result **res)
 {
     int rc = an_run(o, s, res);
@@ -136,13 +146,8 @@ int shp_cmd_analyze(int argc, char **argv)
             if (shp_cmd_site_skip(&rule, "analyze", p.arg) < 0)
                 goto out;
         } else if (c == OPT_THREADS) {
-            char *end;
-            unsigned long n = strtoul(p.arg, &end, 10);
-            if (!*p.arg || *end || *p.arg == '-' || n < 1 || n > 1024) {
-                shp_err("--threads takes a number of threads from 1 to 1024, not '%s'", p.arg);
+            if (shp_cmd_threads(p.arg, &o.threads) < 0)
                 goto out;
-            }
-            o.threads = (unsigned)n;
         }
     }
     if (c == SHP_OPT_STOP) {

@@ -43,6 +43,12 @@ X(OPT_SITE_SKIP, "site-skip", 0, "GLOB", \
   "first frame past them (repeatable; also SHAPETRACE_SITE_SKIP=G1,G2;\n" \
   "!GLOB keeps a frame; the rule and its list: docs/tracing.md, Call\n" \
   "sites)")
+/* The threads option of analyze and export: its id is OPT_THREADS in each; its parsing is
+ * shp_cmd_threads's. */
+#define SHP_THREADS_OPTION(X) \
+X(OPT_THREADS, "threads", 0, "N", \
+  "threads it may use, 1 to 1024 (default: the cores it may run\n" \
+  "on); the result is the same whatever N")
 /* clang-format on */
 
 struct an_dims;
@@ -56,6 +62,9 @@ int shp_cmd_dim(struct an_dims *dims, const char *arg);
  * FILE, ...: nargs strings) and read into o once the traces are open, in that order. Returns 0,
  * or -1 after one line. */
 int shp_cmd_analysis_args(struct an_options *o, char **args, int nargs);
+
+/* --threads N into *n. Returns 0, or -1 after one line. */
+int shp_cmd_threads(const char *arg, unsigned *n);
 /* The time of clock (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID) in seconds, for --stats. */
 double shp_cmd_seconds(clockid_t clock);
 /* Runs the analysis of o over s into *res (analyze.h) for a command. Returns the exit status

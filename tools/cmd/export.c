@@ -40,6 +40,7 @@ X(OPT_NO_FINDINGS, "no-findings", 0, NULL, \
   "send/receive arrows)") \
 SHP_SITE_SKIP_OPTION(X) \
 X(OPT_STATS, "stats", 0, NULL, "where the time went, on stderr after the file is written") \
+SHP_THREADS_OPTION(X) \
 X(OPT_OUT, NULL, 'o', "FILE", "write FILE (default: trace.json or trace.perfetto-trace)")
 /* clang-format on */
 SHP_OPTS_ROWS(export_rows, EXPORT_OPTIONS);
@@ -48,7 +49,8 @@ static const struct shp_opts export_opts = {
     .synopsis =
         "usage: shapetrace export [--format chrome|perfetto] [--ranks LIST] [--from T --to T]\n"
         "                         [--dim NAME=VALUE]... [--expect FILE] [--no-findings]\n"
-        "                         [--site-skip GLOB]... [--stats] [-o FILE] PATH...\n"
+        "                         [--site-skip GLOB]... [--stats] [--threads N] [-o FILE]\n"
+        "                         PATH...\n"
         "\n"
         "Writes the traces in PATH as one timeline that ui.perfetto.dev and chrome://tracing\n"
         "open: a process per rank, a thread track per thread, a slice per call, arrows between\n"
@@ -135,7 +137,8 @@ struct export_args {
     size_t nranks;
     uint64_t from, to;
     bool findings, stats;
-    char **aargs; /* the analysis's options, as analyze takes them */
+    unsigned threads; /* --threads: the analysis's and the drawing's; 0: the cores */
+    char **aargs;     /* the analysis's options, as analyze takes them */
     int naargs;
     struct shp_site_rule rule;
 };
@@ -181,6 +184,8 @@ static int take(struct export_args *a, int id, const char *v)
     case OPT_STATS:
         a->stats = true;
         return 0;
+    case OPT_THREADS:
+        return shp_cmd_threads(v, &a->threads);
     case OPT_SITE_SKIP:
         return shp_cmd_site_skip(&a->rule, "export", v);
     case OPT_OUT:
@@ -248,6 +253,7 @@ int shp_cmd_export(int argc, char **argv)
     uint64_t from = a.from, to = a.to;
     bool findings = a.findings;
     ao.stats = a.stats;
+    ao.threads = a.threads;
     /* The analysis refuses a trace given twice (it would look like two ranks). */
     if (shp_session_open(&session, argv + optind, argc - optind, findings ? SHP_SESSION_UNIQUE : 0,
                          "the export") < 0)
@@ -285,7 +291,8 @@ int shp_cmd_export(int argc, char **argv)
     if (threaded)
         pthread_join(job.thread, NULL);
     result = job.res;
-    double t_join = shp_cmd_seconds(CLOCK_MONOTONIC);
+    double t_join = shp_cmd_seconds(CLOCK_MONOTONIC),
+           c_join = shp_cmd_seconds(CLOCK_PROCESS_CPUTIME_ID);
     if (rc < 0) {
         shp_err("export: out of memory");
         goto out;
@@ -304,18 +311,20 @@ int shp_cmd_export(int argc, char **argv)
                             .from = from == 0 ? 0 : t0 + from,
                             .to = to == UINT64_MAX ? UINT64_MAX : t0 + to,
                             .result = result,
-                            .release = true};
+                            .release = true,
+                            .threads = a.threads};
     rc = shp_tl_draw(tl, &d, out);
     if (ao.stats) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         double t_end = shp_cmd_seconds(CLOCK_MONOTONIC),
-               c_end = shp_cmd_seconds(CLOCK_THREAD_CPUTIME_ID);
+               c_end = shp_cmd_seconds(CLOCK_PROCESS_CPUTIME_ID);
         fprintf(stderr,
                 "shapetrace: export scan: wall %.3f s, CPU %.3f s; waited %.3f s for the "
-                "analysis (wall %.3f s); drawing: wall %.3f s, CPU %.3f s (main thread)\n",
+                "analysis (wall %.3f s); drawing: wall %.3f s, CPU %.3f s (its threads and the "
+                "file's writer)\n",
                 t_scan - t_start, c_scan - c_start, t_join - t_scan, job.wall, t_end - t_join,
-                c_end - c_scan);
+                c_end - c_join);
         fprintf(stderr,
                 "shapetrace: export took %.3f s, max RSS %ld MiB, CPU %.3f s user + %.3f s "
                 "system\n",

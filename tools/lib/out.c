@@ -1,11 +1,14 @@
-/* shapetrace tools: one-line errors on stderr, JSON strings, the buffered writer and growing
- * arrays (see out.h). */
+/* shapetrace tools: one-line errors on stderr, JSON strings, the buffered writer, growing
+ * arrays and the cores a command may use (see out.h). */
+#define _GNU_SOURCE
 #include "tools/lib/out.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void shp_err(const char *fmt, ...)
 {
@@ -198,4 +201,13 @@ bool shp_grow(void **arr, size_t *cap, size_t n, size_t size)
     *arr = a;
     *cap = ncap;
     return true;
+}
+
+unsigned shp_cores_available(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
 }

@@ -76,4 +76,8 @@ void shp_out_json_str(struct shp_out *o, const char *s);
  * unchanged. The tools' growing tables all grow so. */
 bool shp_grow(void **arr, size_t *cap, size_t n, size_t size);
 
+/* The cores this process may run on (its affinity mask), at least 1: what a command's threads
+ * default to. */
+unsigned shp_cores_available(void);
+
 #endif

@@ -414,7 +414,9 @@ void shp_session_forget_pages(struct shp_session *s, size_t i)
 void shp_session_release(struct shp_session *s, size_t i)
 {
     struct shp_proc *p = &s->procs[i];
+    pthread_mutex_lock(&s->lock); /* the module texts its stacks share with the others' */
     shp_stacks_free(p->stacks);
     p->stacks = NULL;
+    pthread_mutex_unlock(&s->lock);
     shp_session_forget_pages(s, i);
 }

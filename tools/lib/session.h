@@ -130,7 +130,7 @@ size_t shp_session_site_index(struct shp_session *s, size_t i, uint32_t id);
 
 /* Gives back what proc i's stacks and the pages of its trace hold, for a command that is done
  * with it (dump, once a trace is printed); its description stays, and its stacks load again
- * if asked for. Not thread-safe. */
+ * if asked for. Under the session's lock: any thread, while no other uses proc i's stacks. */
 void shp_session_release(struct shp_session *s, size_t i);
 
 /* Gives back the pages of proc i's trace only (a walk of it is over; its stacks stay): they are

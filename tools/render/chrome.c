@@ -21,8 +21,10 @@ struct memo {
 };
 
 struct chrome {
-    struct shp_sink *sink; /* NULL: written to out here */
+    struct shp_sink *sink; /* NULL: written to out here, or emitted */
     FILE *out;
+    int (*emit)(void *, char **, size_t *, size_t *); /* a part's (timeline.h) */
+    void *emit_arg;
     uint64_t t0;
     char *p;
     size_t len, cap;
@@ -152,6 +154,11 @@ static void jflush(struct chrome *c, bool all)
 {
     if (!c->len || (!all && c->len < SHP_SINK_CHUNK - 65536) || (all && c->sink))
         return;
+    if (c->emit) {
+        if (c->emit(c->emit_arg, &c->p, &c->len, &c->cap) < 0)
+            c->oom = true;
+        return;
+    }
     if (c->sink) {
         if (shp_sink_put(c->sink, &c->p, &c->len, &c->cap) < 0)
             c->oom = true;
@@ -291,10 +298,36 @@ static void chrome_instant(void *b, const struct shp_tl_instant *in)
     jraw(c, "}", 1);
 }
 
+/* A process's events, each after a separator: raw puts the one between parts. */
+static void *chrome_part(uint64_t t0, uint32_t seq,
+                         int (*emit)(void *, char **, size_t *, size_t *), void *arg)
+{
+    (void)seq;
+    struct chrome *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->t0 = t0;
+    c->first = true;
+    c->emit = emit;
+    c->emit_arg = arg;
+    return c;
+}
+
+static void chrome_raw(void *b, const char *p, size_t n, bool start)
+{
+    struct chrome *c = b;
+    if (start && !c->first)
+        jraw(c, ",", 1);
+    c->first = false;
+    jraw(c, p, n);
+    jflush(c, false);
+}
+
 static int chrome_close(void *b)
 {
     struct chrome *c = b;
-    JLIT(c, "\n]}\n");
+    if (!c->emit)
+        JLIT(c, "\n]}\n");
     jflush(c, true);
     int rc = c->sink ? shp_sink_close(c->sink, c->p, c->len) : 0;
     if (!rc)
@@ -316,4 +349,6 @@ const struct shp_tl_ops shp_tl_chrome = {
     .slice = chrome_slice,
     .instant = chrome_instant,
     .close = chrome_close,
+    .part = chrome_part,
+    .raw = chrome_raw,
 };

@@ -51,7 +51,7 @@
 #define ID_EVENT_NAMES 2
 #define ID_ANNOT_NAMES 3
 #define ID_STRINGS 29
-#define SEQ 1 /* the one packet sequence this writer uses */
+#define SEQ 1 /* the sequence of the file's own packets; a process's part has its own */
 
 /* Interned strings of one kind, by address: iids from 1, in the order they came. */
 struct itab {
@@ -63,8 +63,12 @@ struct itab {
 };
 
 struct perfetto {
-    struct shp_sink *sink; /* NULL: written to out here */
+    struct shp_sink *sink; /* NULL: written to out here, or emitted */
     FILE *out;
+    /* A part (timeline.h): its bytes go to emit, in the packets of sequence seq. */
+    int (*emit)(void *, char **, size_t *, size_t *);
+    void *emit_arg;
+    uint32_t seq;
     uint64_t t0;
     struct itab cats, names, keys, values;
     struct shp_pb buf, interned;
@@ -139,6 +143,13 @@ static void pf_flush(struct perfetto *pf, bool all)
     struct shp_pb *b = &pf->buf;
     if (!b->len || (!all && b->len < SHP_SINK_CHUNK - 65536) || (all && pf->sink))
         return;
+    if (pf->emit) {
+        char *p = (char *)b->p;
+        if (pf->emit(pf->emit_arg, &p, &b->len, &b->cap) < 0)
+            pf->oom = true;
+        b->p = (uint8_t *)p;
+        return;
+    }
     if (pf->sink) {
         char *p = (char *)b->p;
         if (shp_sink_put(pf->sink, &p, &b->len, &b->cap) < 0)
@@ -159,7 +170,7 @@ static size_t packet_begin(struct perfetto *pf)
 
 static void packet_end(struct perfetto *pf, size_t at, bool needs_state)
 {
-    shp_pb_uint(&pf->buf, PKT_SEQ_ID, SEQ);
+    shp_pb_uint(&pf->buf, PKT_SEQ_ID, pf->seq);
     if (!pf->cleared) {
         shp_pb_uint(&pf->buf, PKT_SEQ_FLAGS, SEQ_CLEARED | SEQ_NEEDS_STATE);
         pf->cleared = true;
@@ -189,20 +200,55 @@ static uint64_t thread_uuid(uint32_t pid, uint32_t tord)
     return track_uuid(pid, (uint64_t)tord + 1);
 }
 
-static void *perfetto_open(FILE *out, uint64_t t0, void *arg)
+static struct perfetto *pf_new(uint64_t t0, uint32_t seq)
 {
-    (void)arg;
     struct perfetto *pf = calloc(1, sizeof(*pf));
     if (!pf)
         return NULL;
-    pf->out = out;
     pf->t0 = t0;
-    pf->sink = shp_sink_open(out);
+    pf->seq = seq;
     pf->cats.field = ID_EVENT_CATEGORIES;
     pf->names.field = ID_EVENT_NAMES;
     pf->keys.field = ID_ANNOT_NAMES;
     pf->values.field = ID_STRINGS;
     return pf;
+}
+
+static void *perfetto_open(FILE *out, uint64_t t0, void *arg)
+{
+    (void)arg;
+    struct perfetto *pf = pf_new(t0, SEQ);
+    if (!pf)
+        return NULL;
+    pf->out = out;
+    pf->sink = shp_sink_open(out);
+    return pf;
+}
+
+/* A process's packets on a sequence of its own: its strings interned there, apart from the
+ * other parts'. */
+static void *perfetto_part(uint64_t t0, uint32_t seq,
+                           int (*emit)(void *, char **, size_t *, size_t *), void *arg)
+{
+    struct perfetto *pf = pf_new(t0, seq);
+    if (pf) {
+        pf->emit = emit;
+        pf->emit_arg = arg;
+    }
+    return pf;
+}
+
+static void perfetto_raw(void *b, const char *p, size_t n, bool start)
+{
+    (void)start;
+    struct perfetto *pf = b;
+    if (!shp_pb_room(&pf->buf, n)) {
+        pf->oom = true;
+        return;
+    }
+    memcpy(pf->buf.p + pf->buf.len, p, n);
+    pf->buf.len += n;
+    pf_flush(pf, false);
 }
 
 static void perfetto_process(void *b, const struct shp_tl_proc *p, const char *name)
@@ -337,7 +383,7 @@ static void pf_event(struct perfetto *pf, uint64_t ts, unsigned type, uint64_t t
             *q++ = (uint8_t)(f[i].id >> (8 * k));
     }
     q = put_len(te, q);
-    q = put_uint(q, PKT_SEQ_ID, SEQ);
+    q = put_uint(q, PKT_SEQ_ID, pf->seq);
     if (!pf->cleared) {
         q = put_uint(q, PKT_SEQ_FLAGS, SEQ_CLEARED | SEQ_NEEDS_STATE);
         pf->cleared = true;
@@ -386,4 +432,6 @@ const struct shp_tl_ops shp_tl_perfetto = {
     .slice = perfetto_slice,
     .instant = perfetto_instant,
     .close = perfetto_close,
+    .part = perfetto_part,
+    .raw = perfetto_raw,
 };

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +33,6 @@ struct proc_comm { /* one process's collectives on one communicator, sorted by k
     uint64_t *key;
     struct span *tm; /* beside key, for a window (shp_tl_options.window) only */
     size_t n, cap, tmcap;
-    size_t cursor; /* where the last lookup ended: the drawing's lookups go forward */
     /* the position of the next execution, counted as walk_* below do */
     int64_t offset;
     uint64_t next;
@@ -56,11 +56,12 @@ struct proc {
     size_t npc, pccap, pc_hint;
     struct lflow *lf;
     size_t nlf, lfcap;
-    const char **sites; /* call sites by stack id (the walk's texts), filled as they are met */
-    struct shp_stacks *stacks; /* the session's, while the process is drawn */
-    bool stacks_asked;
+    const char **sites; /* call sites by stack id (the walk's texts); UNSITED: one the scan met */
     size_t nsites;
 };
+
+/* A stack id the scan met, whose call site the drawing makes before its threads start. */
+static const char UNSITED[] = "";
 
 struct member {
     struct proc *p;
@@ -71,6 +72,7 @@ struct comm {
     uint64_t id;
     struct member *m; /* by comm_rank */
     size_t n;
+    size_t base; /* its members' first slot among a pen's cursors */
 };
 
 /* The texts the walk hands to the backends, kept for its lifetime, one copy of each (an
@@ -117,23 +119,40 @@ struct shp_tl {
     size_t nprocs;
     struct proc **of_session; /* by session index: its process here, NULL if left out */
     struct comm *comms;
-    size_t ncomms, comms_cap, hint; /* hint: the communicator looked up last */
+    size_t ncomms, comms_cap, nmembers;
+    /* The texts, shared by the drawing's threads under the lock. */
+    pthread_mutex_t lock;
     struct comm_text **texts;
-    size_t ntexts, texts_cap, text_hint;
+    size_t ntexts, texts_cap;
     struct pool pool;
     uint64_t t0, tend;
     bool oom;
-    /* the drawing's */
+    struct graphs graphs; /* the scan's, of the process being scanned */
+    /* the drawing's (read only while it runs) */
     uint64_t from, to;
     const bool *only;
+};
+
+/* What one thread of the drawing holds (a pen): the backend's state it draws with, the arrows
+ * and executions of the call it draws, the graphs of the process it walks, where its lookups
+ * ended, what it drew. */
+struct pen {
+    struct shp_tl *tl;
+    void *b;
+    const struct shp_tl_ops *ops;
     struct shp_tl_flow *flows;
     size_t flows_cap;
-    struct graphs graphs; /* of the process being walked */
-    struct execution {    /* what the call being drawn executed */
+    struct graphs graphs;
+    struct execution { /* what the call being drawn executed */
         uint64_t comm, at, kind;
         int comm_rank;
     } * ex;
     size_t ex_cap;
+    size_t *cursor; /* by member slot (comm.base + its position): where made() last ended */
+    size_t hint;    /* the communicator looked up last */
+    const struct comm_text *text; /* the communicator text made last */
+    uint64_t slices, flows_drawn, instants;
+    bool oom;
 };
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t size, bool *oom)
@@ -221,8 +240,8 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-/* The walk's copy of s; NULL when out of memory. */
-static const char *pooled(struct shp_tl *tl, const char *s)
+/* The walk's copy of s; NULL when out of memory. The caller holds the walk's lock. */
+static const char *pooled_locked(struct shp_tl *tl, const char *s)
 {
     struct pool *p = &tl->pool;
     if (p->n * 2 >= p->cap) {
@@ -260,6 +279,15 @@ static const char *pooled(struct shp_tl *tl, const char *s)
     return p->s[k];
 }
 
+/* The same, from any thread of the drawing. */
+static const char *pooled(struct shp_tl *tl, const char *s)
+{
+    pthread_mutex_lock(&tl->lock);
+    const char *c = pooled_locked(tl, s);
+    pthread_mutex_unlock(&tl->lock);
+    return c;
+}
+
 /* ---- graphs ---- */
 
 static void graphs_reset(struct graphs *g)
@@ -280,10 +308,9 @@ static struct capture *capture_by(struct graphs *g, uint64_t capture, uint64_t g
     return NULL;
 }
 
-static struct capture *capture_new(struct shp_tl *tl, uint64_t capture)
+static struct capture *capture_new(struct graphs *g, bool *oom, uint64_t capture)
 {
-    struct graphs *g = &tl->graphs;
-    if (!grow((void **)&g->v, &g->cap, g->n, sizeof(*g->v), &tl->oom))
+    if (!grow((void **)&g->v, &g->cap, g->n, sizeof(*g->v), oom))
         return NULL;
     g->v[g->n] = (struct capture){.capture = capture};
     return &g->v[g->n++];
@@ -291,15 +318,14 @@ static struct capture *capture_new(struct shp_tl *tl, uint64_t capture)
 
 /* Follows e's graph records. Returns the capture a launch replays (NULL for anything else, or
  * an executable the trace does not show made). */
-static struct capture *graphs_event(struct shp_tl *tl, const struct shp_event *e)
+static struct capture *graphs_event(struct graphs *g, bool *oom, const struct shp_event *e)
 {
-    struct graphs *g = &tl->graphs;
     if (e->type == SHP_REC_COLL && (e->flags & SHP_EV_CAPTURED) && e->graph != SHP_NONE &&
         e->comm && e->seq != SHP_NONE) {
         struct capture *c = capture_by(g, e->graph, 0);
         if (!c)
-            c = capture_new(tl, e->graph);
-        if (c && grow((void **)&c->c, &c->cap, c->n, sizeof(*c->c), &tl->oom))
+            c = capture_new(g, oom, e->graph);
+        if (c && grow((void **)&c->c, &c->cap, c->n, sizeof(*c->c), oom))
             c->c[c->n++] = (struct captured){e->comm, e->seq, e->comm_rank};
         return NULL;
     }
@@ -318,12 +344,12 @@ static struct capture *graphs_event(struct shp_tl *tl, const struct shp_event *e
     if (e->cls == SHP_CLS_CAPTURE && e->capture != SHP_NONE && e->graph != SHP_NONE) {
         struct capture *c = capture_by(g, e->capture, 0);
         if (!c)
-            c = capture_new(tl, e->capture);
+            c = capture_new(g, oom, e->capture);
         if (c)
             c->graph = e->graph;
     } else if (e->cls == SHP_CLS_GRAPH && e->graph != SHP_NONE && e->exec != SHP_NONE) {
         struct capture *c = capture_by(g, 0, e->graph);
-        if (c && grow((void **)&g->x, &g->capx, g->nx, sizeof(*g->x), &tl->oom))
+        if (c && grow((void **)&g->x, &g->capx, g->nx, sizeof(*g->x), oom))
             g->x[g->nx++] = (struct exec){e->exec, (size_t)(c - g->v)};
     }
     return NULL;
@@ -395,6 +421,25 @@ static struct proc_comm *proc_comm(struct shp_tl *tl, struct proc *p, uint64_t c
     return c;
 }
 
+/* Room in p->sites for stack id; false when out of memory. */
+static bool sites_room(struct proc *p, uint32_t stack, bool *oom)
+{
+    if (stack < p->nsites)
+        return true;
+    size_t n = p->nsites ? p->nsites : 64;
+    while (n <= stack)
+        n *= 2;
+    const char **s = realloc(p->sites, n * sizeof(*s));
+    if (!s) {
+        *oom = true;
+        return false;
+    }
+    memset(s + p->nsites, 0, (n - p->nsites) * sizeof(*s));
+    p->sites = s;
+    p->nsites = n;
+    return true;
+}
+
 /* Threads, time span, and with flows every collective's (communicator, seq) with its times.
  * The end times of in-flight calls are only known once every trace is read: fixed up after. */
 static void scan(struct shp_tl *tl, struct proc *p)
@@ -420,6 +465,8 @@ static void scan(struct shp_tl *tl, struct proc *p)
             pub->last_ns = until;
         if (o->scan)
             o->scan(o->arg, pub, &e);
+        if (e.stack && sites_room(p, e.stack, &tl->oom) && !p->sites[e.stack])
+            p->sites[e.stack] = UNSITED;
         size_t k = 0;
         while (k < pub->ntids && pub->tids[k] != e.tid)
             k++;
@@ -437,7 +484,7 @@ static void scan(struct shp_tl *tl, struct proc *p)
                 keep(tl, last, at, kind, e.t_ns, end);
         }
         /* A replay executes its captured collectives where it is launched. */
-        struct capture *g = graphs_event(tl, &e);
+        struct capture *g = graphs_event(&tl->graphs, &tl->oom, &e);
         for (size_t i = 0; g && i < g->n; i++) {
             struct captured *c = &g->c[i];
             /* made when the captured call was met: no new one that could move `last` */
@@ -456,10 +503,13 @@ static void scan(struct shp_tl *tl, struct proc *p)
 /* Whether c holds collective (at, kind), made in the drawing's window. The lookups of one
  * drawing mostly go forward, one key at a time: from where the last one ended, a few steps, else
  * a binary search. */
-static bool made(const struct shp_tl *tl, struct proc_comm *c, uint64_t at, uint64_t kind)
+static bool made(struct pen *pn, const struct comm *cm, size_t member, uint64_t at, uint64_t kind)
 {
+    const struct shp_tl *tl = pn->tl;
+    const struct proc_comm *c = cm->m[member].pc;
+    size_t *cursor = &pn->cursor[cm->base + member];
     uint64_t key = at << 1 | kind;
-    size_t i = c->cursor < c->n ? c->cursor : 0;
+    size_t i = *cursor < c->n ? *cursor : 0;
     for (int step = 0; step < 4 && i < c->n && c->key[i] < key; step++)
         i++;
     if (i >= c->n || c->key[i] != key) {
@@ -473,7 +523,7 @@ static bool made(const struct shp_tl *tl, struct proc_comm *c, uint64_t at, uint
         }
         i = lo;
     }
-    c->cursor = i;
+    *cursor = i;
     if (i >= c->n || c->key[i] != key)
         return false;
     return !c->tm || in_window(tl, c->tm[i].t0, c->tm[i].t1 ? c->tm[i].t1 : tl->tend);
@@ -498,7 +548,7 @@ static void build_comms(struct shp_tl *tl)
                 if (!grow((void **)&tl->comms, &tl->comms_cap, tl->ncomms, sizeof(*tl->comms),
                           &tl->oom))
                     return;
-                tl->comms[tl->ncomms++] = (struct comm){pc->comm, NULL, 0};
+                tl->comms[tl->ncomms++] = (struct comm){pc->comm, NULL, 0, 0};
             }
             struct comm *c = &tl->comms[j];
             struct member *m = realloc(c->m, (c->n + 1) * sizeof(*c->m));
@@ -510,8 +560,11 @@ static void build_comms(struct shp_tl *tl)
             c->m[c->n++] = (struct member){p, pc};
         }
     }
-    for (size_t j = 0; j < tl->ncomms; j++)
+    for (size_t j = 0; j < tl->ncomms; j++) {
         qsort(tl->comms[j].m, tl->comms[j].n, sizeof(*tl->comms[j].m), by_comm_rank);
+        tl->comms[j].base = tl->nmembers;
+        tl->nmembers += tl->comms[j].n;
+    }
 }
 
 static int by_rank(const void *a, const void *b)
@@ -533,6 +586,7 @@ int shp_tl_open(struct shp_session *s, const struct shp_tl_options *o, struct sh
         return -ENOMEM;
     tl->session = s;
     tl->o = o;
+    pthread_mutex_init(&tl->lock, NULL);
     tl->pub = calloc(cap, sizeof(*tl->pub));
     tl->procs = calloc(cap, sizeof(*tl->procs));
     tl->of_session = calloc(cap, sizeof(*tl->of_session));
@@ -598,13 +652,14 @@ uint64_t shp_tl_tend(const struct shp_tl *tl)
 
 /* ---- flows ---- */
 
-static const struct comm *comm_of(struct shp_tl *tl, uint64_t id)
+static const struct comm *comm_of(struct pen *pn, uint64_t id)
 {
-    if (tl->hint < tl->ncomms && tl->comms[tl->hint].id == id)
-        return &tl->comms[tl->hint];
+    const struct shp_tl *tl = pn->tl;
+    if (pn->hint < tl->ncomms && tl->comms[pn->hint].id == id)
+        return &tl->comms[pn->hint];
     for (size_t j = 0; j < tl->ncomms; j++)
         if (tl->comms[j].id == id)
-            return &tl->comms[tl->hint = j];
+            return &tl->comms[pn->hint = j];
     return NULL;
 }
 
@@ -622,13 +677,12 @@ static uint64_t coll_flow_id(uint64_t comm, uint64_t at, uint64_t kind, int a, i
     return h >> 1;
 }
 
-static void add_flow(struct shp_tl *tl, struct shp_tl_slice *s, uint64_t id, bool out,
-                     const char *cat)
+static void add_flow(struct pen *pn, struct shp_tl_slice *s, uint64_t id, bool out, const char *cat)
 {
-    if (!grow((void **)&tl->flows, &tl->flows_cap, s->nf, sizeof(*tl->flows), &tl->oom))
+    if (!grow((void **)&pn->flows, &pn->flows_cap, s->nf, sizeof(*pn->flows), &pn->oom))
         return;
-    tl->flows[s->nf++] = (struct shp_tl_flow){id, out, cat};
-    s->f = tl->flows;
+    pn->flows[s->nf++] = (struct shp_tl_flow){id, out, cat};
+    s->f = pn->flows;
 }
 
 /* Whether the walk draws process p. */
@@ -640,10 +694,11 @@ static bool drawn(const struct shp_tl *tl, const struct proc *p)
 /* The flows of collective (at, kind) on comm, by the member of rank comm_rank: from the previous
  * member that made the same, and to the next one, in communicator rank order (only members
  * whose call is drawn). */
-static void coll_flows(struct shp_tl *tl, uint64_t comm, uint64_t at, uint64_t kind, int comm_rank,
+static void coll_flows(struct pen *pn, uint64_t comm, uint64_t at, uint64_t kind, int comm_rank,
                        struct shp_tl_slice *s)
 {
-    const struct comm *c = comm_of(tl, comm);
+    const struct shp_tl *tl = pn->tl;
+    const struct comm *c = comm_of(pn, comm);
     if (!c)
         return;
     size_t me = comm_rank >= 0 && (size_t)comm_rank < c->n ? (size_t)comm_rank : 0;
@@ -653,30 +708,31 @@ static void coll_flows(struct shp_tl *tl, uint64_t comm, uint64_t at, uint64_t k
     if (me == c->n)
         return;
     for (size_t j = me; j-- > 0;) {
-        if (drawn(tl, c->m[j].p) && made(tl, c->m[j].pc, at, kind)) {
-            add_flow(tl, s, coll_flow_id(comm, at, kind, c->m[j].pc->comm_rank, comm_rank), false,
+        if (drawn(tl, c->m[j].p) && made(pn, c, j, at, kind)) {
+            add_flow(pn, s, coll_flow_id(comm, at, kind, c->m[j].pc->comm_rank, comm_rank), false,
                      "collective");
             break;
         }
     }
     for (size_t j = me + 1; j < c->n; j++) {
-        if (drawn(tl, c->m[j].p) && made(tl, c->m[j].pc, at, kind)) {
-            add_flow(tl, s, coll_flow_id(comm, at, kind, comm_rank, c->m[j].pc->comm_rank), true,
+        if (drawn(tl, c->m[j].p) && made(pn, c, j, at, kind)) {
+            add_flow(pn, s, coll_flow_id(comm, at, kind, comm_rank, c->m[j].pc->comm_rank), true,
                      "collective");
             break;
         }
     }
 }
 
-static void given_flows(struct shp_tl *tl, const struct proc *p, uint64_t index,
+static void given_flows(struct pen *pn, const struct proc *p, uint64_t index,
                         struct shp_tl_slice *s)
 {
+    const struct shp_tl *tl = pn->tl;
     size_t lo = lower_bound(p->lf, p->nlf, sizeof(*p->lf), index);
     for (; lo < p->nlf && p->lf[lo].index == index; lo++) {
         const struct lflow *f = &p->lf[lo];
         /* An arrow whose other end is left out is left out too. */
         if (drawn(tl, f->other) && in_window(tl, f->other_t0, f->other_t1))
-            add_flow(tl, s, f->id, f->out, f->cat);
+            add_flow(pn, s, f->id, f->out, f->cat);
     }
 }
 
@@ -781,58 +837,44 @@ static void arg_b(struct shp_tl_slice *s, const char *key)
 }
 
 /* The communicator id as 16 hex digits, made once per communicator. */
-static const char *comm_text(struct shp_tl *tl, uint64_t id)
+static const char *comm_text(struct pen *pn, uint64_t id)
 {
-    if (tl->text_hint < tl->ntexts && tl->texts[tl->text_hint]->id == id)
-        return tl->texts[tl->text_hint]->text;
-    for (size_t i = 0; i < tl->ntexts; i++)
+    if (pn->text && pn->text->id == id)
+        return pn->text->text;
+    struct shp_tl *tl = pn->tl;
+    const char *text = NULL;
+    pthread_mutex_lock(&tl->lock);
+    for (size_t i = 0; i < tl->ntexts && !text; i++)
         if (tl->texts[i]->id == id)
-            return tl->texts[tl->text_hint = i]->text;
-    struct comm_text *c = malloc(sizeof(*c));
-    if (!c ||
-        !grow((void **)&tl->texts, &tl->texts_cap, tl->ntexts, sizeof(*tl->texts), &tl->oom)) {
-        tl->oom = true;
+            text = (pn->text = tl->texts[i])->text;
+    struct comm_text *c = text ? NULL : malloc(sizeof(*c));
+    if (c && grow((void **)&tl->texts, &tl->texts_cap, tl->ntexts, sizeof(*tl->texts), &pn->oom)) {
+        c->id = id;
+        snprintf(c->text, sizeof(c->text), "%016" PRIx64, id);
+        tl->texts[tl->ntexts++] = c;
+        pn->text = c;
+        text = c->text;
+    } else if (!text) {
+        pn->oom = true;
         free(c);
-        return NULL;
     }
-    c->id = id;
-    snprintf(c->text, sizeof(c->text), "%016" PRIx64, id);
-    tl->texts[tl->text_hint = tl->ntexts++] = c;
-    return c->text;
+    pthread_mutex_unlock(&tl->lock);
+    return text;
 }
 
-static const char *site_of(struct shp_tl *tl, struct proc *p, uint32_t stack)
+/* The call site of stack id of p, made once (the session's lock). */
+static const char *site_of(struct pen *pn, struct proc *p, uint32_t stack)
 {
     if (!stack)
         return NULL;
-    if (stack < p->nsites && p->sites[stack])
+    if (stack < p->nsites && p->sites[stack] && p->sites[stack] != UNSITED)
         return p->sites[stack];
-    /* Loaded once per drawing of the process, on its first call site (the session's lock). */
-    if (!p->stacks_asked) {
-        p->stacks = shp_session_stacks(tl->session, p->pub->si);
-        p->stacks_asked = true;
-    }
-    struct shp_stacks *st = p->stacks;
-    if (!st)
+    if (!sites_room(p, stack, &pn->oom))
         return NULL;
-    if (stack >= p->nsites) {
-        size_t n = p->nsites ? p->nsites : 64;
-        while (n <= stack)
-            n *= 2;
-        const char **s = realloc(p->sites, n * sizeof(*s));
-        if (!s) {
-            tl->oom = true;
-            return NULL;
-        }
-        memset(s + p->nsites, 0, (n - p->nsites) * sizeof(*s));
-        p->sites = s;
-        p->nsites = n;
-    }
-    if (!p->sites[stack]) {
-        char buf[512];
-        shp_stacks_site(st, stack, buf, sizeof(buf));
-        p->sites[stack] = pooled(tl, buf);
-    }
+    char buf[512];
+    shp_session_site(pn->tl->session, p->pub->si, stack, buf, sizeof(buf));
+    if (!(p->sites[stack] = pooled(pn->tl, buf)))
+        pn->oom = true;
     return p->sites[stack];
 }
 
@@ -857,13 +899,13 @@ static const char *cat_of(const struct shp_event *e)
     }
 }
 
-static void fill_args(struct shp_tl *tl, struct proc *p, const struct shp_event *e,
+static void fill_args(struct pen *pn, struct proc *p, const struct shp_event *e,
                       struct shp_tl_slice *s)
 {
     s->na = 0;
     arg_s(s, "op", e->mark ? "mark" : shp_op_name(e->op));
     if (e->comm) {
-        arg_s(s, "comm", comm_text(tl, e->comm));
+        arg_s(s, "comm", comm_text(pn, e->comm));
         arg_i(s, "comm_rank", e->comm_rank);
         arg_i(s, "nranks", e->nranks);
     }
@@ -883,9 +925,9 @@ static void fill_args(struct shp_tl *tl, struct proc *p, const struct shp_event 
         arg_u(s, "height", e->height);
     }
     arg_u(s, "size", e->size);
-    s->site = site_of(tl, p, e->stack);
+    s->site = site_of(pn, p, e->stack);
     arg_s(s, "site", s->site);
-    arg_s(s, "mark", e->mark ? pooled(tl, e->mark) : NULL);
+    arg_s(s, "mark", e->mark ? pooled(pn->tl, e->mark) : NULL);
     if (e->flags & SHP_EV_CAPTURED)
         arg_b(s, "captured");
     if (e->dur_ns == SHP_NONE && !e->mark)
@@ -916,40 +958,42 @@ static void proc_name(const struct shp_tl_proc *p, char *out, size_t len)
         snprintf(out, len, "rank ? (%s:%" PRIu64 ")%s", h->host, h->pid, incomplete);
 }
 
-static void draw_tracks(const struct shp_tl_draw *d, void *b, const struct shp_tl_proc *p)
+static void draw_tracks(const struct shp_tl_ops *ops, void *b, const struct shp_tl_proc *p)
 {
     char name[160];
     proc_name(p, name, sizeof(name));
-    d->ops->process(b, p, name);
+    ops->process(b, p, name);
     for (uint32_t k = 0; k < p->ntids; k++)
-        d->ops->thread(b, p, k, p->tids[k] == p->sp->t.hdr->pid ? "main thread" : "thread");
+        ops->thread(b, p, k, p->tids[k] == p->sp->t.hdr->pid ? "main thread" : "thread");
 }
 
-/* One slice per call in the window. */
 /* What the call executed on its communicators, counted on every call, drawn or not: its own
- * collective, and a launch's replays. Returns how many executions went into tl->ex. */
-static size_t executions(struct shp_tl *tl, struct proc *p, const struct shp_event *e)
+ * collective, and a launch's replays. Returns how many executions went into pn->ex. */
+static size_t executions(struct pen *pn, struct proc *p, const struct shp_event *e)
 {
     size_t n = 0;
     struct proc_comm *pc;
     if (e->type == SHP_REC_COLL && e->comm && e->seq != SHP_NONE && (pc = pc_of(p, e->comm)) &&
-        grow((void **)&tl->ex, &tl->ex_cap, n, sizeof(*tl->ex), &tl->oom)) {
+        grow((void **)&pn->ex, &pn->ex_cap, n, sizeof(*pn->ex), &pn->oom)) {
         uint64_t kind, at = walk_call(pc, e, &kind);
-        tl->ex[n++] = (struct execution){e->comm, at, kind, e->comm_rank};
+        pn->ex[n++] = (struct execution){e->comm, at, kind, e->comm_rank};
     }
-    struct capture *g = graphs_event(tl, e);
+    struct capture *g = graphs_event(&pn->graphs, &pn->oom, e);
     for (size_t i = 0; g && i < g->n; i++)
         if ((pc = pc_of(p, g->c[i].comm)) &&
-            grow((void **)&tl->ex, &tl->ex_cap, n, sizeof(*tl->ex), &tl->oom))
-            tl->ex[n++] = (struct execution){g->c[i].comm, walk_replay(pc), 0, g->c[i].comm_rank};
+            grow((void **)&pn->ex, &pn->ex_cap, n, sizeof(*pn->ex), &pn->oom))
+            pn->ex[n++] = (struct execution){g->c[i].comm, walk_replay(pc), 0, g->c[i].comm_rank};
     return n;
 }
 
-/* One slice per call in the window. */
-static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct proc *p)
+/* One slice per call in the window, through pn's backend state. */
+static void draw_proc(struct pen *pn, struct proc *p)
 {
+    struct shp_tl *tl = pn->tl;
+    const struct shp_tl_ops *ops = pn->ops;
+    void *b = pn->b;
     const struct shp_tl_proc *pub = p->pub;
-    draw_tracks(d, b, pub);
+    draw_tracks(ops, b, pub);
     struct shp_cursor cur = {0};
     uint64_t index = 0;
     unsigned type;
@@ -964,7 +1008,7 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
         if (!shp_event_decode(t, r, type, &e))
             continue;
         e.index = index++;
-        size_t nex = p->npc ? executions(tl, p, &e) : 0;
+        size_t nex = p->npc ? executions(pn, p, &e) : 0;
         uint64_t end = e.mark ? e.t_ns : end_of(tl, &e);
         if (!in_window(tl, e.t_ns, end))
             continue;
@@ -978,14 +1022,14 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
         s.cat = cat_of(&e);
         s.f = NULL;
         s.nf = 0;
-        fill_args(tl, p, &e, &s);
+        fill_args(pn, p, &e, &s);
         /* A replay executes its captured collectives: their arrows meet at its launch. */
         for (size_t i = 0; i < nex; i++)
-            coll_flows(tl, tl->ex[i].comm, tl->ex[i].at, tl->ex[i].kind, tl->ex[i].comm_rank, &s);
+            coll_flows(pn, pn->ex[i].comm, pn->ex[i].at, pn->ex[i].kind, pn->ex[i].comm_rank, &s);
         if (p->nlf)
-            given_flows(tl, p, e.index, &s);
-        d->slices++;
-        d->flows += (uint64_t)s.nf;
+            given_flows(pn, p, e.index, &s);
+        pn->slices++;
+        pn->flows_drawn += (uint64_t)s.nf;
         if (e.mark) {
             struct shp_tl_instant in = {.proc = pub,
                                         .tid = s.tid,
@@ -995,12 +1039,12 @@ static void draw_proc(struct shp_tl *tl, struct shp_tl_draw *d, void *b, struct 
                                         .cat = "mark",
                                         .a = s.a,
                                         .na = s.na};
-            d->ops->instant(b, &in);
+            ops->instant(b, &in);
         } else {
-            d->ops->slice(b, &s);
+            ops->slice(b, &s);
         }
     }
-    graphs_reset(&tl->graphs);
+    graphs_reset(&pn->graphs);
 }
 
 static struct proc *proc_by_rank(struct shp_tl *tl, long long rank)
@@ -1013,16 +1057,16 @@ static struct proc *proc_by_rank(struct shp_tl *tl, long long rank)
 
 /* Each finding as an instant event on every rank it names, at that rank's call, else where
  * that rank's trace ends (a rank that stopped); with the site of that call, as its slice has. */
-static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
+static void draw_findings(struct pen *pn, const struct an_result *res)
 {
-    const struct an_result *res = d->result;
+    struct shp_tl *tl = pn->tl;
     for (size_t i = 0; i < res->nfindings; i++) {
         const struct an_result_finding *f = &res->findings[i];
         const char *kind = an_kind_names[f->f.kind];
-        const char *comm = f->f.comm ? comm_text(tl, f->f.comm) : NULL;
+        const char *comm = f->f.comm ? comm_text(pn, f->f.comm) : NULL;
         for (int k = 0; k < f->f.nranks; k++) {
             struct proc *p = proc_by_rank(tl, f->f.ranks[k]);
-            if (!p || (d->only && !d->only[p->pub - tl->pub]))
+            if (!p || !drawn(tl, p))
                 continue;
             const struct shp_tl_proc *pub = p->pub;
             uint64_t ts = pub->last_ns;
@@ -1058,10 +1102,248 @@ static void draw_findings(struct shp_tl *tl, struct shp_tl_draw *d, void *b)
                                         .cat = "finding",
                                         .a = s.a,
                                         .na = s.na};
-            d->instants++;
-            d->ops->instant(b, &in);
+            pn->instants++;
+            pn->ops->instant(pn->b, &in);
         }
     }
+}
+
+/* ---- the drawing on several threads ---- */
+
+/* The bytes of a part that may not go to the file yet, in order. */
+struct chunk {
+    struct chunk *next;
+    char *p;
+    size_t len, cap;
+};
+
+struct part {
+    struct chunk *head, *tail;
+    bool started, done; /* its first bytes went to the file; its process is drawn */
+};
+
+/* The bytes the parts ahead of the one being written may hold by default (shp_tl_draw.held_max).
+ * A Perfetto part of a million calls is about 110 MiB: on 2 cores, the second thread draws a
+ * whole part ahead without waiting. */
+#define HELD_MAX ((size_t)128 << 20)
+
+/* The drawing's parts (one per process drawn, in rank order) and who writes the file: the
+ * thread that emits the bytes of the current part writes them; a part ahead of it waits. */
+struct press {
+    struct shp_tl *tl;
+    struct shp_tl_draw *d;
+    void *root; /* the backend's state for the file */
+    pthread_mutex_t lock;
+    pthread_cond_t moved; /* cur moved on */
+    size_t *order;        /* the parts' processes (indexes in tl->procs) */
+    struct part *parts;
+    size_t n, next, cur;   /* parts; the next to take; the one whose bytes go to the file now */
+    size_t held;           /* bytes the parts' chunks hold */
+    struct chunk spare[8]; /* buffers written, to fill again (fresh ones fault their pages in) */
+    size_t nspare;
+    bool oom;
+};
+
+/* Part k's bytes into the file; the caller holds the lock and k is current. */
+static void press_write(struct press *pr, size_t k, const char *p, size_t n)
+{
+    pr->d->ops->raw(pr->root, p, n, !pr->parts[k].started);
+    pr->parts[k].started = true;
+}
+
+/* The held bytes of the current part into the file, and of the next ones that are done. */
+static void press_advance(struct press *pr)
+{
+    while (pr->cur < pr->n) {
+        struct part *pt = &pr->parts[pr->cur];
+        for (struct chunk *c; (c = pt->head);) {
+            pt->head = c->next;
+            press_write(pr, pr->cur, c->p, c->len);
+            pr->held -= c->len;
+            if (pr->nspare < sizeof(pr->spare) / sizeof(*pr->spare))
+                pr->spare[pr->nspare++] = *c;
+            else
+                free(c->p);
+            free(c);
+        }
+        pt->tail = NULL;
+        if (!pt->done)
+            break;
+        pr->cur++;
+        pthread_cond_broadcast(&pr->moved);
+    }
+}
+
+/* A part being drawn, as its backend state's emit knows it. */
+struct emitter {
+    struct press *pr;
+    size_t k;
+};
+
+static int press_emit(void *arg, char **buf, size_t *len, size_t *cap)
+{
+    struct emitter *em = arg;
+    struct press *pr = em->pr;
+    struct part *pt = &pr->parts[em->k];
+    int rc = 0;
+    pthread_mutex_lock(&pr->lock);
+    if (em->k == pr->cur) {
+        press_advance(pr);
+        press_write(pr, em->k, *buf, *len);
+        *len = 0;
+    } else if (*len) {
+        struct chunk *c = malloc(sizeof(*c));
+        if (c) {
+            *c = (struct chunk){NULL, *buf, *len, *cap};
+            if (pt->tail)
+                pt->tail->next = c;
+            else
+                pt->head = c;
+            pt->tail = c;
+            pr->held += *len;
+            *len = 0;
+            /* A buffer written, if there is one (else the backend grows its own: a part's last
+             * bytes need none). */
+            *buf = NULL;
+            *cap = 0;
+            if (pr->nspare) {
+                pr->nspare--;
+                *buf = pr->spare[pr->nspare].p;
+                *cap = pr->spare[pr->nspare].cap;
+            }
+        } else {
+            rc = -ENOMEM;
+            *len = 0;
+        }
+        while (em->k != pr->cur && pr->held >= (pr->d->held_max ? pr->d->held_max : HELD_MAX))
+            pthread_cond_wait(&pr->moved, &pr->lock);
+        if (em->k == pr->cur)
+            press_advance(pr);
+    }
+    pthread_mutex_unlock(&pr->lock);
+    return rc;
+}
+
+static void pen_free(struct pen *pn)
+{
+    free(pn->flows);
+    free(pn->ex);
+    free(pn->cursor);
+    graphs_reset(&pn->graphs);
+}
+
+/* A thread of the drawing (pn->b is the press until it starts): takes the next part until none
+ * is left. */
+static void *press_run(void *arg)
+{
+    struct pen *pn = arg;
+    struct press *pr = pn->b;
+    struct shp_tl *tl = pr->tl;
+    for (;;) {
+        pthread_mutex_lock(&pr->lock);
+        size_t k = pr->next < pr->n ? pr->next++ : pr->n;
+        pthread_mutex_unlock(&pr->lock);
+        if (k == pr->n)
+            break;
+        struct proc *p = &tl->procs[pr->order[k]];
+        struct emitter em = {pr, k};
+        void *b = pr->d->ops->part(tl->t0, p->pub->pid + 1, press_emit, &em);
+        if (b) {
+            pn->b = b;
+            draw_proc(pn, p);
+            pn->b = NULL;
+            if (pr->d->ops->close(b) < 0)
+                pn->oom = true;
+        } else {
+            pn->oom = true;
+        }
+        if (pr->d->release)
+            shp_session_release(tl->session, p->pub->si);
+        pthread_mutex_lock(&pr->lock);
+        pr->parts[k].done = true;
+        if (k == pr->cur)
+            press_advance(pr);
+        pthread_mutex_unlock(&pr->lock);
+    }
+    return NULL;
+}
+
+/* The threads a drawing of that many parts uses. */
+static unsigned threads_for(const struct shp_tl_draw *d, size_t parts)
+{
+    unsigned n = d->threads ? d->threads : shp_cores_available();
+    return parts < n ? (unsigned)parts : n;
+}
+
+/* Every process drawn through parts, on up to d->threads threads (this one among them). */
+static void draw_parts(struct pen *root, struct shp_tl_draw *d)
+{
+    struct shp_tl *tl = root->tl;
+    struct press pr = {.tl = tl, .d = d, .root = root->b};
+    pthread_mutex_init(&pr.lock, NULL);
+    pthread_cond_init(&pr.moved, NULL);
+    pr.order = malloc((tl->nprocs ? tl->nprocs : 1) * sizeof(*pr.order));
+    pr.parts = calloc(tl->nprocs ? tl->nprocs : 1, sizeof(*pr.parts));
+    unsigned nt = 0;
+    struct pen *pens = NULL;
+    pthread_t *th = NULL;
+    bool *running = NULL;
+    if (!pr.order || !pr.parts) {
+        root->oom = true;
+        goto out;
+    }
+    for (size_t i = 0; i < tl->nprocs; i++)
+        if (drawn(tl, &tl->procs[i]))
+            pr.order[pr.n++] = i;
+    nt = threads_for(d, pr.n);
+    pens = calloc(nt ? nt : 1, sizeof(*pens));
+    th = calloc(nt ? nt : 1, sizeof(*th));
+    running = calloc(nt ? nt : 1, sizeof(*running));
+    if (!pens || !th || !running) {
+        root->oom = true;
+        goto out;
+    }
+    for (unsigned t = 0; t < nt; t++) {
+        pens[t] = (struct pen){.tl = tl, .b = &pr, .ops = d->ops};
+        if (!(pens[t].cursor = calloc(tl->nmembers ? tl->nmembers : 1, sizeof(size_t)))) {
+            root->oom = true;
+            nt = t;
+            break;
+        }
+    }
+    /* Thread 0 is this one; a thread that cannot be made leaves its parts to the others. */
+    for (unsigned t = 1; t < nt; t++)
+        running[t] = pthread_create(&th[t], NULL, press_run, &pens[t]) == 0;
+    if (nt)
+        press_run(&pens[0]);
+    for (unsigned t = 1; t < nt; t++)
+        if (running[t])
+            pthread_join(th[t], NULL);
+    for (unsigned t = 0; t < nt; t++) {
+        root->slices += pens[t].slices;
+        root->flows_drawn += pens[t].flows_drawn;
+        root->oom |= pens[t].oom;
+    }
+out:
+    for (unsigned t = 0; pens && t < nt; t++)
+        pen_free(&pens[t]);
+    free(pens);
+    free(th);
+    free(running);
+    /* Parts never taken (no thread at all) are drawn by none: out of memory was said. */
+    for (size_t k = 0; pr.parts && k < pr.n; k++)
+        for (struct chunk *c = pr.parts[k].head, *next; c; c = next) {
+            next = c->next;
+            free(c->p);
+            free(c);
+        }
+    while (pr.nspare)
+        free(pr.spare[--pr.nspare].p);
+    root->oom |= pr.oom || (pr.parts && pr.cur < pr.n);
+    free(pr.parts);
+    free(pr.order);
+    pthread_cond_destroy(&pr.moved);
+    pthread_mutex_destroy(&pr.lock);
 }
 
 int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
@@ -1073,22 +1355,47 @@ int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
         tl->procs[i].nlf = 0;
     if (d->result)
         plan_given(tl, d->result);
-    void *b = d->ops->open(out, tl->t0, d->arg);
-    if (!b)
+    struct pen root = {.tl = tl, .ops = d->ops};
+    if (!(root.cursor = calloc(tl->nmembers ? tl->nmembers : 1, sizeof(size_t))))
         return -ENOMEM;
+    if (!(root.b = d->ops->open(out, tl->t0, d->arg))) {
+        pen_free(&root);
+        return -ENOMEM;
+    }
+    /* Every call site the scan met, made here, process after process: symbolizing is behind one
+     * lock, and a module is opened once for the command when one thread makes them all. */
     for (size_t i = 0; i < tl->nprocs; i++) {
-        if (d->only && !d->only[i])
+        struct proc *p = &tl->procs[i];
+        if (!drawn(tl, p))
             continue;
-        draw_proc(tl, d, b, &tl->procs[i]);
-        /* Its call sites are drawn: thousands of traces are held one at a time. */
-        tl->procs[i].stacks_asked = false;
-        if (d->release)
+        bool made_here = false;
+        for (size_t id = 1; id < p->nsites; id++)
+            if (p->sites[id] == UNSITED)
+                site_of(&root, p, (uint32_t)id), made_here = true;
+        if (made_here && d->release)
             shp_session_release(tl->session, tl->pub[i].si);
     }
+    if (d->ops->part) {
+        draw_parts(&root, d);
+    } else {
+        for (size_t i = 0; i < tl->nprocs; i++) {
+            if (!drawn(tl, &tl->procs[i]))
+                continue;
+            draw_proc(&root, &tl->procs[i]);
+            /* Its call sites are drawn: thousands of traces are held one at a time. */
+            if (d->release)
+                shp_session_release(tl->session, tl->pub[i].si);
+        }
+    }
     if (d->result)
-        draw_findings(tl, d, b);
-    int rc = d->ops->close(b);
-    return rc < 0 ? rc : tl->oom ? -ENOMEM : 0;
+        draw_findings(&root, d->result);
+    d->slices = root.slices;
+    d->flows = root.flows_drawn;
+    d->instants = root.instants;
+    int rc = d->ops->close(root.b);
+    bool oom = root.oom || tl->oom;
+    pen_free(&root);
+    return rc < 0 ? rc : oom ? -ENOMEM : 0;
 }
 
 void shp_tl_close(struct shp_tl *tl)
@@ -1117,8 +1424,7 @@ void shp_tl_close(struct shp_tl *tl)
     free(tl->pool.s);
     free(tl->pool.h);
     free(tl->texts);
-    free(tl->flows);
-    free(tl->ex);
     graphs_reset(&tl->graphs);
+    pthread_mutex_destroy(&tl->lock);
     free(tl);
 }

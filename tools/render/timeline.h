@@ -91,6 +91,16 @@ struct shp_tl_ops {
     void (*slice)(void *b, const struct shp_tl_slice *s);
     void (*instant)(void *b, const struct shp_tl_instant *i);
     int (*close)(void *b);
+    /* Optional, for a drawing on several threads (NULL: the drawing is on one). part makes a
+     * state like open's for one process's part of the file, drawn by one thread, that hands its
+     * bytes to emit rather than writing them (its own packet sequence, seq, where the format has
+     * sequences); close emits the rest and frees it. emit(arg, buf, len, cap) takes the *len
+     * bytes of the malloc'd *buf (of *cap) and leaves in *buf a buffer to go on with (NULL and 0
+     * for a new one), and returns 0 or -ENOMEM. raw writes such bytes into b's file, in order;
+     * start is true for the first bytes of a part. */
+    void *(*part)(uint64_t t0, uint32_t seq, int (*emit)(void *, char **, size_t *, size_t *),
+                  void *arg);
+    void (*raw)(void *b, const char *p, size_t n, bool start);
 };
 
 extern const struct shp_tl_ops shp_tl_chrome;   /* chrome.c */
@@ -132,11 +142,17 @@ struct shp_tl_draw {
     const struct an_result *result;   /* the analysis: its findings, lineage and matched sends and
                                          receives drawn too; NULL: none */
     bool release;                     /* give each trace's pages and stacks back once drawn */
+    unsigned threads;                 /* the most threads it may use, 0: the cores available; a
+                                         backend with parts writes the same bytes whatever it is */
+    size_t held_max;                  /* the bytes the parts drawn ahead of the one being written
+                                         may hold, all together (0: 128 MiB); a thread ahead waits
+                                         while they are this many or more */
     uint64_t slices, flows, instants; /* what was drawn */
 };
 
-/* Draws the walk through d->ops onto out. Returns 0, or a negative errno (out of memory, or
- * what the backend's close returned). */
+/* Draws the walk through d->ops onto out: with a backend that has parts, each process on
+ * whichever of d->threads threads takes it, the parts written in rank order. Returns 0, or a
+ * negative errno (out of memory, or what the backend's close returned). */
 int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out);
 
 void shp_tl_close(struct shp_tl *tl);
