@@ -53,6 +53,8 @@
 #define ID_STRINGS 29
 #define SEQ 1 /* the sequence of the file's own packets; a process's part has its own */
 
+#define RECENT_BITS 6
+
 /* Interned strings of one kind, by address: iids from 1, in the order they came. */
 struct itab {
     const char **s;
@@ -71,6 +73,10 @@ struct perfetto {
     uint32_t seq;
     uint64_t t0;
     struct itab cats, names, keys, values;
+    struct recent { /* by a key's address: the key, its last string value, their iids */
+        const char *key, *value;
+        uint64_t key_iid, value_iid;
+    } recent[1 << RECENT_BITS];
     struct shp_pb buf, interned;
     bool cleared, oom;
     int err;
@@ -78,8 +84,10 @@ struct perfetto {
 
 static inline size_t slot_of(const struct itab *t, const char *s)
 {
+    /* Fibonacci hashing: the product's top bits (its middle ones made long probe runs of the
+     * addresses of neighbouring string literals). */
     uint64_t h = (uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull;
-    size_t k = (size_t)(h >> 32) & (t->cap - 1);
+    size_t k = (size_t)(h >> (64 - __builtin_ctzll(t->cap)));
     while (t->s[k] && t->s[k] != s)
         k = (k + 1) & (t->cap - 1);
     return k;
@@ -109,16 +117,17 @@ static bool itab_room(struct itab *t)
     return true;
 }
 
-/* The iid of s, defined in pf->interned when it is new; 0 when out of memory. */
-static inline uint64_t intern(struct perfetto *pf, struct itab *t, const char *s)
+/* A new string's iid, defined in pf->interned, at slot k; 0 when out of memory. */
+static __attribute__((noinline)) uint64_t intern_new(struct perfetto *pf, struct itab *t, size_t k,
+                                                     const char *s)
 {
-    if (__builtin_expect(t->n * 2 >= t->cap, 0) && !itab_room(t)) {
-        pf->oom = true;
-        return 0;
+    if (t->n * 2 >= t->cap) {
+        if (!itab_room(t)) {
+            pf->oom = true;
+            return 0;
+        }
+        k = slot_of(t, s);
     }
-    size_t k = slot_of(t, s);
-    if (__builtin_expect(t->s[k] != NULL, 1))
-        return t->iid[k];
     t->s[k] = s;
     t->iid[k] = ++t->next;
     t->n++;
@@ -127,6 +136,19 @@ static inline uint64_t intern(struct perfetto *pf, struct itab *t, const char *s
     shp_pb_str(&pf->interned, 2, s);
     shp_pb_end(&pf->interned, at);
     return t->iid[k];
+}
+
+/* The iid of s, defined in pf->interned when it is new; 0 when out of memory. Inline: a known
+ * string (nearly every time) is a probe or two. */
+static inline __attribute__((always_inline)) uint64_t intern(struct perfetto *pf, struct itab *t,
+                                                             const char *s)
+{
+    if (__builtin_expect(!t->cap, 0))
+        return intern_new(pf, t, 0, s);
+    size_t k = slot_of(t, s);
+    if (__builtin_expect(t->s[k] != NULL, 1))
+        return t->iid[k];
+    return intern_new(pf, t, k, s);
 }
 
 static void itab_free(struct itab *t)
@@ -328,16 +350,33 @@ static void pf_event(struct perfetto *pf, uint64_t ts, unsigned type, uint64_t t
                      const char *name, const char *cat, const struct shp_tl_arg *a, int na,
                      const struct shp_tl_flow *f, size_t nf)
 {
-    struct iids id = {0};
+    /* Not zeroed: only what is used is set (clearing it all took a quarter of this function). */
+    struct iids id;
+    id.name = id.cat = 0;
     shp_pb_reset(&pf->interned);
     if (name) {
         id.name = intern(pf, &pf->names, name);
         id.cat = intern(pf, &pf->cats, cat);
     }
+    /* The keys are a few dozen texts, each mostly with the value it had last time: a small
+     * cache by the key's address remembers its iid, its last string value and that one's iid;
+     * the tables are asked on a miss. */
     for (int i = 0; i < na; i++) {
-        id.key[i] = intern(pf, &pf->keys, a[i].key);
-        if (a[i].type == SHP_TL_S)
-            id.value[i] = intern(pf, &pf->values, a[i].s);
+        struct recent *r = &pf->recent[(uint64_t)(uintptr_t)a[i].key * 0x9e3779b97f4a7c15ull >>
+                                       (64 - RECENT_BITS)];
+        if (r->key != a[i].key) {
+            r->key = a[i].key;
+            r->key_iid = intern(pf, &pf->keys, a[i].key);
+            r->value = NULL;
+        }
+        id.key[i] = r->key_iid;
+        if (a[i].type != SHP_TL_S)
+            continue;
+        if (r->value != a[i].s) {
+            r->value = a[i].s;
+            r->value_iid = intern(pf, &pf->values, a[i].s);
+        }
+        id.value[i] = r->value_iid;
     }
     /* At most: the packet's key and length (1 and 3), its timestamp (11), the interned data
      * (11 and its bytes), the event's key and length (1 and 3), its type, track, name and
