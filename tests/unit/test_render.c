@@ -2,9 +2,9 @@
  * whichever thread takes it, the parts written in rank order. On traces of tests/gen_traces (made
  * here, beside this program), a backend of this test writes one line per hook, so that the bytes
  * of a drawing through parts can be held against those of the same backend drawn on one thread
- * without parts; Perfetto's and Chrome's backends are held against themselves on 1 to 7 threads,
- * with the parts ahead allowed to hold nothing (every chunk of theirs waits) or the default. The
- * ThreadSanitizer run (make check) runs it too. */
+ * without parts; Perfetto's and Chrome's backends are held against themselves on 1, 2, 3 and 7
+ * threads, with the parts ahead allowed to hold nothing (every chunk of theirs waits) or the
+ * default. The ThreadSanitizer run (make check) runs it too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -232,8 +232,10 @@ static void test_formats(const char *dir)
         char *one = drawing(dir, fmts[k], 1, 0, true, &n1);
         test_cond("drawn on one thread", one && n1 > 100000);
         bool all = true;
-        for (unsigned t = 2; t <= 7; t++)
+        const unsigned threads[] = {2, 3, 7};
+        for (size_t i = 0; i < sizeof(threads) / sizeof(*threads); i++)
             for (size_t h = 0; h < 2; h++) {
+                unsigned t = threads[i];
                 char *x = drawing(dir, fmts[k], t, h ? 1 : 0, true, &n);
                 if (!same(one, n1, x, n)) {
                     test_condf(0, "on %u threads, held at most %s: %zu bytes, not %zu", t,
@@ -242,7 +244,7 @@ static void test_formats(const char *dir)
                 }
                 free(x);
             }
-        test_cond("the same bytes on 2 to 7 threads, with and without the parts ahead waiting",
+        test_cond("the same bytes on 2, 3 and 7 threads, with and without the parts ahead waiting",
                   all);
         free(one);
     }
