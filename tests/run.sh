@@ -63,10 +63,10 @@ if [ "${SHAPETRACE_TSAN:-0}" = 1 ]; then
         test_one_rule_of_completeness_for_every_command
     # The harm cases again: `run` and the readers under TSan, the preload plain.
     suite "$T/test_hostile.py" "hostile, harm cases (thread)" python3 "$T/test_hostile.py" "$B" harm
-    # export's threads: the analysis beside the walk's scan, the file's writer.
+    # export's threads: the analysis beside the walk's scan, the file's writer, the drawing's.
     suite "$T/test_pictures.py" "pictures, export (thread)" python3 "$T/test_pictures.py" "$B" \
         test_export_is_the_same_every_time test_export_chrome_structure_and_flows \
-        test_export_is_the_same_on_any_number_of_threads test_export_perfetto_structure_and_flows \
+        test_export_is_the_same_on_any_number_of_threads \
         test_flows_from_each_send_to_its_receive
 else
     for src in $(LC_ALL=C ls "$T"/unit/test_*.c) $(LC_ALL=C ls "$T"/doubles/test_*.c); do

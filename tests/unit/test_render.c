@@ -259,9 +259,9 @@ int main(int argc, char **argv)
         test_cond("a temporary directory", 0);
         return test_report();
     }
-    /* 6 ranks of 4,000 calls each: collectives on several communicators, sends and receives,
+    /* 6 ranks of 2,500 calls each: collectives on several communicators, sends and receives,
      * copies (tests/gen/gen_traces.c). */
-    snprintf(cmd, sizeof(cmd), "'%s/gen_traces' '%s/run' 6 4000 >/dev/null", dirname(self), dir);
+    snprintf(cmd, sizeof(cmd), "'%s/gen_traces' '%s/run' 6 2500 >/dev/null", dirname(self), dir);
     test_cond("traces to draw are made", system(cmd) == 0);
     char run[96];
     snprintf(run, sizeof(run), "%s/run", dir);
