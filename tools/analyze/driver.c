@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

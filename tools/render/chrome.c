@@ -154,13 +154,9 @@ static void jflush(struct chrome *c, bool all)
 {
     if (!c->len || (!all && c->len < SHP_SINK_CHUNK - 65536) || (all && c->sink))
         return;
-    if (c->emit) {
-        if (c->emit(c->emit_arg, &c->p, &c->len, &c->cap) < 0)
-            c->oom = true;
-        return;
-    }
-    if (c->sink) {
-        if (shp_sink_put(c->sink, &c->p, &c->len, &c->cap) < 0)
+    if (c->emit || c->sink) { /* a part's emit takes a buffer as the sink does */
+        if ((c->emit ? c->emit(c->emit_arg, &c->p, &c->len, &c->cap)
+                     : shp_sink_put(c->sink, &c->p, &c->len, &c->cap)) < 0)
             c->oom = true;
         return;
     }

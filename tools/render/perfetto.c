@@ -165,16 +165,10 @@ static void pf_flush(struct perfetto *pf, bool all)
     struct shp_pb *b = &pf->buf;
     if (!b->len || (!all && b->len < SHP_SINK_CHUNK - 65536) || (all && pf->sink))
         return;
-    if (pf->emit) {
+    if (pf->emit || pf->sink) { /* a part's emit takes a buffer as the sink does */
         char *p = (char *)b->p;
-        if (pf->emit(pf->emit_arg, &p, &b->len, &b->cap) < 0)
-            pf->oom = true;
-        b->p = (uint8_t *)p;
-        return;
-    }
-    if (pf->sink) {
-        char *p = (char *)b->p;
-        if (shp_sink_put(pf->sink, &p, &b->len, &b->cap) < 0)
+        if ((pf->emit ? pf->emit(pf->emit_arg, &p, &b->len, &b->cap)
+                      : shp_sink_put(pf->sink, &p, &b->len, &b->cap)) < 0)
             pf->oom = true;
         b->p = (uint8_t *)p;
         return;
@@ -264,12 +258,7 @@ static void perfetto_raw(void *b, const char *p, size_t n, bool start)
 {
     (void)start;
     struct perfetto *pf = b;
-    if (!shp_pb_room(&pf->buf, n)) {
-        pf->oom = true;
-        return;
-    }
-    memcpy(pf->buf.p + pf->buf.len, p, n);
-    pf->buf.len += n;
+    shp_pb_raw(&pf->buf, p, n); /* out of memory: pf->buf.oom, which close reports */
     pf_flush(pf, false);
 }
 

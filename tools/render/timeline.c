@@ -1372,9 +1372,12 @@ int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
         if (!drawn(tl, p))
             continue;
         bool made_here = false;
-        for (size_t id = 1; id < p->nsites; id++)
-            if (p->sites[id] == UNSITED)
-                site_of(&root, p, (uint32_t)id), made_here = true;
+        for (size_t id = 1; id < p->nsites; id++) {
+            if (p->sites[id] == UNSITED) {
+                site_of(&root, p, (uint32_t)id);
+                made_here = true;
+            }
+        }
         if (made_here && d->release)
             shp_session_release(tl->session, tl->pub[i].si);
     }
