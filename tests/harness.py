@@ -4,6 +4,7 @@ import glob
 import os
 import shutil
 import subprocess
+import time
 import traceback
 
 
@@ -66,9 +67,10 @@ def run_all(namespace, label, only=(), tmp=None):
     for name, fn in tests:
         if only and name not in only:
             continue
+        t0 = time.monotonic()
         try:
             fn()
-            print(f"ok   {name}")
+            print(f"ok   {name} ({time.monotonic() - t0:.1f} s)")
             passed += 1
         except NotRun as why:
             print(f"NOT RUN {name}: {why}")

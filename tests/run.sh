@@ -22,9 +22,11 @@ suite() {
     name=$2
     shift 2
     echo "== $name"
+    t0=$(date +%s)
     "$@" >"$out" 2>&1
     rc=$?
     cat "$out"
+    echo "($name: $(($(date +%s) - t0)) s)"
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
     p=$(echo "$line" | awk '{for (i = 1; i < NF; i++) if ($(i + 1) ~ /^passed/) print $i}')
     f=$(echo "$line" | awk '{for (i = 1; i < NF; i++) if ($(i + 1) ~ /^failed/) print $i}')
