@@ -9,6 +9,7 @@
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +304,22 @@ static void prepare(struct shp_snap_ctx *c, struct live *l)
 
 /* ---- while stopped ---- */
 
+/* The test's window (SHAPETRACE_SNAPSHOT_HOLD_MS): hold_ms more with the process stopped, cut
+ * short by a signal that ends the command (blocked meanwhile; it takes effect once the process
+ * is let go), so that a test that sends one need not wait out the window. */
+static void hold(unsigned hold_ms)
+{
+    const struct timespec step = {0, 10 * 1000 * 1000};
+    for (unsigned waited = 0; waited < hold_ms; waited += 10) {
+        sigset_t pending;
+        if (sigpending(&pending) == 0 &&
+            (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+             sigismember(&pending, SIGHUP) == 1 || sigismember(&pending, SIGQUIT) == 1))
+            return;
+        nanosleep(&step, NULL);
+    }
+}
+
 static void stop_and_copy(struct live *l, unsigned hold_ms)
 {
     struct shp_snap_proc *p = l->out;
@@ -327,10 +344,7 @@ static void stop_and_copy(struct live *l, unsigned hold_ms)
     }
     if (shp_py_read(&l->py) < 0)
         l->py.found = false;
-    if (hold_ms) {
-        struct timespec ts = {hold_ms / 1000, (long)(hold_ms % 1000) * 1000000};
-        nanosleep(&ts, NULL);
-    }
+    hold(hold_ms);
     shp_pt_detach(&l->pt);
     p->late = l->pt.late;
     p->stats.stopped_ns = l->pt.resume_ns - l->pt.stop_ns;

@@ -103,8 +103,9 @@ void shp_snap_ctx_free(struct shp_snap_ctx *c);
 /* Pictures the processes pids[0..n) into job (appended, in that order): for all of them, what
  * needs no stop (maps, modules, the interpreter's symbols, environment); then each one in turn
  * stopped (every thread), its registers, stacks and Python frames copied, and let go, held
- * hold_ms longer when it is nonzero (a test's window; SHAPETRACE_SNAPSHOT_HOLD_MS); then,
- * with every process running again, unwinding, symbols, the merge of Python frames, the traces.
+ * hold_ms longer when it is nonzero (a test's window, SHAPETRACE_SNAPSHOT_HOLD_MS, cut short by
+ * a signal that ends the command); then, with every process running again, unwinding, symbols,
+ * the merge of Python frames, the traces.
  * A process that cannot be read gets its error set (gone for one that exited) and is skipped;
  * the others are read. Returns 0, or -ENOMEM. */
 int shp_snap_capture(struct shp_snap_ctx *c, const pid_t *pids, size_t n, unsigned hold_ms,
