@@ -3,7 +3,10 @@
  * on a pipe a thread feeds, a timed condition wait, a futex in pthread_join), and says so on
  * stdout if any of them failed with EINTR; it prints one line every 10 ticks and exits with
  * status 3. --spawn adds a thread that creates and joins threads all along (threads made while a
- * snapshot stops the process). Usage: snap_tick N [--spawn] */
+ * snapshot stops the process). --until-eof ends the ticks early, after the tick in which its
+ * standard input reached its end (a thread blocked in read meanwhile), so that a test need not
+ * wait out N ticks once it has done; it still waits for that end after N ticks.
+ * Usage: snap_tick N [--spawn] [--until-eof] */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -28,6 +31,23 @@ static void *feeder(void *arg)
         if (write(pipefd[1], "x", 1) != 1 && errno != EAGAIN)
             break;
     }
+    return NULL;
+}
+
+static atomic_int stdin_ended;
+
+static void *eof_waiter(void *arg)
+{
+    (void)arg;
+    char buf[64];
+    for (;;) {
+        ssize_t got = read(0, buf, sizeof(buf));
+        if (got < 0 && errno == EINTR)
+            printf("EINTR in read of stdin\n");
+        else if (got <= 0)
+            break;
+    }
+    atomic_store(&stdin_ended, 1);
     return NULL;
 }
 
@@ -56,18 +76,25 @@ static void check(const char *what, int rc)
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 100;
-    bool spawn = argc > 2 && !strcmp(argv[2], "--spawn");
+    bool spawn = false, until_eof = false;
+    for (int i = 2; i < argc; i++) {
+        spawn |= !strcmp(argv[i], "--spawn");
+        until_eof |= !strcmp(argv[i], "--until-eof");
+    }
     if (pipe(pipefd) != 0)
         return 1;
-    pthread_t feed, sp;
+    pthread_t feed, sp, eof;
     pthread_create(&feed, NULL, feeder, NULL);
     if (spawn)
         pthread_create(&sp, NULL, spawner, NULL);
+    if (until_eof)
+        pthread_create(&eof, NULL, eof_waiter, NULL);
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
     printf("started\n");
     fflush(stdout);
-    for (int i = 0; i < n; i++) {
+    int i;
+    for (i = 0; i < n && !atomic_load(&stdin_ended); i++) {
         struct timespec ts = {0, 3 * 1000 * 1000};
         check("nanosleep", nanosleep(&ts, NULL));
         struct pollfd pf = {.fd = pipefd[0], .events = POLLIN};
@@ -95,6 +122,8 @@ int main(int argc, char **argv)
     pthread_join(feed, NULL);
     if (spawn)
         pthread_join(sp, NULL);
-    printf("%d ticks done\n", n);
+    if (until_eof)
+        pthread_join(eof, NULL);
+    printf("%d ticks done\n", i);
     return 3;
 }
