@@ -1,6 +1,7 @@
 """shapetrace tests: `shapetrace analyze` on synthetic traces (tests/gen/gen_traces.c, with
 planted divergences) and on traces of programs run on the test doubles (simulated ranks, no GPU).
 Usage: test_analyze.py BUILD_DIR [NAME...]. Ends with 'N passed, M failed'."""
+import concurrent.futures
 import json
 import os
 import shutil
@@ -478,6 +479,11 @@ def run_stacks(pattern, variant):
 
 
 def test_stack_patterns():
+    # The runs first, three at a time: six planted stalls each wait out the doubles' 2 s timeout.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        runs = {(p, v): pool.submit(run_stacks, p, v) for p in STACKS_CASES
+                for v in ("clean", "planted")}
+        runs = {k: f.result() for k, f in runs.items()}
     for pattern, (kind, culprits, seq, site) in STACKS_CASES.items():
         dims = STACKS_DIMS.get(pattern, [])
         expect = None
@@ -485,10 +491,10 @@ def test_stack_patterns():
             expect = os.path.join(TMP, pattern + ".expect.json")
             with open(expect, "w") as f:
                 json.dump(STACKS_EXPECT[pattern], f)
-        r, p = analyze(run_stacks(pattern, "clean"), dims=dims, expect=expect)
+        r, p = analyze(runs[(pattern, "clean")], dims=dims, expect=expect)
         assert r["findings"] == [], (pattern, [x["summary"] for x in r["findings"]])
         assert "matched no call" not in p.stderr, (pattern, p.stderr)
-        d = run_stacks(pattern, "planted")
+        d = runs[(pattern, "planted")]
         r, _ = analyze(d, dims=dims, expect=expect)
         f = first(r)
         assert (f["kind"], f["ranks"], f["seq"]) == (kind, culprits, seq), (pattern, f["summary"])
