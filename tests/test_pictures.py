@@ -506,6 +506,24 @@ def parts_left(where):
     return [n for n in os.listdir(where) if n.endswith(".part")]
 
 
+def writing_in(pid, where):
+    """Whether process pid has a new file open in directory where: one without a name yet
+    (O_TMPFILE: /proc shows it as 'where/#INODE (deleted)'), or a hidden .part one."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.dirname(target) == where and (
+                target.endswith(" (deleted)") or target.endswith(".part")):
+            return True
+    return False
+
+
 def test_outputs_are_replaced_whole_or_not_at_all():
     """-o FILE of export (both formats) and report --html is written beside FILE and renamed
     over it once every byte is out (tools/lib/outfile.c). A write that fails half-way (a file
@@ -517,7 +535,6 @@ def test_outputs_are_replaced_whole_or_not_at_all():
     old FILE and no new one behind, and the command dies of SIGTERM."""
     import resource
     import signal
-    import time
     gen = os.path.join(BUILD, "tests", "gen_traces")
     d = os.path.join(TMP, "whole-in")
     run([gen, d, "2", "40000"], ok=(0,))
@@ -571,33 +588,60 @@ def test_outputs_are_replaced_whole_or_not_at_all():
             os.chown(target, 65534, 65534)
             run([TOOL, *cmd, link, d], ok=(0,))
             assert os.stat(target).st_uid == 65534, cmd
-    # SIGTERM while the timeline is written: a trace big enough that the writing takes a while;
-    # the signal is sent once the new file is seen.
-    big = os.path.join(TMP, "whole-big")
-    run([gen, big, "2", "400000"], ok=(0,))
+    # SIGTERM while the timeline is written
     out = os.path.join(where, "out")
-    with open(out, "w") as f:
-        f.write("old\n")
+    assert killed_while_writing(signal.SIGTERM, out) == -signal.SIGTERM
+    assert open(out).read() == "old\n" and not parts_left(where)
+
+
+def killed_while_writing(sig, out):
+    """Sends sig to an export of traces big enough that the writing takes a while, once its new
+    file is open in out's directory (out holding 'old'); the export's exit status."""
+    import time
+    big = os.path.join(TMP, "whole-big")
+    if not os.path.isdir(big):
+        run([os.path.join(BUILD, "tests", "gen_traces"), big, "2", "400000"], ok=(0,))
+    where = os.path.dirname(out)
     for attempt in range(5):
+        with open(out, "w") as f:
+            f.write("old\n")
         proc = subprocess.Popen([TOOL, "export", "-o", out, big], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, env=tool_env())
         seen = False
         while proc.poll() is None and not seen:
-            seen = bool(parts_left(where))
+            seen = writing_in(proc.pid, where)
             if not seen:
                 time.sleep(0.002)
         if seen:
-            proc.terminate()
+            proc.send_signal(sig)
         proc.wait(timeout=120)
         proc.stderr.close()
         if seen and proc.returncode != 0:
-            break
-        with open(out, "w") as f:  # it ended before the signal: again
-            f.write("old\n")
-    else:
-        raise AssertionError("the export ended before the signal, 5 times")
-    assert proc.returncode == -signal.SIGTERM, proc.returncode
-    assert open(out).read() == "old\n" and not parts_left(where)
+            return proc.returncode
+    raise AssertionError("the export ended before the signal, 5 times")
+
+
+def test_output_of_a_killed_command_leaves_nothing_behind():
+    """SIGKILL, which no handler sees, while export writes: the old FILE stays as it was and no
+    new file is left beside it, because the new one has no name until it is complete
+    (O_TMPFILE). On a filesystem that makes no such file the command falls back to a hidden
+    name, which SIGKILL leaves behind: not run there."""
+    import signal
+    where = os.path.join(TMP, "killed")
+    os.makedirs(where, exist_ok=True)
+    try:
+        os.close(os.open(where, os.O_TMPFILE | os.O_WRONLY))
+    except OSError as e:
+        raise NotRun(f"{TMP}'s filesystem makes no file without a name (O_TMPFILE): {e}")
+    out = os.path.join(where, "out")
+    assert killed_while_writing(signal.SIGKILL, out) == -signal.SIGKILL
+    assert open(out).read() == "old\n" and os.listdir(where) == ["out"], os.listdir(where)
+    # and the command that is let finish puts a whole file in its place
+    run([TOOL, "export", "-o", out, os.path.join(TMP, "whole-big")], ok=(0,))
+    with open(out, "rb") as f:
+        head, _ = f.read(17), f.seek(-3, os.SEEK_END)
+        assert (head, f.read()) == (b'{"displayTimeUnit', b"]}\n"), head
+    assert os.listdir(where) == ["out"], os.listdir(where)
 
 # ---- flows through graph replays, and from each send to its receive ----
 

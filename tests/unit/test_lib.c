@@ -4,6 +4,7 @@
  * allocation tracker and the output helpers; and common/fs.c, which the preload and `run` share
  * (the run directory, private files, writes without signals). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -26,6 +27,7 @@
 #include "tools/lib/allocs.h"
 #include "tools/lib/event.h"
 #include "tools/lib/out.h"
+#include "tools/lib/outfile.h"
 #include "tools/lib/reader.h"
 #include "tools/lib/session.h"
 #include "tools/lib/site.h"
@@ -777,6 +779,113 @@ static void test_clock(void)
     test_cond("a pair older than the first is not trusted", t.clock_guessed);
 }
 
+/* ---- outputs replaced whole (outfile.c) ---- */
+
+/* The names in dir besides "out", in one string (hidden ones included). */
+static void others_in(const char *dir, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "out"))
+            snprintf(buf + strlen(buf), cap - strlen(buf), "%s ", e->d_name);
+    if (d)
+        closedir(d);
+}
+
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void read_into(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = 0;
+    if (f)
+        fclose(f);
+}
+
+/* One output through each way of making the new file: named from the start (a .part beside
+ * FILE while it is written), or, where the filesystem makes one, without a name until commit. */
+static void test_outfile(void)
+{
+    test_group("outfile");
+    char dir[] = "/tmp/shapetrace-outfile-XXXXXX", path[64], others[512], text[64];
+    if (!mkdtemp(dir)) {
+        test_cond("a directory for the outputs", 0);
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/out", dir);
+    put_text(path, "old");
+    chmod(path, 0640);
+    int probe = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe >= 0)
+        close(probe);
+    for (int named = 1; named >= 0; named--) {
+        const char *how = named ? "named" : "unnamed";
+        if (!named && probe < 0) {
+            printf("NOT RUN outfile: unnamed: %s makes no file without a name (O_TMPFILE)\n", dir);
+            break;
+        }
+        /* abort: the old file as it was, nothing beside it */
+        struct shp_outfile o = {0};
+        int fd = named ? shp_outfile_open_named(&o, path) : shp_outfile_open(&o, path);
+        test_condf(fd >= 0, "%s: a descriptor", how);
+        others_in(dir, others, sizeof(others));
+        size_t n = strlen(others);
+        if (named)
+            test_condf(n > 6 && !strncmp(others, ".out.", 5) && !strcmp(others + n - 6, ".part "),
+                       "named: a hidden .part beside FILE while it is written (%s)", others);
+        else
+            test_condf(n == 0, "unnamed: nothing beside FILE while it is written (%s)", others);
+        test_condf(write(fd, "half", 4) == 4, "%s: written", how);
+        close(fd);
+        shp_outfile_abort(&o);
+        read_into(path, text, sizeof(text));
+        others_in(dir, others, sizeof(others));
+        test_condf(!strcmp(text, "old") && !others[0],
+                   "%s: abort leaves FILE (%s) and nothing "
+                   "beside it (%s)",
+                   how, text, others);
+        /* commit: the new bytes in FILE's place, with its mode, nothing beside it */
+        fd = named ? shp_outfile_open_named(&o, path) : shp_outfile_open(&o, path);
+        char want[32];
+        snprintf(want, sizeof(want), "new %s", how);
+        test_condf(fd >= 0 && write(fd, want, strlen(want)) == (ssize_t)strlen(want), "%s: written",
+                   how);
+        close(fd);
+        test_condf(shp_outfile_commit(&o) == 0, "%s: committed", how);
+        read_into(path, text, sizeof(text));
+        others_in(dir, others, sizeof(others));
+        struct stat st;
+        test_condf(!strcmp(text, want) && !others[0] && !stat(path, &st) &&
+                       (st.st_mode & 0777) == 0640 && st.st_nlink == 1,
+                   "%s: commit puts the new bytes (%s) in FILE's place with its mode, nothing "
+                   "beside it (%s)",
+                   how, text, others);
+        put_text(path, "old");
+    }
+    /* a FILE that did not exist, named without a directory: made in the current one */
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) && chdir(dir) == 0) {
+        unlink("out");
+        struct shp_outfile o = {0};
+        int fd = shp_outfile_open(&o, "out");
+        test_cond("a new FILE in the current directory: written and committed",
+                  fd >= 0 && write(fd, "x", 1) == 1 && !close(fd) && !shp_outfile_commit(&o));
+        read_into("out", text, sizeof(text));
+        test_str("a new FILE in the current directory: its bytes", text, "x");
+        (void)!chdir(cwd);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_clock();
@@ -785,6 +894,7 @@ int main(void)
     test_stacks();
     test_allocs();
     test_out();
+    test_outfile();
     test_make_dirs();
     test_fs_private();
     test_session();
