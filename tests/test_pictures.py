@@ -725,7 +725,8 @@ def test_flows_from_each_send_to_its_receive():
     # (each stage's decode graph receives from the previous stage and sends to the next)
     for pattern, variant, sends in (("pipeline", "clean", 3), ("pipeline", "planted", 2),
                                     ("pp_graph", "clean", 18), ("pp_graph", "planted", 18)):
-        d = stacks(pattern, variant)
+        # the planted pipeline's last rank waits for a receive that never comes: 2 s, not 10
+        d = stacks(pattern, variant, {"SHAPETRACE_DOUBLE_TIMEOUT": "2"})
         r = analysis(d)
         ev, _ = chrome(d)
         ranks = rank_of_pid(ev)
