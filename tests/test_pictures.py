@@ -360,7 +360,8 @@ def test_export_is_the_same_every_time():
 def test_export_is_the_same_on_any_number_of_threads():
     """export draws each process on whichever thread takes it and writes the processes in rank
     order: the file is the same, byte for byte, on 1 to 5 threads (and, in make check's thread
-    run, without a ThreadSanitizer report)."""
+    run, without a ThreadSanitizer report). The drawing uses at most 4 threads (--stats says
+    how many)."""
     for d in (hidden(), stacks("pp_graph", "planted")):
         for fmt in ("chrome", "perfetto"):
             outs = {}
@@ -374,6 +375,22 @@ def test_export_is_the_same_on_any_number_of_threads():
     p = run([TOOL, "export", "--threads", "0", hidden()], ok=(2,))
     assert p.stderr.strip() == "shapetrace: --threads takes a number of threads from 1 to 1024, " \
         "not '0'", p.stderr
+    # the drawing takes at most 4 of the threads (past them its one writer is the limit), and
+    # no more than there are processes; the analysis takes them all
+    six = os.path.join(TMP, "threads-six")
+    if not os.path.isdir(six):
+        run([os.path.join(BUILD, "tests", "gen_traces"), six, "6", "2000"], ok=(0,))
+    for n, drawing in ((1, "1 thread"), (3, "3 threads"), (8, "4 threads")):
+        p = run([TOOL, "export", "--stats", "--threads", str(n), "-o",
+                 os.path.join(TMP, "threads-six.json"), six], ok=(0,))
+        assert f"drawing on {drawing}: wall" in p.stderr, (n, p.stderr)
+        assert f"shapetrace: {n} thread" in p.stderr, (n, p.stderr)
+    two = os.path.join(TMP, "threads-two")
+    if not os.path.isdir(two):
+        run([os.path.join(BUILD, "tests", "gen_traces"), two, "2", "2000"], ok=(0,))
+    p = run([TOOL, "export", "--stats", "--threads", "3", "-o",
+             os.path.join(TMP, "threads-two.json"), two], ok=(0,))
+    assert "drawing on 2 threads: wall" in p.stderr, p.stderr
 
 
 def test_export_symbolizes_each_module_once():

@@ -1299,6 +1299,7 @@ static void draw_parts(struct pen *root, struct shp_tl_draw *d)
         if (drawn(tl, &tl->procs[i]))
             pr.order[pr.n++] = i;
     nt = threads_for(d, pr.n);
+    d->threads_used = nt ? nt : 1;
     pens = calloc(nt ? nt : 1, sizeof(*pens));
     th = calloc(nt ? nt : 1, sizeof(*th));
     running = calloc(nt ? nt : 1, sizeof(*running));
@@ -1381,6 +1382,7 @@ int shp_tl_draw(struct shp_tl *tl, struct shp_tl_draw *d, FILE *out)
         if (made_here && d->release)
             shp_session_release(tl->session, tl->pub[i].si);
     }
+    d->threads_used = 1;
     if (d->ops->part) {
         draw_parts(&root, d);
     } else {

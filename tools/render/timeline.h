@@ -148,6 +148,7 @@ struct shp_tl_draw {
                                          may hold, all together (0: 128 MiB); a thread ahead waits
                                          while they are this many or more */
     uint64_t slices, flows, instants; /* what was drawn */
+    unsigned threads_used;            /* the threads that drew it (this one among them) */
 };
 
 /* Draws the walk through d->ops onto out: with a backend that has parts, each process on
