@@ -56,22 +56,41 @@ static int in_place(struct shp_outfile *o, const char *path)
     return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 }
 
-/* A name beside real (dlen: its directory's length, with the slash) that nothing has, for a new
- * file made there by make(name); its descriptor (or 0 for a link), or -1 with errno set. */
-static int beside(const char *real, size_t dlen, char *tmp, size_t n,
-                  int (*make)(const char *name, void *arg), void *arg)
+/* A new name beside path (.NAME.XXXXXXXX.part in its directory) that nothing had, given to a
+ * file by make(name, arg), which returns a descriptor (or 0) and fails with EEXIST on a name in
+ * use: the name, malloc'd, with *rc what make returned; NULL with *rc -1 and errno set. */
+static char *beside(const char *path, int (*make)(const char *name, void *arg), void *arg, int *rc)
 {
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0, n = strlen(path) + 40;
+    char *tmp = malloc(n);
+    *rc = -1;
+    if (!tmp) {
+        errno = ENOMEM;
+        return NULL;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     unsigned r = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
-    int rc = -1;
     for (int tries = 0; tries < 64; tries++, r = r * 1103515245u + 12345u) {
-        snprintf(tmp, n, "%.*s.%s.%08x.part", (int)dlen, real, real + dlen, r);
-        rc = make(tmp, arg);
-        if (rc >= 0 || errno != EEXIST)
+        snprintf(tmp, n, "%.*s.%s.%08x.part", (int)dlen, path, path + dlen, r);
+        *rc = make(tmp, arg);
+        if (*rc >= 0 || errno != EEXIST)
             break;
     }
-    return rc;
+    if (*rc < 0) {
+        int e = errno;
+        free(tmp);
+        errno = e;
+        return NULL;
+    }
+    return tmp;
+}
+
+/* The name through which /proc reaches this process's descriptor fd. */
+static void proc_fd(char out[static 64], int fd)
+{
+    snprintf(out, 64, "/proc/self/fd/%d", fd);
 }
 
 static int make_file(const char *name, void *arg)
@@ -85,14 +104,16 @@ static int make_file(const char *name, void *arg)
 static int link_kept(const char *name, void *arg)
 {
     char proc[64];
-    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", *(const int *)arg);
+    proc_fd(proc, *(const int *)arg);
     return linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW);
 }
 
-/* A file without a name in real's directory (dlen), which /proc can name later: its descriptor,
- * with *keep a second one that outlives the caller's; -1 where the filesystem makes none. */
-static int unnamed(const char *real, size_t dlen, int *keep)
+/* A file without a name in real's directory, which /proc can name later: its descriptor, with
+ * *keep a second one that outlives the caller's; -1 where the filesystem makes none. */
+static int unnamed(const char *real, int *keep)
 {
+    const char *slash = strrchr(real, '/');
+    size_t dlen = slash ? (size_t)(slash - real) + 1 : 0;
     char dir[PATH_MAX];
     if (dlen >= sizeof(dir))
         return -1;
@@ -102,7 +123,7 @@ static int unnamed(const char *real, size_t dlen, int *keep)
         return -1;
     char proc[64];
     *keep = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", *keep);
+    proc_fd(proc, *keep);
     if (*keep < 0 || access(proc, F_OK) != 0) {
         if (*keep >= 0)
             close(*keep);
@@ -127,9 +148,7 @@ static int open_new(struct shp_outfile *o, const char *path, bool may_be_unnamed
     char *real = exists ? realpath(path, NULL) : strdup(path);
     if (!real)
         return in_place(o, path);
-    const char *slash = strrchr(real, '/');
-    size_t dlen = slash ? (size_t)(slash - real) + 1 : 0;
-    int fd = may_be_unnamed ? unnamed(real, dlen, &o->keep) : -1;
+    int fd = may_be_unnamed ? unnamed(real, &o->keep) : -1;
     if (fd >= 0) {
         if (exists)
             (void)fchmod(fd, st.st_mode & 07777);
@@ -137,15 +156,8 @@ static int open_new(struct shp_outfile *o, const char *path, bool may_be_unnamed
         o->unnamed = true;
         return fd;
     }
-    size_t n = strlen(real) + 40;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        free(real);
-        return in_place(o, path);
-    }
-    fd = beside(real, dlen, tmp, n, make_file, NULL);
-    if (fd < 0) { /* a directory that takes no new file: as before, in place */
-        free(tmp);
+    char *tmp = beside(real, make_file, NULL, &fd);
+    if (!tmp) { /* a directory that takes no new file: as before, in place */
         free(real);
         return in_place(o, path);
     }
@@ -161,21 +173,14 @@ static int open_new(struct shp_outfile *o, const char *path, bool may_be_unnamed
  * hidden one behind held off between the two. */
 static int name_unnamed(struct shp_outfile *o)
 {
-    const char *slash = strrchr(o->path, '/');
-    size_t dlen = slash ? (size_t)(slash - o->path) + 1 : 0;
-    size_t n = strlen(o->path) + 40;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        errno = ENOMEM;
-        return -1;
-    }
     sigset_t block, old;
     sigemptyset(&block);
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
         sigaddset(&block, sigs[i]);
     sigprocmask(SIG_BLOCK, &block, &old);
-    int rc = beside(o->path, dlen, tmp, n, link_kept, &o->keep);
-    if (rc == 0 && rename(tmp, o->path) != 0) {
+    int rc;
+    char *tmp = beside(o->path, link_kept, &o->keep, &rc);
+    if (tmp && rename(tmp, o->path) != 0) {
         int e = errno;
         unlink(tmp);
         errno = e;
