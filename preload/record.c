@@ -791,12 +791,34 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
     r->kind = (uint8_t)p->kind;
 }
 
+/* The compact record of a 2-D copy (copy_compact's, for a copy of more than one row or with
+ * pitches of their own). */
+static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const struct pre *p,
+                                                     const uint64_t *v, int dev)
+{
+    uint64_t pitches[] = {c->spitch, c->dpitch};
+    if (c->height > UINT32_MAX || !fit48(pitches, 2))
+        return false;
+    struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
+    if (r) {
+        head_fill(&r->h, c, p);
+        r->dst_dev = SHP_P48(v[0], dev);
+        r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
+        r->stream_slo = SHP_P48(v[2], p->stack);
+        r->width_shi = SHP_P48(v[3], p->stack >> 16);
+        r->spitch_hlo = SHP_P48(pitches[0], c->height);
+        r->dpitch_hhi = SHP_P48(pitches[1], c->height >> 16);
+        shp_rec_publish(r, SHP_REC_COPY2D_C, sizeof(*r));
+        c->head = &r->h;
+    }
+    return true;
+}
+
 HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
-    if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
+    if (is_peer_copy[c->op] || p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
         return false;
     /* The device at entry: a copy does not change it, and so the completion stays one store. */
     int saved = errno; /* the library is asked */
@@ -804,6 +826,8 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
     errno = saved;
     if (!fit16(dev))
         return false;
+    if (__builtin_expect(c->height != 1 || c->spitch != c->width || c->dpitch != c->width, 0))
+        return copy2d_compact(c, p, v, dev);
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);

@@ -321,22 +321,104 @@ struct native_frames {
 
 static void modules_for(void *const *frames, int n);
 
+/* ---- shared outer frames ----
+ *
+ * The stacks of one program share their outer frames (main, the interpreter's, the framework's
+ * dispatch: 30 to 60 of torch's), so a new stack is stored with its own inner frames only and a
+ * reference to a stored stack that holds the rest (SHP_REC_STACK_TAIL). Every stored stack's
+ * outer parts, frames[k..n) for k >= 1, are kept here by hash with where they start in it; a new
+ * stack takes the longest part it shares. Frame 0 is never shared: the tools read it as the
+ * call's own address and the others as return addresses, and a shared frame must be read alike
+ * in both stacks. Only stores come here (a new stack: rare), under a lock; nothing allocates. */
+#define TAIL_SLOTS (1u << 14)
+#define TAIL_PROBES 32
+struct tail_slot {
+    uint64_t hash; /* 0: free */
+    uint32_t id;   /* the stack that holds these frames */
+    uint32_t from; /* at this index of its whole list */
+};
+static struct {
+    pthread_mutex_t mu;
+    struct tail_slot *tab;
+    bool tried;
+} tails = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static struct tail_slot *tail_slot(uint64_t h, bool claim)
+{
+    for (uint32_t i = 0; i < TAIL_PROBES; i++) {
+        struct tail_slot *s = &tails.tab[(h + i) & (TAIL_SLOTS - 1)];
+        if (s->hash == h)
+            return s;
+        if (!s->hash)
+            return claim ? s : NULL;
+    }
+    return NULL;
+}
+
+/* hs[k] (1 <= k < n): the hash of frames[k..n), counted from the outermost, with its length. */
+static void outer_hashes(void *const *f, int n, uint64_t *hs)
+{
+    uint64_t h = 0x6a09e667f3bcc909ull;
+    for (int k = n - 1; k >= 1; k--) {
+        h = shp_hash_word(h, (uint64_t)(uintptr_t)f[k]);
+        uint64_t x = shp_hash_word(h, (uint64_t)(n - k));
+        hs[k] = x ? x : 1;
+    }
+}
+
 static uint32_t store_stack(void *arg)
 {
     const struct native_frames *nf = arg;
     /* The modules of its frames first: a trace cut right after the stack still names them. */
     modules_for(nf->frames, nf->n);
+    pthread_mutex_lock(&tails.mu);
+    if (!tails.tried) {
+        tails.tried = true;
+        void *p = mmap(NULL, sizeof(struct tail_slot) * TAIL_SLOTS, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        tails.tab = p == MAP_FAILED ? NULL : p;
+    }
+    uint64_t hs[SHP_STACK_MAX_FRAMES];
+    int own = nf->n; /* frames stored in the record; the rest are a stored stack's */
+    const struct tail_slot *shared = NULL;
+    if (tails.tab) {
+        outer_hashes(nf->frames, nf->n, hs);
+        for (int k = 1; k < nf->n && !shared; k++)
+            if ((shared = tail_slot(hs[k], false)))
+                own = k;
+    }
+    /* Its id after the lookup: the stack it refers to has a smaller one. */
     uint32_t id = shp_stack_new_id();
-    size_t size = sizeof(struct shp_rec_stack) + (size_t)nf->n * 8;
-    struct shp_rec_stack *r = shp_reserve(SHP_REC_STACK, size);
-    if (!r)
+    size_t head = shared ? sizeof(struct shp_rec_stack_tail) : sizeof(struct shp_rec_stack);
+    size_t size = head + (size_t)own * 8;
+    unsigned type = shared ? SHP_REC_STACK_TAIL : SHP_REC_STACK;
+    void *r = shp_reserve(type, size);
+    if (!r) {
+        pthread_mutex_unlock(&tails.mu);
         return 0;
-    r->id = id;
-    r->nframes = (uint32_t)nf->n;
-    uint64_t *out = (uint64_t *)(r + 1);
-    for (int i = 0; i < nf->n; i++)
+    }
+    if (shared) {
+        struct shp_rec_stack_tail *t = r;
+        t->id = id;
+        t->nframes = (uint32_t)own;
+        t->tail = shared->id;
+        t->from = shared->from;
+    } else {
+        struct shp_rec_stack *t = r;
+        t->id = id;
+        t->nframes = (uint32_t)own;
+    }
+    uint64_t *out = (uint64_t *)((char *)r + head);
+    for (int i = 0; i < own; i++)
         out[i] = (uint64_t)(uintptr_t)nf->frames[i];
-    shp_rec_publish(r, SHP_REC_STACK, size);
+    shp_rec_publish(r, type, size);
+    /* Its own outer parts, for the stacks to come (those past `own` are the shared stack's). */
+    for (int k = 1; tails.tab && k < own; k++) {
+        struct tail_slot *s = tail_slot(hs[k], true);
+        if (s && !s->hash)
+            *s = (struct tail_slot){hs[k], id, (uint32_t)k};
+    }
+    pthread_mutex_unlock(&tails.mu);
     return id;
 }
 
@@ -787,6 +869,9 @@ void shp_stacks_atfork_child(void)
     atomic_store(&cost.python, 0);
     atomic_store(&cost.started, 0);
     pthread_mutex_init(&mods.mu, NULL);
+    pthread_mutex_init(&tails.mu, NULL);
+    if (tails.tab)
+        memset(tails.tab, 0, sizeof(*tails.tab) * TAIL_SLOTS);
     mods.n = 0;
     mods.nwritten = 0;
     mods.made = false;

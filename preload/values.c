@@ -338,6 +338,12 @@ static bool call_info(const struct shp_call *c, struct call_info *ci)
             ci->stack = SHP_P48_TOP(r->stream_slo) | (uint32_t)SHP_P48_TOP(r->bytes_shi) << 16;
             return true;
         }
+        if (type == SHP_REC_COPY2D_C) {
+            const struct shp_rec_copy2d_c *r = (const void *)hd;
+            ci->kind = (uint8_t)SHP_P48_TOP(r->src_kind);
+            ci->stack = SHP_P48_TOP(r->stream_slo) | (uint32_t)SHP_P48_TOP(r->width_shi) << 16;
+            return true;
+        }
         if (type == SHP_REC_COLL_C) {
             const struct shp_rec_coll_c *r = (const void *)hd;
             ci->stack = SHP_P48_TOP(r->stream_slo) | (uint32_t)SHP_P48_TOP(r->seq_shi) << 16;

@@ -854,10 +854,17 @@ def pycode(code_id, firstlineno, linetable):
     return word(12, len(rec)) + rec[8:]
 
 
+def full_copy(op=24, stack=0, width=64, height=1, spitch=64, dpitch=64):
+    """A full copy record (struct shp_rec_copy, 144 bytes), D2D. The preload writes compact
+    records for every copy it can (version 4: 2-D ones too), a full one for a captured copy."""
+    ev = struct.pack("<IIQIHHIIiiQQii", 0, 0, 1000, 1, op, 0, stack, 0, 0, 0, 5, 0, -1, -1)
+    body = struct.pack("<QQQQQQQQiiB7x", 0x2000, 0x1000, width, height, spitch, dpitch, 0, 0,
+                       -1, -1, 3)
+    return bytearray(word(5, 144) + ev[8:] + body)
+
+
 def ev_with_stack(data, stack_id):
-    c = first_of(data, 5)
-    struct.pack_into("<I", c, 24, stack_id)
-    return c
+    return full_copy(stack=stack_id)
 
 
 def test_python_stack_that_is_its_own_native_stack():
@@ -877,6 +884,34 @@ def test_python_stack_cycle():
     sb = word(8, 24) + struct.pack("<IIQ", 202, 1, 0x1234)
     path = craft("py-cycle", data, sa, sb, a, b, ev_with_stack(data, 201))
     readers_survive(path)
+
+
+def stack_tail(sid, tail, start, *frames):
+    """A SHP_REC_STACK_TAIL: stack sid's own frames, then stack tail's from frame `start` on."""
+    return word(20, 24 + 8 * len(frames)) + struct.pack(f"<IIII{len(frames)}Q", sid, len(frames),
+                                                       tail, start, *frames)
+
+
+def test_stack_tails_that_name_what_they_should_not():
+    """Shared outer frames (version 4) that name themselves, each other, a later stack, a Python
+    stack, a stack of 64 frames (the whole would be longer) or a frame past its end."""
+    data = base_trace()
+    long = word(8, 16 + 8 * 64) + struct.pack("<II64Q", 300, 64, *range(0x1000, 0x1040))
+    py = word(13, 24) + struct.pack("<IIII", 301, 300, 0, 0)
+    recs = [long, py,
+            stack_tail(302, 302, 0, 0x10),        # itself
+            stack_tail(303, 304, 1, 0x11),        # a later one
+            stack_tail(304, 303, 1, 0x12),        # each other
+            stack_tail(305, 301, 0, 0x13),        # a Python stack
+            stack_tail(306, 300, 1, 0x14, 0x15),  # 2 + 63 frames: cut at 64
+            stack_tail(307, 300, 0xFFFFFFFF),     # past the end, no frame of its own
+            stack_tail(0, 300, 1, 0x16)]          # id 0
+    evs = [ev_with_stack(data, i) for i in range(300, 308)]
+    path = craft("stack-tails", data, *recs, *evs)
+    events = readers_survive(path)
+    # The crafted copies come last, stacks 300 to 307: each damaged tail keeps its own frames.
+    got = [len(e["stack"] or []) for e in events[-8:]]
+    assert got == [64, 64, 1, 1, 1, 1, 64, 0], got
 
 
 def rss_of(cmd):
@@ -1074,10 +1109,14 @@ def test_expectation_file_that_is_a_fifo_does_not_block():
 
 def test_2d_copy_with_a_pitch_that_wraps():
     data = base_trace()
-    c = first_of(data, 5)
-    struct.pack_into("<H", c, 20, 25)  # cudaMemcpy2D
-    struct.pack_into("<QQQQ", c, 80, 8, 2, 1 << 63, 1 << 63)  # width, height, spitch, dpitch
+    c = full_copy(op=25, width=8, height=2, spitch=1 << 63, dpitch=1 << 63)  # cudaMemcpy2D
     path = craft("pitch", data, c)
+    readers_survive(path, timeout=20)
+    # A compact 2-D copy (version 4) holds 48-bit pitches and 32-bit heights: 2^32 - 1 rows at
+    # a pitch of 2^47 wrap as well.
+    cc = first_of(data, 19)
+    struct.pack_into("<QQ", cc, 64, (1 << 47) | (0xFFFF << 48), (1 << 47) | (0xFFFF << 48))
+    path = craft("pitch-compact", data, cc)
     readers_survive(path, timeout=20)
 
 

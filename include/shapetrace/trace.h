@@ -23,6 +23,12 @@
  * trace with its one-line error instead of taking every value record for a torn one and calling
  * the trace incomplete. A trace without them is still version 2, byte for byte, and readers of
  * either version read it.
+ *
+ * Versions 4 and 5 are versions 2 and 3 with two more record types: SHP_REC_COPY2D_C, the compact
+ * record of a 2-D copy, and SHP_REC_STACK_TAIL, a stack whose outer frames are another stack's.
+ * A writer of this tree stamps 4 (5 on a trace that may hold value records); a reader reads all
+ * four versions, and one that knows only 2 and 3 refuses a trace of 4 or 5 with its one-line
+ * error instead of taking the new records for torn ones.
  */
 #ifndef SHAPETRACE_TRACE_H
 #define SHAPETRACE_TRACE_H
@@ -31,16 +37,23 @@
 #include <stdint.h>
 
 #define SHP_TRACE_MAGIC "SHPTRACE"
-#define SHP_TRACE_VERSION 2u        /* what a writer stamps on a trace without value records */
-#define SHP_TRACE_VERSION_VALUES 3u /* ... and on one that may hold them (SHP_REC_VALUE) */
+#define SHP_TRACE_VERSION 4u        /* what a writer stamps on a trace without value records */
+#define SHP_TRACE_VERSION_VALUES 5u /* ... and on one that may hold them (SHP_REC_VALUE) */
+#define SHP_TRACE_VERSION_OLDEST 2u /* versions 2 and 3 are still read (written by older trees) */
 #define SHP_BYTE_ORDER_MARK 0x01020304u
 #define SHP_HEADER_SIZE 4096u
 #define SHP_TRACE_SUFFIX ".shptrace"
 
-/* True for the format versions this tree reads (and writes). */
+/* True for the format versions this tree reads (2 to 5; it writes 4 and 5). */
 static inline int shp_trace_version_known(uint32_t v)
 {
-    return v == SHP_TRACE_VERSION || v == SHP_TRACE_VERSION_VALUES;
+    return v >= SHP_TRACE_VERSION_OLDEST && v <= SHP_TRACE_VERSION_VALUES;
+}
+
+/* True for the versions whose traces may hold value records (3, and 5). */
+static inline int shp_trace_version_values(uint32_t v)
+{
+    return v == 3u || v == SHP_TRACE_VERSION_VALUES;
 }
 
 /* Header flags. */
@@ -252,6 +265,18 @@ struct shp_rec_copy_c {
 };
 _Static_assert(sizeof(struct shp_rec_copy_c) == 64, "compact copy layout");
 
+/* SHP_REC_COPY2D_C (version 4): a 2-D copy, not captured, no peers, at most 2^32 - 1 rows. */
+struct shp_rec_copy2d_c {
+    struct shp_head h;
+    uint64_t dst_dev;    /* dst | device (int16, -1 unknown) << 48: the device at entry */
+    uint64_t src_kind;   /* src | kind (SHP_KIND_*, resolved) << 48 */
+    uint64_t stream_slo; /* stream | stack id's low 16 bits << 48 */
+    uint64_t width_shi;  /* width (bytes a row) | stack id's high 16 bits << 48 */
+    uint64_t spitch_hlo; /* spitch | height's low 16 bits << 48 */
+    uint64_t dpitch_hhi; /* dpitch | height's high 16 bits << 48 */
+};
+_Static_assert(sizeof(struct shp_rec_copy2d_c) == 80, "compact 2-D copy layout");
+
 /* SHP_REC_COLL_C and SHP_REC_P2P_C: a collective or p2p call on a communicator whose record the
  * header's comm_off[] indexes; its rank, size and device are that record's. Not captured. */
 struct shp_rec_coll_c {
@@ -388,6 +413,25 @@ struct shp_rec_stack {
 };
 _Static_assert(sizeof(struct shp_rec_stack) == 16, "stack layout");
 #define SHP_STACK_MAX_FRAMES 64
+
+/* SHP_REC_STACK_TAIL (version 4): a call stack whose innermost `nframes` frames follow, and whose
+ * outer frames are those of stack `tail` (a SHP_REC_STACK or SHP_REC_STACK_TAIL stored before it,
+ * with a smaller id) from its frame `from` on, innermost first: stacks of one program share their
+ * outer frames (main, the interpreter, the framework's dispatch), which are stored once. The
+ * whole stack has at most SHP_STACK_MAX_FRAMES frames. */
+struct shp_rec_stack_tail {
+    struct shp_rec h;
+    uint32_t id;
+    uint32_t nframes; /* its own frames, which follow (0 when the whole stack is the tail's) */
+    uint32_t tail;    /* the stack its outer frames are taken from */
+    uint32_t from;    /* the first of them in that stack's whole list */
+    /* uint64_t frames[nframes]; */
+};
+_Static_assert(sizeof(struct shp_rec_stack_tail) == 24, "stack tail layout");
+_Static_assert(offsetof(struct shp_rec_stack_tail, id) == offsetof(struct shp_rec_stack, id) &&
+                   offsetof(struct shp_rec_stack_tail, nframes) ==
+                       offsetof(struct shp_rec_stack, nframes),
+               "a stack's id and frame count are read alike in both records");
 
 /* SHP_REC_MODULE: a loaded object, for offline symbolization. */
 struct shp_rec_module {
@@ -560,7 +604,9 @@ _Static_assert(sizeof(struct shp_rec_value) == 88, "value layout");
     X(COLL_C, 15, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 2) \
     X(P2P_C, 16, sizeof(struct shp_rec_coll_c), SHP_ROLE_COMPACT, 3) \
     X(LAUNCH_C, 17, sizeof(struct shp_rec_launch_c), SHP_ROLE_COMPACT, 7) \
-    X(VALUE, 18, sizeof(struct shp_rec_value), SHP_ROLE_LATE, 18)
+    X(VALUE, 18, sizeof(struct shp_rec_value), SHP_ROLE_LATE, 18) \
+    X(COPY2D_C, 19, sizeof(struct shp_rec_copy2d_c), SHP_ROLE_COMPACT, 5) \
+    X(STACK_TAIL, 20, sizeof(struct shp_rec_stack_tail), SHP_ROLE_META | SHP_ROLE_VAR, 20)
 /* clang-format on */
 
 enum shp_rec_type {

@@ -239,19 +239,35 @@ static void test_events(void)
                               .dpitch = 32,
                               .kind = SHP_KIND_D2D};
     put(&b, &cp, SHP_REC_COPY, sizeof(cp), 1);
+    /* The same copy in its compact record (version 4), with 2^16 + 3 rows. */
+    struct shp_rec_copy2d_c cc = {
+        .h = {.t = 2000, .tid = 7, .op = SHP_OP_cudaMemcpy2D, .done = shp_done(0, 5)},
+        .dst_dev = SHP_P48(0x5000, 0),
+        .src_kind = SHP_P48(0x6000, SHP_KIND_D2D),
+        .stream_slo = SHP_P48(0, 0),
+        .width_shi = SHP_P48(16, 0),
+        .spitch_hlo = SHP_P48(64, 3),
+        .dpitch_hhi = SHP_P48(32, 1)};
+    put(&b, &cc, SHP_REC_COPY2D_C, sizeof(cc), 1);
+    cp.height = 65539;
+    put(&b, &cp, SHP_REC_COPY, sizeof(cp), 1);
     const char *path = finish(&b, SHP_FILE_COMPLETE, 0);
     struct shp_trace t;
     char err[128];
     shp_trace_open(&t, path, err, sizeof(err));
     struct shp_cursor c = {0};
-    struct shp_event e[4];
+    struct shp_event e[6];
     unsigned type;
     size_t size;
     int n = 0;
     const struct shp_rec *r;
-    while (n < 4 && (r = shp_trace_next(&t, &c, &type, &size)))
+    while (n < 6 && (r = shp_trace_next(&t, &c, &type, &size)))
         test_cond("a call decodes", shp_event_decode(&t, r, type, &e[n++]));
-    test_cond("four events", n == 4);
+    test_cond("six events", n == 6);
+    test_cond("a compact 2-D copy is read as a copy", e[4].type == SHP_REC_COPY);
+    test_cond("it says what its full record says (height in two halves)",
+              !memcmp(&e[4], &e[5], offsetof(struct shp_event, mark_text)) &&
+                  e[4].height == 65539 && e[4].bytes == 16 * 65539);
     struct shp_span rd, wr;
     shp_event_spans(&e[0], &rd, &wr);
     test_cond("all-reduce: bytes by the dtype's size", e[0].bytes == 200);
@@ -314,6 +330,43 @@ static void test_stacks(void)
     test_str("the site is the innermost frame", site, "0x1234");
     test_cond("without module records no frame is framework code",
               shp_stacks_site_index(s, 5, NULL) == 0);
+    shp_stacks_free(s);
+    shp_trace_close(&t);
+    unlink(path);
+
+    /* Shared outer frames (SHP_REC_STACK_TAIL): stack 6 is 0x99 then stack 5 from frame 1;
+     * stack 7 is 0x77 then stack 6 from frame 1 (its tail's tail); the others are damage. */
+    start(&b);
+    put_stack5(&b);
+    struct {
+        struct shp_rec_stack_tail s;
+        uint64_t frames[1];
+    } t6 = {.s = {.id = 6, .nframes = 1, .tail = 5, .from = 1}, .frames = {0x99}},
+      t7 = {.s = {.id = 7, .nframes = 1, .tail = 6, .from = 1}, .frames = {0x77}},
+      t8 = {.s = {.id = 8, .nframes = 1, .tail = 9, .from = 0}, .frames = {0x88}},
+      t9 = {.s = {.id = 9, .nframes = 1, .tail = 9, .from = 0}, .frames = {0x66}},
+      t10 = {.s = {.id = 10, .nframes = 1, .tail = 5, .from = 2}, .frames = {0x55}};
+    put(&b, &t6, SHP_REC_STACK_TAIL, sizeof(t6), 1);
+    put(&b, &t7, SHP_REC_STACK_TAIL, sizeof(t7), 1);
+    put(&b, &t8, SHP_REC_STACK_TAIL, sizeof(t8), 1);
+    put(&b, &t9, SHP_REC_STACK_TAIL, sizeof(t9), 1);
+    put(&b, &t10, SHP_REC_STACK_TAIL, sizeof(t10), 1);
+    path = finish(&b, SHP_FILE_COMPLETE, 0);
+    shp_trace_open(&t, path, err, sizeof(err));
+    s = shp_stacks_load(&t, false);
+    fr = shp_stacks_frames(s, 6, &n);
+    test_cond("a stack with a shared tail: its own frames, then the tail's", fr && n == 2);
+    test_str("its own first", fr ? fr[0] : NULL, "0x99");
+    test_str("then the tail's from `from`", fr && n == 2 ? fr[1] : NULL, "0x5678");
+    fr = shp_stacks_frames(s, 7, &n);
+    test_cond("a tail's tail is joined too", fr && n == 2);
+    test_str("through the stack it names", fr && n == 2 ? fr[1] : NULL, "0x5678");
+    fr = shp_stacks_frames(s, 8, &n);
+    test_cond("a tail stored after its stack is not followed (its own frames only)", fr && n == 1);
+    fr = shp_stacks_frames(s, 9, &n);
+    test_cond("nor one that names itself", fr && n == 1);
+    fr = shp_stacks_frames(s, 10, &n);
+    test_cond("nor a `from` past the stack's end", fr && n == 1);
     shp_stacks_free(s);
     shp_trace_close(&t);
     unlink(path);

@@ -112,7 +112,7 @@ static void *values_init(struct an_ctx *ctx)
 {
     bool any = false;
     for (size_t i = 0; i < ctx->nprocs; i++)
-        any |= ctx->procs[i].sp->t.hdr->version == SHP_TRACE_VERSION_VALUES;
+        any |= shp_trace_version_values(ctx->procs[i].sp->t.hdr->version);
     if (!any)
         return NULL;
     struct values *V = calloc(1, sizeof(*V));
@@ -123,7 +123,7 @@ static void *values_init(struct an_ctx *ctx)
     V->nprocs = ctx->nprocs;
     V->comms.key = vcomm_key;
     for (size_t i = 0; i < ctx->nprocs; i++)
-        if (ctx->procs[i].sp->t.hdr->version == SHP_TRACE_VERSION_VALUES)
+        if (shp_trace_version_values(ctx->procs[i].sp->t.hdr->version))
             V->procs[i] = calloc(1, sizeof(struct vproc));
     return V;
 }

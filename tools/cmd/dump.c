@@ -162,7 +162,7 @@ static void dump_one(struct shp_out *o, struct shp_session *s, size_t i, bool js
                 "op", "what", "count", "dtype", "bytes", "site");
     /* Value records name their call by its offset: the recent calls' indices, for them. */
     struct shp_value_recent *recent =
-        t->hdr->version == SHP_TRACE_VERSION_VALUES ? calloc(1, sizeof(*recent)) : NULL;
+        shp_trace_version_values(t->hdr->version) ? calloc(1, sizeof(*recent)) : NULL;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
         struct shp_event e;
         if (!shp_event_decode(t, r, type, &e)) {

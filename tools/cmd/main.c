@@ -70,8 +70,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "--version")) {
         printf("shapetrace %s (trace format version %u, read and written; version %u, with "
-               "value records, when run with --values)\n",
-               SHP_VERSION, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
+               "value records, when run with --values; versions %u and %u read)\n",
+               SHP_VERSION, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES, SHP_TRACE_VERSION_OLDEST,
+               SHP_TRACE_VERSION_OLDEST + 1);
         return SHP_EXIT_OK;
     }
     int (*fn)(int, char **) = lookup(cmd);

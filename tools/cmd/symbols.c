@@ -83,7 +83,11 @@ static int add_frame(struct run_module *r, uint64_t off, bool is_ret)
 static int gather(struct run_modules *rm, const struct shp_trace *t)
 {
     struct local_module *loc = NULL;
-    const struct shp_rec_stack **stacks = NULL;
+    /* each stack's own frames (a SHP_REC_STACK_TAIL's outer ones are another stack's) */
+    struct own {
+        const uint64_t *frames;
+        uint32_t n;
+    } *stacks = NULL;
     size_t nloc = 0, caploc = 0, nstacks = 0, capstacks = 0;
     struct shp_cursor cur = {0};
     unsigned type;
@@ -91,14 +95,18 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
     const struct shp_rec *rec;
     int rc = 0;
     while (rc == 0 && (rec = shp_trace_next(t, &cur, &type, &size))) {
-        if (type == SHP_REC_STACK) {
-            const struct shp_rec_stack *s = (const void *)rec;
-            if (sizeof(*s) + (size_t)s->nframes * 8 > size)
+        if (type == SHP_REC_STACK || type == SHP_REC_STACK_TAIL) {
+            size_t head = type == SHP_REC_STACK ? sizeof(struct shp_rec_stack)
+                                                : sizeof(struct shp_rec_stack_tail);
+            /* nframes is at the same place in both */
+            uint32_t n = ((const struct shp_rec_stack *)rec)->nframes;
+            if (head + (size_t)n * 8 > size)
                 continue;
             if (!shp_grow((void **)&stacks, &capstacks, nstacks, sizeof(*stacks)))
                 rc = -ENOMEM;
             else
-                stacks[nstacks++] = s;
+                stacks[nstacks++] =
+                    (struct own){(const uint64_t *)(const void *)((const char *)rec + head), n};
             continue;
         }
         if (type != SHP_REC_MODULE)
@@ -116,8 +124,8 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
             loc[nloc++] = (struct local_module){m->base, m->lo, m->hi, (size_t)idx};
     }
     for (size_t j = 0; rc == 0 && j < nstacks; j++) {
-        const uint64_t *fr = (const uint64_t *)(stacks[j] + 1);
-        for (uint32_t i = 0; i < stacks[j]->nframes && rc == 0; i++) {
+        const uint64_t *fr = stacks[j].frames;
+        for (uint32_t i = 0; i < stacks[j].n && rc == 0; i++) {
             bool is_ret = i > 0;
             uint64_t pc = is_ret && fr[i] ? fr[i] - 1 : fr[i];
             /* As the symbolizer does: where ranges overlap, the module recorded last. */

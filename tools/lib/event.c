@@ -130,6 +130,27 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
         e->impossible = true;
 }
 
+/* What a copy record says of its buffers, full or compact alike: a 2-D copy moves `height` rows
+ * of `width` bytes, each side's rows `pitch` apart. */
+static void copy_shape(struct shp_event *e, uint64_t src, uint64_t dst, uint64_t width,
+                       uint64_t height, uint64_t spitch, uint64_t dpitch)
+{
+    e->src = src;
+    e->dst = dst;
+    e->width = width;
+    e->height = height;
+    e->spitch = spitch;
+    e->dpitch = dpitch;
+    e->bytes = mul3(e, width, height, 1);
+    if (height) {
+        /* the extent each side spans: (height - 1) x pitch + width */
+        uint64_t rs = mul3(e, height - 1, spitch, 1), rd = mul3(e, height - 1, dpitch, 1);
+        if (!ends(rs, width) || !ends(rd, width) || (rs != SHP_NONE && !ends(src, rs + width)) ||
+            (rd != SHP_NONE && !ends(dst, rd + width)))
+            e->impossible = true;
+    }
+}
+
 static void decode_head(const struct shp_trace *t, const struct shp_head *h, struct shp_event *e)
 {
     e->op = h->op;
@@ -168,6 +189,17 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
         e->stream = SHP_P48_VAL(c->stream_slo);
         e->width = e->spitch = e->dpitch = e->bytes = SHP_P48_VAL(c->bytes_shi);
         e->height = 1;
+        return true;
+    }
+    case SHP_REC_COPY2D_C: {
+        const struct shp_rec_copy2d_c *c = (const void *)r;
+        e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->width_shi) << 16;
+        e->device = (int16_t)SHP_P48_TOP(c->dst_dev);
+        e->kind = (uint8_t)SHP_P48_TOP(c->src_kind);
+        e->stream = SHP_P48_VAL(c->stream_slo);
+        copy_shape(e, SHP_P48_VAL(c->src_kind), SHP_P48_VAL(c->dst_dev), SHP_P48_VAL(c->width_shi),
+                   SHP_P48_TOP(c->spitch_hlo) | (uint64_t)SHP_P48_TOP(c->dpitch_hhi) << 16,
+                   SHP_P48_VAL(c->spitch_hlo), SHP_P48_VAL(c->dpitch_hhi));
         return true;
     }
     case SHP_REC_COLL_C:
@@ -231,22 +263,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     case SHP_REC_COPY: {
         const struct shp_rec_copy *c = (const void *)r;
         decode_ev(t, &c->ev, e);
-        e->src = c->src;
-        e->dst = c->dst;
-        e->width = c->width;
-        e->height = c->height;
-        e->spitch = c->spitch;
-        e->dpitch = c->dpitch;
-        e->bytes = mul3(e, c->width, c->height, 1);
-        if (c->height) {
-            /* the extent each side spans: (height - 1) x pitch + width */
-            uint64_t rs = mul3(e, c->height - 1, c->spitch, 1),
-                     rd = mul3(e, c->height - 1, c->dpitch, 1);
-            if (!ends(rs, c->width) || !ends(rd, c->width) ||
-                (rs != SHP_NONE && !ends(c->src, rs + c->width)) ||
-                (rd != SHP_NONE && !ends(c->dst, rd + c->width)))
-                e->impossible = true;
-        }
+        copy_shape(e, c->src, c->dst, c->width, c->height, c->spitch, c->dpitch);
         e->kind = c->kind;
         e->stream = c->stream;
         e->graph = c->graph ? c->graph : SHP_NONE;

@@ -56,8 +56,8 @@ int shp_trace_open(struct shp_trace *t, const char *path, char *err, size_t errl
     } else if (h->byte_order != SHP_BYTE_ORDER_MARK) {
         snprintf(err, errlen, "written on a machine of the other byte order; read it there");
     } else if (!shp_trace_version_known(h->version)) {
-        snprintf(err, errlen, "trace format version %u; this shapetrace reads versions %u and %u",
-                 h->version, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES);
+        snprintf(err, errlen, "trace format version %u; this shapetrace reads versions %u to %u",
+                 h->version, SHP_TRACE_VERSION_OLDEST, SHP_TRACE_VERSION_VALUES);
     } else if (h->header_size != SHP_HEADER_SIZE) {
         snprintf(err, errlen, "corrupt header (header size %u)", h->header_size);
     } else if (!memchr(h->host, 0, sizeof(h->host)) || !memchr(h->exe, 0, sizeof(h->exe))) {
@@ -117,6 +117,7 @@ __attribute__((optimize("unroll-loops"))) static inline uint32_t check_of(const 
         break;
     switch (ty) {
         CHECK_AS(SHP_REC_COPY_C, struct shp_rec_copy_c)
+        CHECK_AS(SHP_REC_COPY2D_C, struct shp_rec_copy2d_c)
         CHECK_AS(SHP_REC_COLL_C, struct shp_rec_coll_c)
         CHECK_AS(SHP_REC_P2P_C, struct shp_rec_coll_c)
         CHECK_AS(SHP_REC_LAUNCH_C, struct shp_rec_launch_c)

@@ -18,8 +18,10 @@
 char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 struct stack_entry {
-    const uint64_t *frames; /* native frames, in the mapped trace */
+    const uint64_t *frames; /* native frames, in the mapped trace (or `whole`) */
     uint32_t n;
+    uint32_t tail, from; /* a SHP_REC_STACK_TAIL's: whose frames follow its own, from where */
+    uint64_t *whole;     /* its own frames and the tail's, once put together (owned) */
     const struct shp_rec_pystack *py; /* a Python stack: merged with its native one on use */
     char **text;                      /* built on first use */
     struct shp_site_frame *where;     /* beside text: each frame's module or file (site.h) */
@@ -114,6 +116,31 @@ static const char *module_of(const struct shp_stacks *st, uint64_t pc)
     return NULL;
 }
 
+/* Each SHP_REC_STACK_TAIL's whole stack: its own frames, then those of the stack it names from
+ * `from` on, at most SHP_STACK_MAX_FRAMES in all. In id order, so that the named stack (whose id
+ * is smaller) is whole already. A tail that names no native stack stored before it (damage, or a
+ * record lost to a cap) leaves the stack its own frames; out of memory does too. */
+static void join_tails(struct shp_stacks *st)
+{
+    for (uint32_t id = 1; id < st->cap; id++) {
+        struct stack_entry *e = &st->tab[id];
+        if (!e->frames || !e->tail)
+            continue;
+        const struct stack_entry *t = e->tail < id ? &st->tab[e->tail] : NULL;
+        uint32_t more = t && t->frames && e->from < t->n ? t->n - e->from : 0;
+        if (e->n + more > SHP_STACK_MAX_FRAMES)
+            more = e->n < SHP_STACK_MAX_FRAMES ? SHP_STACK_MAX_FRAMES - e->n : 0;
+        uint64_t *w = more ? malloc(((size_t)e->n + more) * sizeof(*w)) : NULL;
+        if (!w)
+            continue;
+        memcpy(w, e->frames, (size_t)e->n * sizeof(*w));
+        memcpy(w + e->n, t->frames + e->from, (size_t)more * sizeof(*w));
+        e->whole = w;
+        e->frames = w;
+        e->n += more;
+    }
+}
+
 struct shp_stacks *shp_stacks_load(const struct shp_trace *t, bool symbolize)
 {
     return shp_stacks_load_shared(t, symbolize, NULL);
@@ -158,14 +185,21 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
                                                                                  : 0);
             if (!path || !add_module(st, m->lo, m->hi, path))
                 free(path);
-        } else if (type == SHP_REC_STACK) {
+        } else if (type == SHP_REC_STACK || type == SHP_REC_STACK_TAIL) {
+            /* id and nframes are at the same places in both (trace.h) */
             const struct shp_rec_stack *s = (const void *)r;
-            if (sizeof(*s) + (size_t)s->nframes * 8 > size || s->id == 0 ||
+            const struct shp_rec_stack_tail *tl =
+                type == SHP_REC_STACK_TAIL ? (const void *)r : NULL;
+            size_t head = tl ? sizeof(*tl) : sizeof(*s);
+            if (head + (size_t)s->nframes * 8 > size || s->id == 0 ||
                 !grow((void **)&st->tab, &st->cap, s->id, sizeof(*st->tab), max_id))
                 continue;
-            st->tab[s->id].frames = (const uint64_t *)(s + 1);
-            st->tab[s->id].n = s->nframes;
-            st->tab[s->id].py = NULL; /* one record per id: the last one wins */
+            struct stack_entry *e = &st->tab[s->id];
+            e->frames = (const uint64_t *)(const void *)((const char *)r + head);
+            e->n = s->nframes;
+            e->tail = tl ? tl->tail : 0;
+            e->from = tl ? tl->from : 0;
+            e->py = NULL; /* one record per id: the last one wins */
         } else if (type == SHP_REC_PYSTACK) {
             const struct shp_rec_pystack *s = (const void *)r;
             if (sizeof(*s) + (size_t)s->nframes * sizeof(struct shp_pyframe) > size || s->id == 0 ||
@@ -181,6 +215,7 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
     }
     if (st->nmods)
         qsort(st->mods, st->nmods, sizeof(*st->mods), module_cmp);
+    join_tails(st);
     return st;
 }
 
@@ -189,6 +224,7 @@ void shp_stacks_free(struct shp_stacks *st)
     if (!st)
         return;
     for (uint32_t i = 0; i < st->cap; i++) {
+        free(st->tab[i].whole);
         if (!st->tab[i].text)
             continue;
         for (uint32_t k = 0; k < st->tab[i].ntext; k++)
