@@ -791,13 +791,29 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
     r->kind = (uint8_t)p->kind;
 }
 
-/* The compact record of a 2-D copy (copy_compact's, for a copy of more than one row or with
- * pitches of their own). */
-static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const struct pre *p,
-                                                     const uint64_t *v, int dev)
+/* The device at entry, for a compact copy record: a copy does not change it, and so the
+ * completion stays one store. */
+HOT bool entry_device(const struct shp_call *c, int *dev)
 {
+    int saved = errno; /* the library is asked */
+    *dev = current_device(c);
+    errno = saved;
+    return fit16(*dev);
+}
+
+/* The compact record of a 2-D copy, for a copy that copy_compact left (more than one row, or
+ * pitches of their own): tried only then, off the path of the 1-D copies; false for any other
+ * copy, which gets its full record. */
+static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const struct pre *p)
+{
+    uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
+                    (uint64_t)(uintptr_t)c->stream, c->width};
     uint64_t pitches[] = {c->spitch, c->dpitch};
-    if (c->height > UINT32_MAX || !fit48(pitches, 2))
+    int dev;
+    if (is_peer_copy[c->op] || p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4) ||
+        c->height > UINT32_MAX || !fit48(pitches, 2) ||
+        (c->height == 1 && c->spitch == c->width && c->dpitch == c->width) ||
+        !entry_device(c, &dev))
         return false;
     struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
     if (r) {
@@ -818,7 +834,8 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
-    if (is_peer_copy[c->op] || p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
+    if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
+        p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
         return false;
     /* The device at entry: a copy does not change it, and so the completion stays one store. */
     int saved = errno; /* the library is asked */
@@ -826,8 +843,6 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
     errno = saved;
     if (!fit16(dev))
         return false;
-    if (__builtin_expect(c->height != 1 || c->spitch != c->width || c->dpitch != c->width, 0))
-        return copy2d_compact(c, p, v, dev);
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         head_fill(&r->h, c, p);
@@ -878,10 +893,12 @@ HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
     return launch_compact(c, p);
 }
 
-/* The full record of the call: p is enter_compact's for a call of the frequent kinds (`call`),
- * zero otherwise. */
+/* The full record of the call (or a 2-D copy's compact one): p is enter_compact's for a call of
+ * the frequent kinds (`call`), zero otherwise. */
 static void enter_full(struct shp_call *c, unsigned type, const struct pre *p, bool call)
 {
+    if (type == SHP_REC_COPY && call && copy2d_compact(c, p))
+        return;
     size_t size = shp_rec_min_size(type);
     struct shp_ev *ev = shp_reserve(type, size);
     if (!ev)
