@@ -66,7 +66,8 @@ $(B)/tests/%: tests/load/%.c $(DOUBLE_CUDART) $(DOUBLE_NCCL)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) $(GPU_INC) -o $@ $< $(TEST_LDFLAGS) \
 		-l:libnccl.so.2 -l:libcudart.so.13 -ldl -lpthread
 
-# Gives crafted traces valid record checks (tests/test_hostile.py).
+# Gives crafted traces valid record checks (tests/test_hostile.py, test_preload.py, and
+# check-gpu's format part).
 $(B)/tests/shp_craft: tests/craft/shp_craft.c $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $< $(COMMON_OBJ)
@@ -248,7 +249,7 @@ $(B)/tests/shp_fingerprint: tests/gpu/shp_fingerprint.c include/shapetrace/value
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS_BASE) $(CPPFLAGS_BASE) -o $@ $<
 
-check-gpu: all $(B)/tests/shp_fingerprint $(B)/tests/gen_traces
+check-gpu: all $(B)/tests/shp_fingerprint $(B)/tests/gen_traces $(B)/tests/shp_craft
 	$(Q)tests/gpu/run.sh $(B)
 
 .PHONY: check fuzz test-build tsan-build check-gpu

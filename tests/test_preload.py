@@ -15,7 +15,8 @@ import struct
 import tempfile
 import time
 
-from harness import NotRun, other_pythons, run_all  # tests/, the script's folder, is on sys.path
+from format_v2 import as_version_2  # tests/, the script's folder, is on sys.path
+from harness import NotRun, other_pythons, run_all
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
@@ -613,66 +614,6 @@ def count_records(path):
 
 SHP_REC_PYCODE, SHP_REC_PYSTACK = 12, 13
 CRAFT = os.path.join(T, "shp_craft")
-COMM_OFF = 816  # offsetof(struct shp_file_header, comm_off), 384 entries
-
-
-def as_version_2(src, dst):
-    """Rewrite trace src as a version 2 (or 3) writer would have written it: each stack with
-    shared outer frames (SHP_REC_STACK_TAIL) whole, as a SHP_REC_STACK, and each compact 2-D copy
-    (SHP_REC_COPY2D_C) as its full record; the header's communicator offsets follow the records
-    that move. Returns how many records of each it rewrote."""
-    data = open(src, "rb").read()
-    tail = struct.unpack_from("<Q", data, 72)[0]
-    out, whole, moved, n = bytearray(data[:4096]), {}, {}, {19: 0, 20: 0}
-    off = 4096
-    while off + 8 <= tail:
-        w = struct.unpack_from("<I", data, off)[0]
-        rtype, size = (w >> 16) & 0xFF, (w & 0xFFFF) * 8
-        assert w >> 24 == 0xA7 and size, (off, hex(w))
-        rec = data[off:off + size]
-        moved[off] = len(out)
-        if rtype == 8:
-            sid, nf = struct.unpack_from("<II", rec, 8)
-            whole[sid] = list(struct.unpack_from(f"<{nf}Q", rec, 16))
-        elif rtype == 20:
-            sid, nf, of, start = struct.unpack_from("<IIII", rec, 8)
-            assert of < sid and 1 <= start < len(whole[of]), (sid, of, start)
-            fr = (list(struct.unpack_from(f"<{nf}Q", rec, 24)) + whole[of][start:])[:64]
-            whole[sid] = fr
-            rec = word_of(8, 16 + 8 * len(fr)) + struct.pack(f"<II{len(fr)}Q", sid, len(fr), *fr)
-        elif rtype == 19:
-            t, tid, op, flags, group, done = struct.unpack_from("<QIBBHQ", rec, 8)
-            dst_dev, src_kind, stream_slo, width_shi, sp_hlo, dp_hhi = \
-                struct.unpack_from("<6Q", rec, 32)
-            p48, top = (lambda v: v & ((1 << 48) - 1)), (lambda v: v >> 48)
-            result = struct.unpack("<h", struct.pack("<H", done & 0xFFFF))[0] if done else 0
-            dur = (done >> 16) - 1 if done else (1 << 64) - 1
-            dev = struct.unpack("<h", struct.pack("<H", top(dst_dev)))[0]
-            ev = struct.pack("<QIHHIIiiQQii", t, tid, op, flags,
-                             top(stream_slo) | top(width_shi) << 16, group, result, dev, dur, 0,
-                             -1, -1)
-            body = struct.pack("<8QiiB7x", p48(dst_dev), p48(src_kind), p48(width_shi),
-                               top(sp_hlo) | top(dp_hhi) << 16, p48(sp_hlo), p48(dp_hhi),
-                               p48(stream_slo), 0, -1, -1, top(src_kind))
-            rec = word_of(5, 144) + ev + body
-        if rtype in n:
-            n[rtype] += 1
-        out += rec
-        off += size
-    for i in range(384):
-        o = struct.unpack_from("<Q", out, COMM_OFF + 8 * i)[0]
-        if o:
-            struct.pack_into("<Q", out, COMM_OFF + 8 * i, moved[o])
-    version = struct.unpack_from("<I", out, 8)[0]
-    struct.pack_into("<I", out, 8, {4: 2, 5: 3}[version])
-    struct.pack_into("<QQ", out, 72, len(out), len(out))  # tail, allocated
-    open(dst, "wb").write(out)
-    assert run([CRAFT, dst]).returncode == 0  # the checks of the records made here
-    return n
-
-
-def word_of(rtype, size):
-    return struct.pack("<II", (0xA7 << 24) | (rtype << 16) | (size // 8), 0)
 
 
 def same_as_version_2(d, name):
@@ -685,7 +626,8 @@ def same_as_version_2(d, name):
         if f.endswith(".symbols"):
             shutil.copy(os.path.join(d, f), d2)
         elif f.endswith(".shptrace"):
-            for k, v in as_version_2(os.path.join(d, f), os.path.join(d2, f)).items():
+            n, _, _ = as_version_2(os.path.join(d, f), os.path.join(d2, f), CRAFT)
+            for k, v in n.items():
                 counts[k] += v
     strip = lambda text: re.sub(r'"file": ?"[^"]*"', "", text)
     for cmd in (["dump", "--json"], ["analyze", "--json"]):

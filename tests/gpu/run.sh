@@ -4,7 +4,8 @@
 # tarballs, bench results) and prints a summary table last. Exits non-zero when a check fails.
 #   SHP_GPU_RANKS  world sizes of the multi-rank runs (default "2 4")
 #   SHP_GPU_PARTS  any of: smoke examples pynccl buckets verdicts harm llama cupy snapshot values
-#                  bench decode cores (default all)
+#                  bench decode cores format (default all; format checks the traces of the
+#                  parts before it)
 #   SHP_TOOL_LD    library path for the shapetrace command only (never the traced jobs')
 #   SHP_GPU_WORK   where the traces and logs are made (default a new directory under /tmp)
 #   SHP_BENCH_ROUNDS, SHP_BENCH_PROCS  bench batches a process (7), processes a config (3)
@@ -17,7 +18,7 @@ set -u
 B=${1:-build}
 OUT=${OUT:-$B/gpu}
 RANKS=${SHP_GPU_RANKS:-2 4}
-PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode cores}
+PARTS=${SHP_GPU_PARTS:-smoke examples pynccl buckets verdicts harm llama cupy snapshot values bench decode cores format}
 here=$(cd "$(dirname "$0")" && pwd)
 examples=$(cd "$here/../../examples" && pwd)
 W=${SHP_GPU_WORK:-$(mktemp -d /tmp/shapetrace-gpu.XXXXXX)}
@@ -477,6 +478,13 @@ if has cores; then
     2) note "NOT RUN cores: $(tail -n 1 "$W/cores_table.txt")" ;;
     *) note "FAIL cores: the reports differ or the run failed (cores_table.txt)" ;;
     esac
+fi
+
+if has format; then
+    # Format version 4 read as the version 2 it replaces (whole stacks, full 2-D copy records):
+    # dump --json and analyze --json of each real run the same both ways (tests/gpu/v2_same.py).
+    python3 "$here/v2_same.py" "$(cd "$B/tests" && pwd)/shp_craft" "$W"/traces/* \
+        >>"$SUMMARY" 2>&1 || true
 fi
 
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs
