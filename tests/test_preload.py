@@ -637,6 +637,23 @@ def same_as_version_2(d, name):
     return counts
 
 
+def test_stacks_share_their_outer_frames():
+    """Four threads copy from the bottom of recursions of 1 to 24 calls, a new depth each time,
+    the depth in the copy's size: the stacks are stored at once by several threads, each but the
+    first with its own frames and a stored stack's (SHP_REC_STACK_TAIL), and every copy's stack
+    reads back with as many recursion frames as its depth."""
+    d, p = traced("depths", [f"{T}/scenario", "depths", "4", "48"], opts=["--stacks", "native"])
+    assert "depths ok" in p.stdout
+    ev, _ = dump(d)
+    copies = ops(ev, "cudaMemcpy")
+    assert len(copies) == 4 * 48, len(copies)
+    wrong = [(c["bytes"], c["stack"]) for c in copies
+             if sum(f.startswith("recurse") for f in c["stack"]) != c["bytes"] // 16]
+    assert not wrong, wrong[:2]
+    counts = same_as_version_2(d, "depths-as-2")
+    assert counts[20] >= 23, counts  # 24 depths: all but the first stack share frames
+
+
 def test_version_4_reads_as_version_2():
     """What version 4 stores in fewer bytes (stacks that share their outer frames, compact 2-D
     copies) reads exactly as the whole records of version 2 that it replaces: dump --json and

@@ -1,6 +1,6 @@
 /* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
  * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
- * Usage: scenario basic | threads N M | fork | kill N | graph | default-kind
+ * Usage: scenario basic | threads N M | depths N M | fork | kill N | graph | default-kind
  *        | nested (ncclBcast, which the NCCL double, like NCCL, runs through ncclBroadcast, then an
  *          all-reduce; the double's init makes a copy of its own)
  *        | overrun (a copy that reads past its allocation; the double refuses it, the trace keeps
@@ -117,6 +117,49 @@ static void *work(void *arg)
         CHECK_NCCL(r);
     }
     return NULL;
+}
+
+/* depths: threads that each copy from the bottom of a recursion of `depth` calls, a new depth
+ * (so a new stack) at each iteration, with the depth and the thread in the copy's size (16 bytes a
+ * level, plus the thread): the stacks share their outer frames, and are stored by several threads
+ * at once. */
+__attribute__((noinline)) static void recurse(const struct worker *w, int depth, int left,
+                                              float *host)
+{
+    if (left > 1) {
+        recurse(w, depth, left - 1, host);
+        __asm__ volatile("" ::: "memory"); /* not a tail call: each level keeps its frame */
+        return;
+    }
+    CHECK_CUDA(cudaMemcpy(w->dev + w->id * 64, host, (size_t)depth * 16 + (size_t)w->id,
+                          cudaMemcpyHostToDevice));
+}
+
+static void *deep(void *arg)
+{
+    struct worker *w = arg;
+    float host[64 * 8] = {0};
+    for (int i = 0; i < w->iters; i++)
+        recurse(w, (i * 7 + w->id * 3) % 24 + 1, (i * 7 + w->id * 3) % 24 + 1, host);
+    return NULL;
+}
+
+static int depths(int n, int iters)
+{
+    float *dev;
+    CHECK_CUDA(cudaMalloc((void **)&dev, (size_t)n * 64 * sizeof(float) * 8));
+    pthread_t t[16];
+    struct worker w[16];
+    if (n > 16)
+        n = 16;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct worker){.id = i, .iters = iters, .dev = dev};
+        pthread_create(&t[i], NULL, deep, &w[i]);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    printf("depths ok\n");
+    return 0;
 }
 
 static int threads(int n, int iters)
@@ -372,6 +415,8 @@ int main(int argc, char **argv)
         return basic();
     if (!strcmp(what, "threads"))
         return threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 1000);
+    if (!strcmp(what, "depths"))
+        return depths(argc > 2 ? atoi(argv[2]) : 4, argc > 3 ? atoi(argv[3]) : 48);
     if (!strcmp(what, "fork"))
         return do_fork();
     if (!strcmp(what, "kill"))
