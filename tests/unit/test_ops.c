@@ -278,7 +278,9 @@ static const struct {
     {"COLL_C", 15, 72, SHP_ROLE_COMPACT},
     {"P2P_C", 16, 72, SHP_ROLE_COMPACT},
     {"LAUNCH_C", 17, 48, SHP_ROLE_COMPACT},
-    {"VALUE", 18, 88, SHP_ROLE_LATE}, /* format version 3 */
+    {"VALUE", 18, 88, SHP_ROLE_LATE},                     /* format version 3 */
+    {"COPY2D_C", 19, 80, SHP_ROLE_COMPACT},               /* format version 4 */
+    {"STACK_TAIL", 20, 24, SHP_ROLE_META | SHP_ROLE_VAR}, /* format version 4 */
 };
 
 int main(void)
