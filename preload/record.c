@@ -804,6 +804,17 @@ HOT bool entry_device(const struct shp_call *c, int *dev)
 /* The compact record of a 2-D copy, for a copy that copy_compact left (more than one row, or
  * pitches of their own): tried only then, off the path of the 1-D copies; false for any other
  * copy, which gets its full record. */
+/* What a compact copy record holds of a row: v is copy_compact's, dev the device at entry. */
+HOT void row_fill(struct shp_rec_copy_c *r, const struct shp_call *c, const struct pre *p,
+                  const uint64_t *v, int dev)
+{
+    head_fill(&r->h, c, p);
+    r->dst_dev = SHP_P48(v[0], dev);
+    r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
+    r->stream_slo = SHP_P48(v[2], p->stack);
+    r->bytes_shi = SHP_P48(v[3], p->stack >> 16);
+}
+
 static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
@@ -817,15 +828,11 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
         return false;
     struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
     if (r) {
-        head_fill(&r->h, c, p);
-        r->dst_dev = SHP_P48(v[0], dev);
-        r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
-        r->stream_slo = SHP_P48(v[2], p->stack);
-        r->width_shi = SHP_P48(v[3], p->stack >> 16);
+        row_fill(&r->row, c, p, v, dev);
         r->spitch_hlo = SHP_P48(pitches[0], c->height);
         r->dpitch_hhi = SHP_P48(pitches[1], c->height >> 16);
         shp_rec_publish(r, SHP_REC_COPY2D_C, sizeof(*r));
-        c->head = &r->h;
+        c->head = &r->row.h;
     }
     return true;
 }
@@ -837,19 +844,12 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
         p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
         return false;
-    /* The device at entry: a copy does not change it, and so the completion stays one store. */
-    int saved = errno; /* the library is asked */
-    int dev = current_device(c);
-    errno = saved;
-    if (!fit16(dev))
+    int dev;
+    if (!entry_device(c, &dev))
         return false;
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
-        head_fill(&r->h, c, p);
-        r->dst_dev = SHP_P48(v[0], dev);
-        r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
-        r->stream_slo = SHP_P48(v[2], p->stack);
-        r->bytes_shi = SHP_P48(v[3], p->stack >> 16);
+        row_fill(r, c, p, v, dev);
         shp_rec_publish(r, SHP_REC_COPY_C, sizeof(*r));
         c->head = &r->h;
     }

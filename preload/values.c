@@ -332,16 +332,10 @@ static bool call_info(const struct shp_call *c, struct call_info *ci)
         const struct shp_head *hd = c->head;
         ci->rec = hd;
         unsigned type = SHP_REC_WORD_TYPE(hd->h.word);
-        if (type == SHP_REC_COPY_C) {
-            const struct shp_rec_copy_c *r = (const void *)hd;
+        if (type == SHP_REC_COPY_C || type == SHP_REC_COPY2D_C) {
+            const struct shp_rec_copy_c *r = (const void *)hd; /* a 2-D one starts with a row */
             ci->kind = (uint8_t)SHP_P48_TOP(r->src_kind);
             ci->stack = SHP_P48_TOP(r->stream_slo) | (uint32_t)SHP_P48_TOP(r->bytes_shi) << 16;
-            return true;
-        }
-        if (type == SHP_REC_COPY2D_C) {
-            const struct shp_rec_copy2d_c *r = (const void *)hd;
-            ci->kind = (uint8_t)SHP_P48_TOP(r->src_kind);
-            ci->stack = SHP_P48_TOP(r->stream_slo) | (uint32_t)SHP_P48_TOP(r->width_shi) << 16;
             return true;
         }
         if (type == SHP_REC_COLL_C) {

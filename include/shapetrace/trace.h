@@ -265,13 +265,10 @@ struct shp_rec_copy_c {
 };
 _Static_assert(sizeof(struct shp_rec_copy_c) == 64, "compact copy layout");
 
-/* SHP_REC_COPY2D_C (version 4): a 2-D copy, not captured, no peers, at most 2^32 - 1 rows. */
+/* SHP_REC_COPY2D_C (version 4): a 2-D copy, not captured, no peers, at most 2^32 - 1 rows: the
+ * record of a 1-D copy of one row (`bytes` is the row's width), then the pitches and the height. */
 struct shp_rec_copy2d_c {
-    struct shp_head h;
-    uint64_t dst_dev;    /* dst | device (int16, -1 unknown) << 48: the device at entry */
-    uint64_t src_kind;   /* src | kind (SHP_KIND_*, resolved) << 48 */
-    uint64_t stream_slo; /* stream | stack id's low 16 bits << 48 */
-    uint64_t width_shi;  /* width (bytes a row) | stack id's high 16 bits << 48 */
+    struct shp_rec_copy_c row;
     uint64_t spitch_hlo; /* spitch | height's low 16 bits << 48 */
     uint64_t dpitch_hhi; /* dpitch | height's high 16 bits << 48 */
 };

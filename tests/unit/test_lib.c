@@ -241,11 +241,11 @@ static void test_events(void)
     put(&b, &cp, SHP_REC_COPY, sizeof(cp), 1);
     /* The same copy in its compact record (version 4), with 2^16 + 3 rows. */
     struct shp_rec_copy2d_c cc = {
-        .h = {.t = 2000, .tid = 7, .op = SHP_OP_cudaMemcpy2D, .done = shp_done(0, 5)},
-        .dst_dev = SHP_P48(0x5000, 0),
-        .src_kind = SHP_P48(0x6000, SHP_KIND_D2D),
-        .stream_slo = SHP_P48(0, 0),
-        .width_shi = SHP_P48(16, 0),
+        .row = {.h = {.t = 2000, .tid = 7, .op = SHP_OP_cudaMemcpy2D, .done = shp_done(0, 5)},
+                .dst_dev = SHP_P48(0x5000, 0),
+                .src_kind = SHP_P48(0x6000, SHP_KIND_D2D),
+                .stream_slo = SHP_P48(0, 0),
+                .bytes_shi = SHP_P48(16, 0)},
         .spitch_hlo = SHP_P48(64, 3),
         .dpitch_hhi = SHP_P48(32, 1)};
     put(&b, &cc, SHP_REC_COPY2D_C, sizeof(cc), 1);

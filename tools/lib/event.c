@@ -179,27 +179,26 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
     const struct shp_head *h = (const void *)r;
     decode_head(t, h, e);
     switch (phys) {
-    case SHP_REC_COPY_C: {
-        const struct shp_rec_copy_c *c = (const void *)r;
+    case SHP_REC_COPY_C:
+    case SHP_REC_COPY2D_C: {
+        const struct shp_rec_copy_c *c = (const void *)r; /* a 2-D one starts with a row */
         e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->bytes_shi) << 16;
         e->device = (int16_t)SHP_P48_TOP(c->dst_dev);
-        e->dst = SHP_P48_VAL(c->dst_dev);
-        e->src = SHP_P48_VAL(c->src_kind);
         e->kind = (uint8_t)SHP_P48_TOP(c->src_kind);
         e->stream = SHP_P48_VAL(c->stream_slo);
-        e->width = e->spitch = e->dpitch = e->bytes = SHP_P48_VAL(c->bytes_shi);
-        e->height = 1;
-        return true;
-    }
-    case SHP_REC_COPY2D_C: {
-        const struct shp_rec_copy2d_c *c = (const void *)r;
-        e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->width_shi) << 16;
-        e->device = (int16_t)SHP_P48_TOP(c->dst_dev);
-        e->kind = (uint8_t)SHP_P48_TOP(c->src_kind);
-        e->stream = SHP_P48_VAL(c->stream_slo);
-        copy_shape(e, SHP_P48_VAL(c->src_kind), SHP_P48_VAL(c->dst_dev), SHP_P48_VAL(c->width_shi),
-                   SHP_P48_TOP(c->spitch_hlo) | (uint64_t)SHP_P48_TOP(c->dpitch_hhi) << 16,
-                   SHP_P48_VAL(c->spitch_hlo), SHP_P48_VAL(c->dpitch_hhi));
+        uint64_t dst = SHP_P48_VAL(c->dst_dev), src = SHP_P48_VAL(c->src_kind),
+                 width = SHP_P48_VAL(c->bytes_shi);
+        if (phys == SHP_REC_COPY_C) {
+            e->dst = dst;
+            e->src = src;
+            e->width = e->spitch = e->dpitch = e->bytes = width;
+            e->height = 1;
+            return true;
+        }
+        const struct shp_rec_copy2d_c *d = (const void *)r;
+        copy_shape(e, src, dst, width,
+                   SHP_P48_TOP(d->spitch_hlo) | (uint64_t)SHP_P48_TOP(d->dpitch_hhi) << 16,
+                   SHP_P48_VAL(d->spitch_hlo), SHP_P48_VAL(d->dpitch_hhi));
         return true;
     }
     case SHP_REC_COLL_C:
