@@ -555,6 +555,21 @@ def test_helper_thread_leaves_threads_signals_fork_and_exit_alone():
     print(f"     ({seen[0][9:]} traced)" if seen else "     (no thread count)")
 
 
+def test_forks_while_threads_store_stacks():
+    """Stacks are stored under a lock (the table of their shared outer frames, format 4): forks
+    made while 4 threads store new stacks leave children that store their own and exit 0, and
+    the program prints and exits as untraced."""
+    u, t, d, uf, tf = both("forkdepths", [f"{T}/scenario", "forkdepths", "20"],
+                           opts=["--stacks", "native"])
+    same(u, t, uf, tf)
+    assert u.stdout == "20 forks: 20 children exited 0\n", u.stdout
+    files = [f for f in os.listdir(d) if f.endswith(".shptrace")]
+    assert len(files) == 21, files
+    for f in files:
+        types = {r[1] for r in records(open(os.path.join(d, f), "rb").read())}
+        assert 8 in types, (f, types)  # each child stored its stack
+
+
 def python_that_warns_at_fork():
     """A CPython that warns when os.fork finds other threads (3.12 and later), else None."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))

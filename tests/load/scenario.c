@@ -1,16 +1,14 @@
 /* shapetrace tests: a program linked against libnccl and libcudart (the doubles here, the real
  * ones on a GPU host) that makes a known sequence of calls, so tests can assert on its trace.
- * Usage: scenario basic | threads N M | depths N M | fork | kill N | graph | default-kind
- *        | nested (ncclBcast, which the NCCL double, like NCCL, runs through ncclBroadcast, then an
- *          all-reduce; the double's init makes a copy of its own)
- *        | overrun (a copy that reads past its allocation; the double refuses it, the trace keeps
- *          it)
- *        | phases GO_FILE NPROC K STALL_RANK (NPROC processes share one communicator id; each
- *          makes K copies and all-reduces, STALL_RANK three fewer, says "ready", waits for
- *          GO_FILE to exist, then makes 5 more of each)
- *        | joined (captures joined through events: an all-reduce and a copy on a side stream that
- *          joins the capture by waiting on an event, replayed 3 times; a fork left unjoined; the
- *          same fork and join at the driver level, with libcuda.so.1 opened by name) */
+ * Usage: scenario basic | threads N M | depths N M | forkdepths N | fork | kill N | graph |
+ * default-kind | nested (ncclBcast, which the NCCL double, like NCCL, runs through ncclBroadcast,
+ * then an all-reduce; the double's init makes a copy of its own) | overrun (a copy that reads past
+ * its allocation; the double refuses it, the trace keeps it) | phases GO_FILE NPROC K STALL_RANK
+ * (NPROC processes share one communicator id; each makes K copies and all-reduces, STALL_RANK three
+ * fewer, says "ready", waits for GO_FILE to exist, then makes 5 more of each) | joined (captures
+ * joined through events: an all-reduce and a copy on a side stream that joins the capture by
+ * waiting on an event, replayed 3 times; a fork left unjoined; the same fork and join at the driver
+ * level, with libcuda.so.1 opened by name) */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -160,6 +158,36 @@ static int depths(int n, int iters)
         pthread_join(t[i], NULL);
     printf("depths ok\n");
     return 0;
+}
+
+/* forkdepths N: while 4 threads store new stacks (depths 1 to 24), the main thread forks N
+ * children one after another; each child copies from the bottom of a recursion (a new stack in
+ * its own trace, stored under the lock the parent's threads take) and exits 0. */
+static int forkdepths(int n)
+{
+    float *dev;
+    CHECK_CUDA(cudaMalloc((void **)&dev, 4 * 64 * sizeof(float) * 8));
+    pthread_t t[4];
+    struct worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){.id = i, .iters = 240, .dev = dev};
+        pthread_create(&t[i], NULL, deep, &w[i]);
+    }
+    int ok = 0;
+    for (int k = 0; k < n; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            float host[64 * 8] = {0};
+            recurse(&w[k % 4], k % 24 + 1, k % 24 + 1, host);
+            _exit(0);
+        }
+        int st;
+        ok += pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    printf("%d forks: %d children exited 0\n", n, ok);
+    return ok == n ? 0 : 1;
 }
 
 static int threads(int n, int iters)
@@ -417,6 +445,8 @@ int main(int argc, char **argv)
         return threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 1000);
     if (!strcmp(what, "depths"))
         return depths(argc > 2 ? atoi(argv[2]) : 4, argc > 3 ? atoi(argv[3]) : 48);
+    if (!strcmp(what, "forkdepths"))
+        return forkdepths(argc > 2 ? atoi(argv[2]) : 20);
     if (!strcmp(what, "fork"))
         return do_fork();
     if (!strcmp(what, "kill"))
