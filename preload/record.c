@@ -801,9 +801,6 @@ HOT bool entry_device(const struct shp_call *c, int *dev)
     return fit16(*dev);
 }
 
-/* The compact record of a 2-D copy, for a copy that copy_compact left (more than one row, or
- * pitches of their own): tried only then, off the path of the 1-D copies; false for any other
- * copy, which gets its full record. */
 /* What a compact copy record holds of a row: v is copy_compact's, dev the device at entry. */
 HOT void row_fill(struct shp_rec_copy_c *r, const struct shp_call *c, const struct pre *p,
                   const uint64_t *v, int dev)
@@ -815,6 +812,9 @@ HOT void row_fill(struct shp_rec_copy_c *r, const struct shp_call *c, const stru
     r->bytes_shi = SHP_P48(v[3], p->stack >> 16);
 }
 
+/* The compact record of a 2-D copy, for a copy that copy_compact left (more than one row, or
+ * pitches of their own): tried only then, off the path of the 1-D copies; false for any other
+ * copy, which gets its full record. */
 static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
