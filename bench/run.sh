@@ -155,7 +155,7 @@ done
 v=$(added values launch_added drv)
 figure "added by --values, graph launch (none taken)" "$v" "ns/call" 10 le
 [ "$(verdict "$v" 10 le)" = missed ] && why "rounds ranged $(spread values launch_added drv) ns"
-# Without --values nothing is written that was not before: format version 4, no value record.
+# Without --values nothing is written that was not before: format version 6, no value record.
 rm -rf "$tmp/run"
 "$TOOL" run --dir "$tmp/run" -- "$prog" "$N" >/dev/null 2>&1
 nv=$(python3 -c 'import sys, struct
@@ -167,8 +167,8 @@ while off + 8 <= tail:
         break
     n += (w >> 16) & 0xFF == 18
     off += (w & 0xFFFF) * 8
-print(n if struct.unpack_from("<I", d, 8)[0] == 4 else 999999)' "$(ls "$tmp"/run/*.shptrace)")
-figure "value records without --values (format 4)" "$nv" "records" 0 le
+print(n if struct.unpack_from("<I", d, 8)[0] == 6 else 999999)' "$(ls "$tmp"/run/*.shptrace)")
+figure "value records without --values (format 6)" "$nv" "records" 0 le
 
 # The same calls counted in instructions (bench/instr.sh, valgrind): exact where the timings are
 # within the machine's noise (a dormant wrapper).
@@ -190,7 +190,8 @@ type_bytes() {
     python3 -c 'import sys, struct
 names = {1: "communicators", 6: "allocations", 5: "full-copies", 8: "stacks", 9: "modules",
          14: "compact-calls", 15: "compact-calls", 16: "compact-calls", 17: "compact-calls",
-         19: "compact-calls", 20: "stacks"}
+         19: "compact-calls", 20: "stacks", 21: "communicators", 22: "allocations",
+         23: "modules"}
 tot = {}
 for f in sys.argv[1:]:
     d = open(f, "rb").read()

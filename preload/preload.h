@@ -79,6 +79,7 @@ struct shp_call {
     };
     struct shp_ev *ev;     /* the full record, or NULL */
     struct shp_head *head; /* the compact record, or NULL */
+    struct shp_head *late; /* an allocation's compact record, which shp_leave_full completes */
     void *cstate;          /* the communicator's state (struct comm_state), or NULL */
     uint64_t t0;           /* shp_clock_now() at entry */
     uint64_t id;           /* communicator id being created */
@@ -202,6 +203,8 @@ struct shp_file_header *shp_writer_header(void);
  * header's table, for compact records to name it by. Returns the index, or -1 when the table is
  * full or rec is not in the trace (that communicator's calls then get full records). */
 int shp_writer_comm_index(const void *rec);
+/* The communicator record that index idx of the open trace's table names, NULL if none. */
+const void *shp_writer_comm_record(unsigned idx);
 /* Which trace file indexes belong to: changes when a forked child starts its own. */
 uint32_t shp_writer_gen(void);
 void shp_writer_close(void);

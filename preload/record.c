@@ -960,6 +960,84 @@ static void enter_full(struct shp_call *c, unsigned type, const struct pre *p, b
     c->ev = ev;
 }
 
+/* What a reader takes a communicator record's handle, rank and size for (reader.c). */
+static bool comm_record_says(const struct shp_rec_comm *r, uint64_t id, const void *handle,
+                             int rank, int nranks)
+{
+    uint64_t h = r->handle ? r->handle : r->ev.out;
+    return r->id == id && h == (uint64_t)(uintptr_t)handle &&
+           (r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank) == rank &&
+           (r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks) == nranks;
+}
+
+/* The compact record of a communicator's end, when the record its index names says what the
+ * full end record would (its id, handle, rank and size, as fill_comm takes them); false for the
+ * full record. A communicator still in progress is asked first, as fill_comm does. */
+static bool comm_end_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
+{
+    struct comm_state *st = comm_lookup(c->comm);
+    if (!st || shp_group_depth > UINT16_MAX)
+        return false;
+    if (atomic_load_explicit(&st->pending, memory_order_relaxed))
+        comm_learn(c, c->comm, st);
+    int idx = comm_index(st);
+    const struct shp_rec_comm *cr = idx >= 0 ? shp_writer_comm_record((unsigned)idx) : NULL;
+    if (!cr || !comm_record_says(cr, st->id, c->comm, st->rank, st->nranks))
+        return false;
+    c->id = st->id;
+    struct shp_rec_comm_end_c *r = shp_reserve(SHP_REC_COMM_END_C, sizeof(*r));
+    if (r) {
+        head_fill(&r->h, c, &(struct pre){.flags = flags});
+        r->stack = stack;
+        r->comm = (uint16_t)idx;
+        r->kind = comm_kind_of_op[c->op];
+        r->pad = 0;
+        shp_rec_publish(r, SHP_REC_COMM_END_C, sizeof(*r));
+        c->head = &r->h;
+    }
+    return true;
+}
+
+/* The compact record of an allocation or a free with no stream and no flags (SHP_REC_ALLOC_C);
+ * false for the full record. A free's is completed as every compact record is; an
+ * allocation's by shp_leave_full, which stores its pointer before `done`. */
+static bool alloc_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
+{
+    bool is_free = c->cls == SHP_CLS_FREE;
+    uint64_t size = is_free ? 0 : c->size;
+    int dev = -1;
+    if (c->stream || c->flags || shp_group_depth > UINT16_MAX || !fit48(&size, 1) ||
+        (!is_free && c->kind == SHP_ALLOC_DEVICE && !entry_device(c, &dev)))
+        return false;
+    struct shp_rec_alloc_c *r = shp_reserve(SHP_REC_ALLOC_C, sizeof(*r));
+    if (r) {
+        head_fill(&r->h, c, &(struct pre){.flags = flags});
+        r->ptr = is_free ? (uint64_t)(uintptr_t)c->a : 0;
+        r->size_dev = SHP_P48(size, dev);
+        r->stack = stack;
+        r->kind = (uint8_t)c->kind;
+        r->pad[0] = r->pad[1] = r->pad[2] = 0;
+        shp_rec_publish(r, SHP_REC_ALLOC_C, sizeof(*r));
+        if (is_free)
+            c->head = &r->h;
+        else
+            c->late = &r->h;
+    }
+    return true;
+}
+
+/* The compact record of a call of the rarer kinds that has one (a communicator's end, an
+ * allocation, a free); false when it needs its full record. */
+static bool enter_rare_compact(struct shp_call *c, unsigned type)
+{
+    if (!(type == SHP_REC_ALLOC || (c->cls == SHP_CLS_COMM_END && c->comm)))
+        return false;
+    uint32_t stack = shp_stack_here();
+    uint16_t flags = shp_cfg.stacks != SHP_STACKS_NONE && !stack ? SHP_EV_DROPPED_STACK : 0;
+    return type == SHP_REC_ALLOC ? alloc_compact(c, stack, flags)
+                                 : comm_end_compact(c, stack, flags);
+}
+
 /* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
  * its own straight path). */
 HOT void enter(struct shp_call *c, unsigned cls)
@@ -978,6 +1056,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
     struct pre p = {0};
     if (__builtin_expect(!call || !atomic_load_explicit(&shp_wh.fast_end, memory_order_relaxed),
                          0)) {
+        c->late = NULL; /* read by shp_leave_full for allocations, which always come here */
         int saved = errno;
         /* ncclCommInitAll makes several communicators: its records are written when it
          * returns. */
@@ -994,7 +1073,8 @@ HOT void enter(struct shp_call *c, unsigned cls)
     if (call && enter_compact(c, type, &p))
         goto out;
     int saved = errno;
-    enter_full(c, type, &p, call);
+    if (call || !enter_rare_compact(c, type))
+        enter_full(c, type, &p, call);
     errno = saved;
 out:
     shp_guard--;
@@ -1080,7 +1160,8 @@ void shp_leave_full(struct shp_call *c, int result)
     case SHP_CLS_ALLOC:
         if (ok && c->out)
             out = (uint64_t)(uintptr_t)*c->out;
-        device = c->kind == SHP_ALLOC_DEVICE ? current_device(c) : -1;
+        /* (a compact record took it at entry) */
+        device = c->kind == SHP_ALLOC_DEVICE && !c->late ? current_device(c) : -1;
         break;
     case SHP_CLS_COMM_INIT:
     case SHP_CLS_COMM_SPLIT: {
@@ -1135,8 +1216,14 @@ void shp_leave_full(struct shp_call *c, int result)
     default:
         break;
     }
-    if (c->ev)
+    if (c->ev) {
         shp_rec_complete(c->ev, result, device, out, aux0, aux1, dur);
+    } else if (c->cls == SHP_CLS_ALLOC && c->late) {
+        /* A compact allocation (SHP_REC_ALLOC_C): its pointer first, then `done` with release
+         * order. */
+        __atomic_store_n(&((struct shp_rec_alloc_c *)(void *)c->late)->ptr, out, __ATOMIC_RELAXED);
+        shp_rec_done(c->late, result, dur);
+    }
     if (c->cls == SHP_CLS_COMM_INIT || c->cls == SHP_CLS_COMM_SPLIT)
         comm_indexed(c->cstate, c->ev);
     if (__builtin_expect(shp_values_mask != 0, 0))

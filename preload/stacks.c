@@ -736,7 +736,8 @@ static struct mod *module_at(uintptr_t pc)
     return NULL;
 }
 
-static void note_build_id(const struct dl_phdr_info *info, struct shp_rec_module *r)
+/* The module's GNU build id, at most 32 bytes of it, into id; its length (0 if none). */
+static size_t note_build_id(const struct dl_phdr_info *info, uint8_t id[32])
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -751,15 +752,52 @@ static void note_build_id(const struct dl_phdr_info *info, struct shp_rec_module
             if (desc + descsz > end)
                 break;
             if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
-                size_t len =
-                    nh->n_descsz < sizeof(r->build_id) ? nh->n_descsz : sizeof(r->build_id);
-                memcpy(r->build_id, desc, len);
-                r->build_id_len = (uint8_t)len;
-                return;
+                size_t len = nh->n_descsz < 32 ? nh->n_descsz : 32;
+                memcpy(id, desc, len);
+                return len;
             }
             p = desc + descsz;
         }
     }
+    return 0;
+}
+
+/* A module's record: the compact one (SHP_REC_MODULE_C) when its range is within 32-bit offsets
+ * of its base, else the full one. False when there was no room. */
+static bool write_module(uint64_t base, uint64_t lo, uint64_t hi, const uint8_t *id, size_t idlen,
+                         const char *path, size_t plen)
+{
+    if (lo >= base && lo - base <= UINT32_MAX && hi - lo <= UINT32_MAX) {
+        size_t rsize = (sizeof(struct shp_rec_module_c) + idlen + plen + 7) & ~(size_t)7;
+        struct shp_rec_module_c *r = shp_reserve(SHP_REC_MODULE_C, rsize);
+        if (!r)
+            return false;
+        memset((char *)r + sizeof(r->h), 0, rsize - sizeof(r->h));
+        r->base_lo = (uint32_t)base;
+        r->base_hi = (uint32_t)(base >> 32);
+        r->lo_off = (uint32_t)(lo - base);
+        r->len = (uint32_t)(hi - lo);
+        r->path_len = (uint16_t)plen;
+        r->build_id_len = (uint8_t)idlen;
+        memcpy((char *)(r + 1), id, idlen);
+        memcpy((char *)(r + 1) + idlen, path, plen);
+        shp_rec_publish(r, SHP_REC_MODULE_C, rsize);
+        return true;
+    }
+    size_t rsize = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
+    struct shp_rec_module *r = shp_reserve(SHP_REC_MODULE, rsize);
+    if (!r)
+        return false;
+    memset((char *)r + sizeof(r->h), 0, rsize - sizeof(r->h));
+    r->base = base;
+    r->lo = lo;
+    r->hi = hi;
+    r->path_len = (uint16_t)plen;
+    memcpy(r->build_id, id, idlen);
+    r->build_id_len = (uint8_t)idlen;
+    memcpy(r + 1, path, plen);
+    shp_rec_publish(r, SHP_REC_MODULE, rsize);
+    return true;
 }
 
 /* Writes the record of each wanted module that has none in this trace. */
@@ -778,19 +816,10 @@ static int write_cb(struct dl_phdr_info *info, size_t size, void *data)
     m->wanted = false;
     char exe[PATH_MAX];
     const char *path = module_path(info, exe, sizeof(exe));
-    size_t plen = strnlen(path, 4000);
-    size_t rsize = (sizeof(struct shp_rec_module) + plen + 7) & ~(size_t)7;
-    struct shp_rec_module *r = shp_reserve(SHP_REC_MODULE, rsize);
-    if (!r)
+    uint8_t id[32];
+    size_t idlen = note_build_id(info, id);
+    if (!write_module(info->dlpi_addr, lo, hi, id, idlen, path, strnlen(path, 4000)))
         return 0;
-    memset((char *)r + sizeof(r->h), 0, rsize - sizeof(r->h));
-    r->base = info->dlpi_addr;
-    r->lo = lo;
-    r->hi = hi;
-    r->path_len = (uint16_t)plen;
-    note_build_id(info, r);
-    memcpy(r + 1, path, plen);
-    shp_rec_publish(r, SHP_REC_MODULE, rsize);
     m->written = true;
     mods.written[mods.nwritten++] = key;
     return 0;

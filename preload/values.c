@@ -312,12 +312,9 @@ struct call_info {
 
 static bool comm_at(unsigned idx, uint64_t *id, int *nranks)
 {
-    struct shp_file_header *h = shp_writer_header();
-    uint64_t off =
-        idx < SHP_COMM_INDEX_MAX && h ? __atomic_load_n(&h->comm_off[idx], __ATOMIC_ACQUIRE) : 0;
-    if (!off)
+    const struct shp_rec_comm *r = shp_writer_comm_record(idx);
+    if (!r)
         return false;
-    const struct shp_rec_comm *r = (const void *)((const char *)h + off);
     *id = r->id;
     *nranks = r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
     return true;

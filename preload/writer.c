@@ -937,6 +937,19 @@ int shp_writer_comm_index(const void *rec)
     return (int)i;
 }
 
+const void *shp_writer_comm_record(unsigned idx)
+{
+    struct shp_file_header *h = shp_writer_header();
+    if (!h || idx >= SHP_COMM_INDEX_MAX)
+        return NULL;
+    uint64_t off = __atomic_load_n(&h->comm_off[idx], __ATOMIC_ACQUIRE);
+    unsigned i = off >> shp_wh.shift;
+    const unsigned char *s = off >= SHP_HEADER_SIZE && i < SEG_MAX
+                                 ? __atomic_load_n(&shp_wh.seg[i], __ATOMIC_ACQUIRE)
+                                 : NULL;
+    return s ? s + (off & shp_wh.mask) : NULL;
+}
+
 uint32_t shp_writer_gen(void)
 {
     return w.gen;

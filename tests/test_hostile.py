@@ -1181,15 +1181,37 @@ def test_invalid_utf8_in_marks_host_and_exe_gives_valid_json():
 
 def test_module_build_id_longer_than_its_field():
     data = base_trace()
-    m = first_of(data, 9)
-    path_len = struct.unpack_from("<H", m, 38)[0]
-    m = m[:72] + bytes(8)  # the path cut to nothing: the record ends right after its build id
-    struct.pack_into("<H", m, 38, 0)
-    m[32] = 255  # build_id_len
-    struct.pack_into("<I", m, 0, (0xA7 << 24) | (9 << 16) | (len(m) // 8))
-    assert path_len
+    # A full module record (SHP_REC_MODULE, written before version 6): build_id_len 255, and no
+    # path, the record ending right after its 32-byte build id field.
+    m = word(9, 80) + struct.pack("<QQQB5xH", 0x1000, 0x1000, 0x2000, 255, 0) + bytes(40)
     path = craft("buildid", data, *ending_the_file(data, m))
     readers_survive(path)
+    # A compact one (version 6): the build id and path it claims run past the end of the file.
+    c = first_of(data, 23)
+    plen, idlen = struct.unpack_from("<HB", c, 24)
+    assert plen and idlen == 20, (plen, idlen)
+    for claim in ((plen, 255), (0xFFFF, idlen)):
+        struct.pack_into("<HB", c, 24, *claim)
+        path = craft("buildid-c", data, *ending_the_file(data, c))
+        readers_survive(path)
+
+
+def test_compact_ends_and_allocations_that_say_what_they_cannot():
+    """Version 6's compact records of a communicator's end and of an allocation, crafted: an end
+    whose index names no communicator record (it reads as an end of no known communicator), an
+    end and an allocation whose op is of another class (damage: not read as calls)."""
+    data = base_trace()
+    end, alloc = first_of(data, 21), first_of(data, 22)
+    nowhere = bytearray(end)
+    struct.pack_into("<H", nowhere, 36, 383)  # the table's last index, which names nothing
+    wrong_end, wrong_alloc = bytearray(end), bytearray(alloc)
+    wrong_end[20] = wrong_alloc[20] = 1  # ncclAllReduce's op
+    path = craft("compact-rare", data, nowhere, wrong_end, wrong_alloc)
+    events = readers_survive(path)
+    last = events[-1]
+    assert last["op"] == "ncclCommDestroy" and last["comm"] is None, last
+    assert [e["op"] for e in events].count("ncclAllReduce") == \
+        [e["op"] for e in readers_survive(craft("compact-rare-0", data))].count("ncclAllReduce")
 
 
 def test_python_line_table_overflow():

@@ -391,6 +391,11 @@ def modules_and_stacks(path):
             lo, hi = struct.unpack_from("<QQ", data, off + 16)
             plen = struct.unpack_from("<H", data, off + 38)[0]
             mods.append((data[off + 72:off + 72 + plen].decode(), lo, hi))
+        elif rtype == 23:  # SHP_REC_MODULE_C: offsets from its base; its build id's own length
+            blo, bhi, lo_off, length, plen, idlen = struct.unpack_from("<IIIIHB", data, off + 8)
+            lo = (bhi << 32 | blo) + lo_off
+            at = off + 28 + idlen
+            mods.append((data[at:at + plen].decode(), lo, lo + length))
         elif rtype in (8, 20):  # SHP_REC_STACK, SHP_REC_STACK_TAIL: their own frames
             n = struct.unpack_from("<I", data, off + 12)[0]
             frames += struct.unpack_from(f"<{n}Q", data, off + (16 if rtype == 8 else 24))
@@ -621,7 +626,7 @@ def same_as_version_2(d, name):
     d2 = os.path.join(TMP, name)
     shutil.rmtree(d2, ignore_errors=True)
     os.makedirs(d2)
-    counts = {19: 0, 20: 0}
+    counts = {19: 0, 20: 0, 21: 0, 22: 0, 23: 0}
     for f in os.listdir(d):
         if f.endswith(".symbols"):
             shutil.copy(os.path.join(d, f), d2)
@@ -654,13 +659,16 @@ def test_stacks_share_their_outer_frames():
     assert counts[20] >= 23, counts  # 24 depths: all but the first stack share frames
 
 
-def test_version_4_reads_as_version_2():
-    """What version 4 stores in fewer bytes (stacks that share their outer frames, compact 2-D
-    copies) reads exactly as the whole records of version 2 that it replaces: dump --json and
-    analyze --json say the same of both, for native stacks and Python ones."""
+def test_versions_4_and_6_read_as_version_2():
+    """What versions 4 and 6 store in fewer bytes (stacks that share their outer frames, compact
+    2-D copies; compact ends of communicators, allocations, frees and modules) reads exactly as
+    the whole records of version 2 that they replace: dump --json and analyze --json say the
+    same of both, for native stacks and Python ones."""
     d, _ = traced("v4-native", [f"{T}/scenario", "basic"], opts=["--stacks", "native"])
     counts = same_as_version_2(d, "v4-native-as-2")
     assert counts[19] == 1 and counts[20] >= 5, counts
+    # 2 communicators' ends; cudaMalloc, cudaMallocHost and their frees; its 2 modules at least
+    assert counts[21] == 2 and counts[22] == 4 and counts[23] >= 2, counts
     d, p = traced("v4-python", [shutil.which("python3"), CTYPES_PY, f"{T}/libnccl.so.2",
                                 f"{T}/libcudart.so.13"], opts=["--stacks", "python"])
     counts = same_as_version_2(d, "v4-python-as-2")

@@ -241,7 +241,7 @@ def test_group_fingerprints_after_group_end():
 
 
 def test_without_values_the_trace_is_unchanged():
-    # The same program without --values: version 4, not one value record, and the same records
+    # The same program without --values: version 6, not one value record, and the same records
     # otherwise as with --values, which adds exactly its value records (88 bytes each).
     d0, _ = traced("plain", "clean", ranks=1, opts=("--stacks", "none"))
     d1, _ = traced("with", "clean", ranks=1, opts=("--stacks", "none", "--values", "collectives"))
@@ -249,7 +249,7 @@ def test_without_values_the_trace_is_unchanged():
                     for d in (d0, d1)]
     r0, v0 = records(f0)
     r1, v1 = records(f1)
-    assert (v0, v1) == (4, 5), (v0, v1)
+    assert (v0, v1) == (6, 7), (v0, v1)
     assert VALUE_TYPE not in [t for t, _ in r0], r0
     vals = [(t, s) for t, s in r1 if t == VALUE_TYPE]
     assert vals and all(s == VALUE_SIZE for _, s in vals), vals
@@ -290,13 +290,13 @@ def test_threads_and_a_forked_child():
     vals, _ = values_of(d)
     assert len(vals) == 2 * 4 * 300 and {v["status"] for v in vals} == {"done"}, len(vals)
     # A forked child cannot use its parent's CUDA contexts: it takes no fingerprint, and its
-    # trace stays format version 4.
+    # trace stays format version 6.
     d = os.path.join(TMP, "fork")
     p = run([TOOL, "run", "--values", "--dir", d, "--", f"{T}/scenario", "fork"])
     assert p.returncode == 0 and "fork ok" in p.stdout, p
     versions = sorted(records(os.path.join(d, f))[1] for f in os.listdir(d)
                       if f.endswith(".shptrace"))
-    assert versions == [4, 5], versions
+    assert versions == [6, 7], versions
 
 
 PY_SITES = """
@@ -386,9 +386,9 @@ def test_report_and_export_show_the_finding():
     assert names and set(names) == {"value_mismatch"}, names
 
 
-def test_version_says_five():
+def test_version_says_seven():
     v = run([TOOL, "--version"]).stdout
-    assert "trace format version 4" in v and "version 5" in v and "versions 2 and 3 read" in v, v
+    assert "trace format version 6" in v and "version 7" in v and "versions 2 to 5 read" in v, v
 
 
 if __name__ == "__main__":

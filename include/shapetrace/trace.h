@@ -29,6 +29,12 @@
  * A writer of this tree stamps 4 (5 on a trace that may hold value records); a reader reads all
  * four versions, and one that knows only 2 and 3 refuses a trace of 4 or 5 with its one-line
  * error instead of taking the new records for torn ones.
+ *
+ * Versions 6 and 7 are versions 4 and 5 with three more record types, for the records a process
+ * writes once or a few times: SHP_REC_COMM_END_C, the compact record of a communicator's end;
+ * SHP_REC_ALLOC_C, of an allocation or a free; SHP_REC_MODULE_C, a module record whose build id
+ * takes its own length. A writer of this tree stamps 6 (7 with value records); readers of this
+ * tree read versions 2 to 7.
  */
 #ifndef SHAPETRACE_TRACE_H
 #define SHAPETRACE_TRACE_H
@@ -37,23 +43,23 @@
 #include <stdint.h>
 
 #define SHP_TRACE_MAGIC "SHPTRACE"
-#define SHP_TRACE_VERSION 4u        /* what a writer stamps on a trace without value records */
-#define SHP_TRACE_VERSION_VALUES 5u /* ... and on one that may hold them (SHP_REC_VALUE) */
-#define SHP_TRACE_VERSION_OLDEST 2u /* versions 2 and 3 are still read (written by older trees) */
+#define SHP_TRACE_VERSION 6u        /* what a writer stamps on a trace without value records */
+#define SHP_TRACE_VERSION_VALUES 7u /* ... and on one that may hold them (SHP_REC_VALUE) */
+#define SHP_TRACE_VERSION_OLDEST 2u /* versions 2 to 5 are still read (written by older trees) */
 #define SHP_BYTE_ORDER_MARK 0x01020304u
 #define SHP_HEADER_SIZE 4096u
 #define SHP_TRACE_SUFFIX ".shptrace"
 
-/* True for the format versions this tree reads (2 to 5; it writes 4 and 5). */
+/* True for the format versions this tree reads (2 to 7; it writes 6 and 7). */
 static inline int shp_trace_version_known(uint32_t v)
 {
     return v >= SHP_TRACE_VERSION_OLDEST && v <= SHP_TRACE_VERSION_VALUES;
 }
 
-/* True for the versions whose traces may hold value records (3, and 5). */
+/* True for the versions whose traces may hold value records (3, 5 and 7: the odd ones). */
 static inline int shp_trace_version_values(uint32_t v)
 {
-    return v == 3u || v == SHP_TRACE_VERSION_VALUES;
+    return shp_trace_version_known(v) && v % 2 == 1;
 }
 
 /* Header flags. */
@@ -294,6 +300,22 @@ struct shp_rec_launch_c {
 };
 _Static_assert(sizeof(struct shp_rec_launch_c) == 48, "compact launch layout");
 
+/* SHP_REC_ALLOC_C (version 6): an allocation or a free with no stream and no flags, its size in
+ * 48 bits, its group depth in 16 (else the full SHP_REC_ALLOC). `ptr` is a free's pointer,
+ * stored before the record is published; an allocation's, stored when the call returns, before
+ * `done` (left out of `check` with it, and read only once `done` is). The device is taken at
+ * entry (an allocation does not change it); a free's is -1, as in its full record. */
+struct shp_rec_alloc_c {
+    struct shp_head h;
+    uint64_t ptr;
+    uint64_t size_dev; /* size (0 for a free) | device (int16, -1 unknown) << 48 */
+    uint32_t stack;
+    uint8_t kind; /* SHP_ALLOC_* */
+    uint8_t pad[3];
+};
+_Static_assert(sizeof(struct shp_rec_alloc_c) == 56, "compact alloc layout");
+#define SHP_CHECK_SKIP_OUT 40 /* a SHP_ROLE_OUT record leaves [24, 40) out of `check` */
+
 /* Communicator kinds. */
 #define SHP_COMM_INIT 1
 #define SHP_COMM_SPLIT 2
@@ -318,6 +340,18 @@ struct shp_rec_comm {
     uint8_t pad[3];
 };
 _Static_assert(sizeof(struct shp_rec_comm) == 112, "comm layout");
+
+/* SHP_REC_COMM_END_C (version 6): a communicator's end (finalize, destroy, abort) whose record
+ * the header's comm_off[] indexes, and whose id, handle, rank and size are that record's (as a
+ * reader decodes them); its device -1 and no `out`, as in the full record. */
+struct shp_rec_comm_end_c {
+    struct shp_head h;
+    uint32_t stack;
+    uint16_t comm; /* communicator index (comm_off[]) */
+    uint8_t kind;  /* SHP_COMM_* */
+    uint8_t pad;
+};
+_Static_assert(sizeof(struct shp_rec_comm_end_c) == 40, "compact communicator end layout");
 
 /* Datatypes, as NCCL numbers them (ncclInt8 = 0 ... ncclFloat8e5m2 = 11). */
 #define SHP_DTYPE_COUNT 12
@@ -443,6 +477,21 @@ struct shp_rec_module {
     /* char path[path_len], then zero padding to a multiple of 8 */
 };
 _Static_assert(sizeof(struct shp_rec_module) == 72, "module layout");
+
+/* SHP_REC_MODULE_C (version 6): a module record in fewer bytes: its range as 32-bit offsets from
+ * its base, its build id in its own length. No 8-byte field, so that the fixed part is 28 bytes;
+ * the record, padded with zeros, is still a multiple of 8. */
+struct shp_rec_module_c {
+    struct shp_rec h;
+    uint32_t base_lo, base_hi; /* load bias (dlpi_addr), low and high halves */
+    uint32_t lo_off;           /* lowest mapped address of its PT_LOAD segments, less base */
+    uint32_t len;              /* end of the highest, less that lowest address */
+    uint16_t path_len;         /* bytes of path that follow the build id, without NUL */
+    uint8_t build_id_len;      /* at most 32 */
+    uint8_t pad;
+    /* uint8_t build_id[build_id_len], char path[path_len], then zero padding to a multiple of 8 */
+};
+_Static_assert(sizeof(struct shp_rec_module_c) == 28, "compact module layout");
 
 /* SHP_REC_MARK: a text a user attached to the timeline (shapetrace attach --mark). */
 struct shp_rec_mark {
@@ -574,13 +623,15 @@ _Static_assert(sizeof(struct shp_rec_value) == 88, "value layout");
  *             SHP_ROLE_META: bookkeeping that later records cannot be read without, allowed in
  *             the reserve beyond the cap (header `cap`); SHP_ROLE_VAR: a variable part follows;
  *             SHP_ROLE_COMPACT: starts with struct shp_head, completed by its `done` word;
- *             SHP_ROLE_LATE: its last SHP_VALUE_LATE_BYTES are completed after it is published
+ *             SHP_ROLE_LATE: its last SHP_VALUE_LATE_BYTES are completed after it is published;
+ *             SHP_ROLE_OUT (with SHP_ROLE_COMPACT): the word after `done` is completed too
  *   as        the type a reader reports it as: a compact record's full type, else its own */
 #define SHP_ROLE_CALL 0x1u
 #define SHP_ROLE_META 0x2u
 #define SHP_ROLE_VAR 0x4u
 #define SHP_ROLE_COMPACT 0x8u
 #define SHP_ROLE_LATE 0x10u
+#define SHP_ROLE_OUT 0x20u
 /* clang-format off */
 #define SHP_REC_TYPES(X) \
     X(RESERVED, 0, 8, 0, 0) /* space reserved by a writer that had not published it yet */ \
@@ -603,7 +654,10 @@ _Static_assert(sizeof(struct shp_rec_value) == 88, "value layout");
     X(LAUNCH_C, 17, sizeof(struct shp_rec_launch_c), SHP_ROLE_COMPACT, 7) \
     X(VALUE, 18, sizeof(struct shp_rec_value), SHP_ROLE_LATE, 18) \
     X(COPY2D_C, 19, sizeof(struct shp_rec_copy2d_c), SHP_ROLE_COMPACT, 5) \
-    X(STACK_TAIL, 20, sizeof(struct shp_rec_stack_tail), SHP_ROLE_META | SHP_ROLE_VAR, 20)
+    X(STACK_TAIL, 20, sizeof(struct shp_rec_stack_tail), SHP_ROLE_META | SHP_ROLE_VAR, 20) \
+    X(COMM_END_C, 21, sizeof(struct shp_rec_comm_end_c), SHP_ROLE_COMPACT, 1) \
+    X(ALLOC_C, 22, sizeof(struct shp_rec_alloc_c), SHP_ROLE_COMPACT | SHP_ROLE_OUT, 6) \
+    X(MODULE_C, 23, sizeof(struct shp_rec_module_c), SHP_ROLE_META | SHP_ROLE_VAR, 23)
 /* clang-format on */
 
 enum shp_rec_type {
@@ -628,8 +682,9 @@ struct shp_rec_info {
     unsigned skip_lo, skip_hi;
 };
 
-/* The completed-later bytes by role: [32, 64) of a full call record, `done` of a compact one,
- * the last SHP_VALUE_LATE_BYTES of a SHP_ROLE_LATE one (of a fixed size). */
+/* The completed-later bytes by role: [32, 64) of a full call record, `done` of a compact one
+ * (and the word after it: SHP_ROLE_OUT), the last SHP_VALUE_LATE_BYTES of a SHP_ROLE_LATE one (of a
+ * fixed size). */
 #define SHP_REC_SKIP_LO(role, min)                                                                 \
     ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_LO                                              \
      : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE                                               \
@@ -637,6 +692,7 @@ struct shp_rec_info {
                                : 0)
 #define SHP_REC_SKIP_HI(role, min)                                                                 \
     ((role)&SHP_ROLE_CALL      ? SHP_EV_CHECK_SKIP_HI                                              \
+     : (role)&SHP_ROLE_OUT     ? SHP_CHECK_SKIP_OUT                                                \
      : (role)&SHP_ROLE_COMPACT ? SHP_CHECK_SKIP_DONE + 8                                           \
      : (role)&SHP_ROLE_LATE    ? (min)                                                             \
                                : 0)
@@ -679,6 +735,46 @@ static inline int shp_rec_is_call(unsigned type)
     return (shp_rec_role(type) & SHP_ROLE_CALL) != 0;
 }
 
+/* What a module record (SHP_REC_MODULE or SHP_REC_MODULE_C) of `size` bytes says; false when it
+ * says more than it holds (its path or build id past its end, a build id over 32 bytes). */
+struct shp_module_view {
+    uint64_t base, lo, hi;
+    const uint8_t *build_id;
+    unsigned build_id_len;
+    const char *path;
+    size_t path_len;
+};
+static inline int shp_module_view(const void *rec, unsigned type, size_t size,
+                                  struct shp_module_view *v)
+{
+    if (type == SHP_REC_MODULE) {
+        const struct shp_rec_module *m = (const struct shp_rec_module *)rec;
+        if (size < sizeof(*m) || m->path_len > size - sizeof(*m) ||
+            m->build_id_len > sizeof(m->build_id))
+            return 0;
+        v->base = m->base;
+        v->lo = m->lo;
+        v->hi = m->hi;
+        v->build_id = m->build_id;
+        v->build_id_len = m->build_id_len;
+        v->path = (const char *)(m + 1);
+        v->path_len = m->path_len;
+        return 1;
+    }
+    const struct shp_rec_module_c *m = (const struct shp_rec_module_c *)rec;
+    if (type != SHP_REC_MODULE_C || size < sizeof(*m) || m->build_id_len > 32 ||
+        (size_t)m->build_id_len + m->path_len > size - sizeof(*m))
+        return 0;
+    v->base = (uint64_t)m->base_hi << 32 | m->base_lo;
+    v->lo = v->base + m->lo_off;
+    v->hi = v->lo + m->len;
+    v->build_id = (const uint8_t *)(m + 1);
+    v->build_id_len = m->build_id_len;
+    v->path = (const char *)(m + 1) + m->build_id_len;
+    v->path_len = m->path_len;
+    return 1;
+}
+
 /* The ids' mixer (a 64-bit finalizer). Communicator ids are built with it, and a reader that
  * derives one (a split child's, see env.h) must mix exactly the same way. */
 static inline uint64_t shp_mix64(uint64_t h)
@@ -693,10 +789,11 @@ static inline uint64_t shp_mix64(uint64_t h)
 
 /* The check stored in shp_rec.check: a Fletcher-style pair of additive sums over the record's
  * 8-byte words after the first, leaving out what a record completes after it is published (bytes
- * [32, 64) of a full call record, `done` of a compact one, the last SHP_VALUE_LATE_BYTES of a
- * SHP_ROLE_LATE one). Additive (two adds a word, no multiply chain to wait on) and still
- * position-dependent: a torn record (words left zero, or from an older record) or a damaged word
- * changes it. Inline so that writer and reader compute exactly the same thing. */
+ * [32, 64) of a full call record, `done` of a compact one and the word after it of a SHP_ROLE_OUT
+ * one, the last SHP_VALUE_LATE_BYTES of a SHP_ROLE_LATE one). Additive (two adds a word, no
+ * multiply chain to wait on) and still position-dependent: a torn record (words left zero, or from
+ * an older record) or a damaged word changes it. Inline so that writer and reader compute exactly
+ * the same thing. */
 static inline uint32_t shp_rec_check(const void *rec, unsigned type, size_t size)
 {
     const unsigned char *p = (const unsigned char *)rec;

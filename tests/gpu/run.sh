@@ -481,7 +481,8 @@ if has cores; then
 fi
 
 if has format; then
-    # Format version 4 read as the version 2 it replaces (whole stacks, full 2-D copy records):
+    # Format version 6 read as the version 2 it replaces (whole stacks, full records for the
+    # compact ones of 2-D copies, communicators' ends, allocations, frees and modules):
     # dump --json and analyze --json of each real run the same both ways (tests/gpu/v2_same.py).
     python3 "$here/v2_same.py" "$(cd "$B/tests" && pwd)/shp_craft" "$W"/traces/* \
         >>"$SUMMARY" 2>&1 || true

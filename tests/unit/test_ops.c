@@ -281,6 +281,9 @@ static const struct {
     {"VALUE", 18, 88, SHP_ROLE_LATE},                     /* format version 3 */
     {"COPY2D_C", 19, 80, SHP_ROLE_COMPACT},               /* format version 4 */
     {"STACK_TAIL", 20, 24, SHP_ROLE_META | SHP_ROLE_VAR}, /* format version 4 */
+    {"COMM_END_C", 21, 40, SHP_ROLE_COMPACT},             /* format version 6 */
+    {"ALLOC_C", 22, 56, SHP_ROLE_COMPACT | SHP_ROLE_OUT}, /* format version 6 */
+    {"MODULE_C", 23, 28, SHP_ROLE_META | SHP_ROLE_VAR},   /* format version 6 */
 };
 
 int main(void)
@@ -326,6 +329,11 @@ int main(void)
                    shp_rec_min_size(SHP_REC_RESERVED) == 8 &&
                    shp_rec_min_size(SHP_REC_TYPE_COUNT) == 0 && shp_rec_role(99) == 0,
                "record type constants");
+    /* A compact allocation's pointer is completed with `done`: both are left out of its check. */
+    test_condf(shp_rec_info(SHP_REC_ALLOC_C).skip_lo == 24 &&
+                   shp_rec_info(SHP_REC_ALLOC_C).skip_hi == 40 &&
+                   shp_rec_info(SHP_REC_COMM_END_C).skip_hi == 32,
+               "compact allocation's late bytes");
 
     /* The split child id: a value computed with the formula of format version 1. */
     test_condf(shp_comm_child_id(0x1234, 0, 3) ==

@@ -83,12 +83,15 @@ int main(void)
     test_cond("its type is known, of its size",
               shp_rec_min_size(SHP_REC_VALUE) == sizeof(r) && shp_rec_as(SHP_REC_VALUE) == 18 &&
                   SHP_REC_VALUE == 18 && !shp_rec_is_call(SHP_REC_VALUE));
-    test_cond("versions 2 to 5 are read, 1 and 6 not",
+    test_cond("versions 2 to 7 are read, 1 and 8 not",
               shp_trace_version_known(2) && shp_trace_version_known(3) &&
                   shp_trace_version_known(4) && shp_trace_version_known(5) &&
-                  !shp_trace_version_known(1) && !shp_trace_version_known(6));
-    test_cond("versions 3 and 5 may hold value records, 2 and 4 not",
+                  shp_trace_version_known(6) && shp_trace_version_known(7) &&
+                  !shp_trace_version_known(1) && !shp_trace_version_known(8));
+    test_cond("versions 3, 5 and 7 may hold value records, 2, 4, 6 and 9 not",
               shp_trace_version_values(3) && shp_trace_version_values(5) &&
-                  !shp_trace_version_values(2) && !shp_trace_version_values(4));
+                  shp_trace_version_values(7) && !shp_trace_version_values(2) &&
+                  !shp_trace_version_values(4) && !shp_trace_version_values(6) &&
+                  !shp_trace_version_values(9));
     return test_report();
 }

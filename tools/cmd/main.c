@@ -70,9 +70,9 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "--version")) {
         printf("shapetrace %s (trace format version %u, read and written; version %u, with "
-               "value records, when run with --values; versions %u and %u read)\n",
+               "value records, when run with --values; versions %u to %u read)\n",
                SHP_VERSION, SHP_TRACE_VERSION, SHP_TRACE_VERSION_VALUES, SHP_TRACE_VERSION_OLDEST,
-               SHP_TRACE_VERSION_OLDEST + 1);
+               SHP_TRACE_VERSION - 1);
         return SHP_EXIT_OK;
     }
     int (*fn)(int, char **) = lookup(cmd);

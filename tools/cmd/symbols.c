@@ -49,7 +49,7 @@ struct run_modules {
     size_t n, cap;
 };
 
-static long module_of(struct run_modules *rm, const struct shp_rec_module *m, const char *path)
+static long module_of(struct run_modules *rm, const struct shp_module_view *m, const char *path)
 {
     for (size_t i = 0; i < rm->n; i++)
         if (rm->mods[i].build_id_len == m->build_id_len &&
@@ -109,19 +109,17 @@ static int gather(struct run_modules *rm, const struct shp_trace *t)
                     (struct own){(const uint64_t *)(const void *)((const char *)rec + head), n};
             continue;
         }
-        if (type != SHP_REC_MODULE)
+        struct shp_module_view m;
+        if ((type != SHP_REC_MODULE && type != SHP_REC_MODULE_C) ||
+            !shp_module_view(rec, type, size, &m) || m.build_id_len == 0 || m.lo >= m.hi)
             continue;
-        const struct shp_rec_module *m = (const void *)rec;
-        if (sizeof(*m) + m->path_len > size || m->build_id_len == 0 ||
-            m->build_id_len > sizeof(m->build_id) || m->lo >= m->hi)
-            continue;
-        char *path = strndup((const char *)(m + 1), m->path_len);
-        long idx = path ? module_of(rm, m, path) : -1;
+        char *path = strndup(m.path, m.path_len);
+        long idx = path ? module_of(rm, &m, path) : -1;
         free(path);
         if (idx < 0 || !shp_grow((void **)&loc, &caploc, nloc, sizeof(*loc)))
             rc = -ENOMEM;
         else
-            loc[nloc++] = (struct local_module){m->base, m->lo, m->hi, (size_t)idx};
+            loc[nloc++] = (struct local_module){m.base, m.lo, m.hi, (size_t)idx};
     }
     for (size_t j = 0; rc == 0 && j < nstacks; j++) {
         const uint64_t *fr = stacks[j].frames;

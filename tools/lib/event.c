@@ -130,6 +130,33 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
         e->impossible = true;
 }
 
+/* What a communicator record says beyond its head, full or compact alike (a compact end's id,
+ * handle, rank and size are its communicator's record's). */
+static void comm_fields(struct shp_event *e, uint64_t id, unsigned kind, uint64_t parent,
+                        uint64_t handle, int rank, int nranks)
+{
+    e->comm = id;
+    e->comm_kind = (int)kind;
+    e->parent = parent ? parent : SHP_NONE;
+    e->handle = handle ? handle : SHP_NONE;
+    e->comm_rank = rank;
+    e->nranks = bounded_nranks(nranks);
+    if (kind == SHP_COMM_SPLIT || kind == SHP_COMM_SHRINK)
+        e->root = -1;
+}
+
+/* What an allocation or free record says beyond its head, full or compact alike: ptr is a
+ * free's argument, or an allocation's result (unknown while the call is pending). */
+static void alloc_fields(struct shp_event *e, uint64_t ptr, bool pending, uint64_t size,
+                         uint64_t stream)
+{
+    bool is_free = e->cls == SHP_CLS_FREE;
+    e->ptr = is_free ? ptr : pending ? SHP_NONE : ptr;
+    e->size = is_free ? SHP_NONE : size;
+    e->bytes = e->size;
+    e->stream = stream ? stream : SHP_NONE;
+}
+
 /* What a copy record says of its buffers, full or compact alike: a 2-D copy moves `height` rows
  * of `width` bytes, each side's rows `pitch` apart. */
 static void copy_shape(struct shp_event *e, uint64_t src, uint64_t dst, uint64_t width,
@@ -222,6 +249,26 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
                     SHP_P48_VAL(c->recv_rp));
         return true;
     }
+    case SHP_REC_COMM_END_C: {
+        const struct shp_rec_comm_end_c *c = (const void *)r;
+        if (e->cls != SHP_CLS_COMM_END)
+            return false; /* damage, as for a collective's op below */
+        struct shp_trace_comm cm = shp_trace_comm_at(t, c->comm);
+        e->stack = c->stack;
+        e->device = -1;
+        comm_fields(e, cm.ok ? cm.id : 0, c->kind, 0, cm.ok ? cm.handle : 0, cm.rank, cm.nranks);
+        return true;
+    }
+    case SHP_REC_ALLOC_C: {
+        const struct shp_rec_alloc_c *c = (const void *)r;
+        if (e->cls != SHP_CLS_ALLOC && e->cls != SHP_CLS_FREE)
+            return false;
+        e->stack = c->stack;
+        e->device = (int16_t)SHP_P48_TOP(c->size_dev);
+        alloc_fields(e, __atomic_load_n(&c->ptr, __ATOMIC_RELAXED), e->dur_ns == SHP_NONE,
+                     SHP_P48_VAL(c->size_dev), 0);
+        return true;
+    }
     case SHP_REC_LAUNCH_C: {
         const struct shp_rec_launch_c *c = (const void *)r;
         e->stack = SHP_P48_TOP(c->stream_slo) | (uint32_t)SHP_P48_TOP(c->exec_shi) << 16;
@@ -271,16 +318,10 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     case SHP_REC_COMM: {
         const struct shp_rec_comm *c = (const void *)r;
         decode_ev(t, &c->ev, e);
-        e->comm = c->id;
-        e->comm_kind = c->kind;
-        e->parent = c->parent ? c->parent : SHP_NONE;
-        e->handle = c->handle ? c->handle : c->ev.out ? c->ev.out : SHP_NONE;
         /* What the library reported after creation wins over the arguments. */
-        e->comm_rank = c->ev.aux[0] >= 0 ? c->ev.aux[0] : c->rank;
-        e->nranks = bounded_nranks(c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks);
-        if (c->kind == SHP_COMM_SPLIT || c->kind == SHP_COMM_SHRINK) {
-            e->root = -1;
-        }
+        comm_fields(e, c->id, c->kind, c->parent, c->handle ? c->handle : c->ev.out,
+                    c->ev.aux[0] >= 0 ? c->ev.aux[0] : c->rank,
+                    c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks);
         return true;
     }
     case SHP_REC_GROUP: {
@@ -291,10 +332,8 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         const struct shp_rec_alloc *c = (const void *)r;
         decode_ev(t, &c->ev, e);
         bool is_free = e->cls == SHP_CLS_FREE;
-        e->ptr = is_free ? c->ptr : (c->ev.dur == SHP_DUR_PENDING ? SHP_NONE : c->ev.out);
-        e->size = is_free ? SHP_NONE : c->size;
-        e->bytes = e->size;
-        e->stream = c->stream ? c->stream : SHP_NONE;
+        alloc_fields(e, is_free ? c->ptr : c->ev.out, c->ev.dur == SHP_DUR_PENDING, c->size,
+                     c->stream);
         return true;
     }
     case SHP_REC_GRAPH: {

@@ -174,6 +174,7 @@ struct shp_trace_comm shp_trace_comm_at(const struct shp_trace *t, unsigned idx)
     const struct shp_rec_comm *r = (const void *)(t->map + off);
     /* What the library reported after creation wins over the arguments, as for the record. */
     c.id = r->id;
+    c.handle = r->handle ? r->handle : r->ev.out;
     c.rank = r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank;
     c.nranks = r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
     c.device = r->ev.device;

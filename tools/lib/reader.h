@@ -11,6 +11,7 @@
 /* A communicator that compact records name by index, as its record says (see trace.h). */
 struct shp_trace_comm {
     uint64_t id;
+    uint64_t handle;              /* the ncclComm_t, 0 unknown */
     int32_t rank, nranks, device; /* what the library reported, else the arguments; -1 unknown */
     bool ok;                      /* false: the index names no valid communicator record */
 };

@@ -173,17 +173,15 @@ struct shp_stacks *shp_stacks_load_shared(const struct shp_trace *t, bool symbol
      * the file can hold is damage, and must not size the tables (ids index them). */
     uint64_t max_id = (t->end - SHP_HEADER_SIZE) / sizeof(struct shp_rec_stack) + 65536;
     while ((r = shp_trace_next(t, &cur, &type, &size))) {
-        if (type == SHP_REC_MODULE) {
-            const struct shp_rec_module *m = (const void *)r;
-            size_t plen = m->path_len;
-            if (sizeof(*m) + plen > size)
+        if (type == SHP_REC_MODULE || type == SHP_REC_MODULE_C) {
+            struct shp_module_view m;
+            if (!shp_module_view(r, type, size, &m))
                 continue;
-            char *path = strndup((const char *)(m + 1), plen);
+            char *path = strndup(m.path, m.path_len);
             if (path && st->sym)
-                shp_symbolizer_add_module(st->sym, path, m->base, m->lo, m->hi, m->build_id,
-                                          m->build_id_len <= sizeof(m->build_id) ? m->build_id_len
-                                                                                 : 0);
-            if (!path || !add_module(st, m->lo, m->hi, path))
+                shp_symbolizer_add_module(st->sym, path, m.base, m.lo, m.hi, m.build_id,
+                                          m.build_id_len);
+            if (!path || !add_module(st, m.lo, m.hi, path))
                 free(path);
         } else if (type == SHP_REC_STACK || type == SHP_REC_STACK_TAIL) {
             /* id and nframes are at the same places in both (trace.h) */
