@@ -203,6 +203,9 @@ struct shp_file_header *shp_writer_header(void);
  * header's table, for compact records to name it by. Returns the index, or -1 when the table is
  * full or rec is not in the trace (that communicator's calls then get full records). */
 int shp_writer_comm_index(const void *rec);
+/* The offset in the open trace of `rec`, a record in it (its segments are mapped apart, so not
+ * its distance from the header); 0 if it is not in the trace. */
+uint64_t shp_writer_offset(const void *rec);
 /* The communicator record that index idx of the open trace's table names, NULL if none. */
 const void *shp_writer_comm_record(unsigned idx);
 /* Which trace file indexes belong to: changes when a forked child starts its own. */

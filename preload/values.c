@@ -275,7 +275,7 @@ static struct shp_rec_value *rec_new(const void *call, unsigned op, uint8_t what
     if (!r)
         return NULL;
     r->t = shp_clock_now();
-    r->call = (uint64_t)((const char *)call - (const char *)h);
+    r->call = shp_writer_offset(call);
     r->comm = comm;
     r->seq = seq;
     r->occ = occ;

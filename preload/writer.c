@@ -916,18 +916,23 @@ void shp_writer_note(const char *text)
     inside = 0;
 }
 
+uint64_t shp_writer_offset(const void *rec)
+{
+    const unsigned char *p = rec;
+    for (unsigned i = 0; i < SEG_MAX; i++) {
+        const unsigned char *s = __atomic_load_n(&shp_wh.seg[i], __ATOMIC_ACQUIRE);
+        if (s && p >= s && p < s + seg_len(i))
+            return ((uint64_t)i << shp_wh.shift) + (uint64_t)(p - s);
+    }
+    return 0;
+}
+
 int shp_writer_comm_index(const void *rec)
 {
     struct shp_file_header *h = shp_writer_header();
     if (!h)
         return -1;
-    const unsigned char *p = rec;
-    uint64_t off = 0;
-    for (unsigned i = 0; i < SEG_MAX && !off; i++) {
-        const unsigned char *s = __atomic_load_n(&shp_wh.seg[i], __ATOMIC_ACQUIRE);
-        if (s && p >= s && p < s + seg_len(i))
-            off = ((uint64_t)i << shp_wh.shift) + (uint64_t)(p - s);
-    }
+    uint64_t off = shp_writer_offset(rec);
     if (off < SHP_HEADER_SIZE)
         return -1;
     uint32_t i = __atomic_fetch_add(&h->ncomms, 1, __ATOMIC_RELAXED);

@@ -14,6 +14,7 @@ import tempfile
 import ptx_sim
 from harness import NotRun, run_all, values_env  # the script's own folder, tests/, is on sys.path
 
+
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 ONLY = set(sys.argv[2:])
 TOOL = os.path.join(BUILD, "bin", "shapetrace")
@@ -384,6 +385,33 @@ def test_report_and_export_show_the_finding():
     assert p.returncode == 0, p.stderr
     names = [e["name"] for e in json.load(open(out))["traceEvents"] if e.get("cat") == "finding"]
     assert names and set(names) == {"value_mismatch"}, names
+
+
+def test_calls_past_the_first_segment():
+    """A communicator made after 1,100,000 copies (70 MiB of records: past the first of the
+    segments the writer maps its file in, 64 MiB each, which lie apart): its all-reduces'
+    fingerprints name it and their calls. The preload took a record's offset for its distance
+    from the header, and the record an offset names for the header plus that offset (seen: the
+    fingerprints named no call)."""
+    d = os.path.join(TMP, "latecomm")
+    p = run([TOOL, "run", "--values", "collectives", "--stacks", "none", "--dir", d, "--",
+             f"{T}/scenario", "latecomm", "1100000"])
+    assert p.returncode == 0 and p.stdout == "latecomm ok\n", p
+    # 1.1M lines: only those of the all-reduces and the fingerprints are parsed
+    dump = subprocess.Popen([TOOL, "dump", "--json", "--no-stacks", d], stdout=subprocess.PIPE,
+                            env=env())
+    lines = [json.loads(ln) for ln in dump.stdout if b'"value"' in ln or b"ncclAllReduce" in ln]
+    assert dump.wait() == 0
+    ars = [x for x in lines if x["op"] == "ncclAllReduce"]
+    vals = [x for x in lines if x["op"] == "value"]
+    assert len(ars) == 4 and len(vals) == 4 and {v["status"] for v in vals} == {"done"}, vals
+    assert ars[0]["index"] > 1100000 and ars[0]["comm"], ars[0]
+    assert [(v["of"], v["comm"], v["seq"]) for v in vals] == \
+        [(a["index"], a["comm"], a["seq"]) for a in ars], (vals, ars)
+    [f] = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".shptrace")]
+    with open(f, "rb") as fh:
+        comm_off = struct.unpack_from("<Q", fh.read(4096), 816)[0]  # the header's comm_off[0]
+    assert comm_off > 64 << 20, comm_off
 
 
 def test_version_says_seven():

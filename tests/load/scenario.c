@@ -8,7 +8,8 @@
  * fewer, says "ready", waits for GO_FILE to exist, then makes 5 more of each) | joined (captures
  * joined through events: an all-reduce and a copy on a side stream that joins the capture by
  * waiting on an event, replayed 3 times; a fork left unjoined; the same fork and join at the driver
- * level, with libcuda.so.1 opened by name) */
+ * level, with libcuda.so.1 opened by name) | latecomm N (N copies, then a communicator and 4
+ * all-reduces on it) */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -436,6 +437,23 @@ static int nested(void)
     return 0;
 }
 
+/* n copies, then a communicator and a few all-reduces on it: its record lies n copies into the
+ * trace (past the writer's first segment, 64 MiB, for n over about a million). */
+static int late_comm(int n)
+{
+    float *dev, host[16] = {0};
+    CHECK_CUDA(cudaMalloc((void **)&dev, sizeof(host)));
+    for (int i = 0; i < n; i++)
+        CHECK_CUDA(cudaMemcpyAsync(dev, host, sizeof(host), cudaMemcpyHostToDevice, 0));
+    ncclComm_t comm = one_rank_comm();
+    for (int i = 0; i < 4; i++)
+        CHECK_NCCL(ncclAllReduce(dev, dev, 16, ncclFloat32, ncclSum, comm, 0));
+    CHECK_CUDA(cudaStreamSynchronize(0));
+    CHECK_NCCL(ncclCommDestroy(comm));
+    printf("latecomm ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -459,6 +477,8 @@ int main(int argc, char **argv)
         return nested();
     if (!strcmp(what, "overrun"))
         return read_past_the_end();
+    if (!strcmp(what, "latecomm"))
+        return late_comm(argc > 2 ? atoi(argv[2]) : 1100000);
     if (!strcmp(what, "joined"))
         return joined();
     if (!strcmp(what, "phases") && argc > 5)
