@@ -267,9 +267,15 @@ extern _Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
 /* Resolve op for slot 0 (RTLD_NEXT, then the loaded library, pnccl* first). NULL if absent. */
 void *shp_real_slow(unsigned op, int slot);
 
+/* The real function if it was found already, else NULL. */
+static inline void *shp_real_loaded(unsigned op, int slot)
+{
+    return atomic_load_explicit(&shp_real_tab[slot][op], memory_order_acquire);
+}
+
 static inline void *shp_real(unsigned op, int slot)
 {
-    void *p = atomic_load_explicit(&shp_real_tab[slot][op], memory_order_acquire);
+    void *p = shp_real_loaded(op, slot);
     return __builtin_expect(p != NULL, 1) ? p : shp_real_slow(op, slot);
 }
 
@@ -412,12 +418,18 @@ bool shp_armed_slow(void);
 /* shp_armed_slow has run in this process (a forked child runs it again). */
 extern _Atomic bool shp_armed_tried;
 
+/* The trace's control word says armed (tracing must be on: the control words exist). */
+static inline __attribute__((always_inline)) bool shp_ctl_armed(void)
+{
+    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
+    return ctl[SHP_CTL_ARMED] != 0;
+}
+
 /* True when calls are being recorded (not dormant). Two loads on the fast path, one more while
  * dormant. */
 static inline __attribute__((always_inline)) bool shp_armed(void)
 {
-    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
-    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) ||
+    return __builtin_expect(shp_ctl_armed(), 1) ||
            (__builtin_expect(!atomic_load_explicit(&shp_armed_tried, memory_order_relaxed), 0) &&
             shp_armed_slow());
 }
@@ -529,6 +541,15 @@ void shp_init(void);
  * the trace's header (calls_lost) while it is mapped. caller: the wrapper's return address where
  * the call may be a library's own (SHP_FOREIGN_*), which is not counted; NULL otherwise. */
 __attribute__((cold)) void shp_call_lost(const void *caller);
+
+/* shp_active's common case alone, for the wrapper's first test: tracing on and this thread in
+ * neither our code nor another intercepted call. Calls nothing; false only means "ask
+ * shp_active". */
+static inline __attribute__((always_inline)) bool shp_on_outside(void)
+{
+    return __builtin_expect(!shp_guard, 1) &&
+           atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
+}
 
 /* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
  * real function of another intercepted call is running on this thread. caller: as for
