@@ -296,7 +296,15 @@ enum shp_aux {
     SHP_AUX_CU_STREAM_CAPTURE_INFO, /* cuStreamGetCaptureInfo_v2 */
     SHP_AUX_COUNT
 };
-void *shp_real_aux(int slot, enum shp_aux aux);
+extern _Atomic(void *) shp_aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
+void *shp_real_aux_slow(int slot, enum shp_aux aux);
+/* The helper aux of the library behind `slot`, NULL if it has none. Inline: a copy asks for
+ * cudaGetDevice on every call, and the call into resolve.c was 24 instructions of it. */
+static inline void *shp_real_aux(int slot, enum shp_aux aux)
+{
+    void *p = atomic_load_explicit(&shp_aux_tab[slot][aux], memory_order_acquire);
+    return __builtin_expect(p != NULL, 1) ? p : shp_real_aux_slow(slot, aux);
+}
 
 /* A driver function (`name`, exact) by ordinary binding or in the loaded libcuda; NULL if none. */
 void *shp_cu_real_lookup(const char *name);

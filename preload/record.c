@@ -63,6 +63,11 @@ static const unsigned char is_capture_begin[SHP_OP_COUNT] = {
     [SHP_OP_cuStreamBeginCaptureToGraph] = 1, [SHP_OP_cuStreamBeginCaptureToGraph_ptsz] = 1,
 };
 
+/* The driver's calls (shp_op_lib's SHP_LIB_CUDA), as a table here for the copy's path. */
+#define SHP_X_DRIVER(num, lib, cls, name, facts, params, args, desc) [num] = 1,
+static const unsigned char is_driver_op[SHP_OP_COUNT] = {SHP_CUDA_CALLS(SHP_X_DRIVER)};
+#undef SHP_X_DRIVER
+
 static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
     [SHP_OP_cudaMemcpyPeer] = 1,
     [SHP_OP_cudaMemcpyPeerAsync] = 1,
@@ -570,7 +575,7 @@ static int resolve_kind(const struct shp_call *c, const void *dst, const void *s
 static int current_device(const struct shp_call *c)
 {
     int slot = c->slot;
-    if (shp_op_lib(c->op) == SHP_LIB_CUDA) {
+    if (is_driver_op[c->op]) {
         cu_ctx_device_fn g = (cu_ctx_device_fn)shp_real_aux(0, SHP_AUX_CU_CTX_GET_DEVICE);
         CUdevice d = -1;
         return g && g(&d) == CUDA_SUCCESS ? (int)d : -1;
