@@ -202,8 +202,6 @@ struct shp_file_header *shp_writer_header(void);
  * header's table, for compact records to name it by. Returns the index, or -1 when the table is
  * full or rec is not in the trace (that communicator's calls then get full records). */
 int shp_writer_comm_index(const void *rec);
-/* Which trace file indexes belong to: changes when a forked child starts its own. */
-uint32_t shp_writer_gen(void);
 void shp_writer_close(void);
 void shp_writer_atfork_child(void);
 
@@ -235,10 +233,18 @@ struct shp_writer_hot {
     _Atomic uint64_t fast_end;
     struct shp_file_header *hdr;
     unsigned shift; /* a segment maps 2^shift bytes of file (and an overlap) */
+    uint32_t gen;   /* bumped at fork: communicator indexes name this file's records only */
     uint64_t mask;
     unsigned char *seg[SHP_SEG_MAX]; /* mapping of segment i, or NULL; published before use */
 };
 extern struct shp_writer_hot shp_wh;
+
+/* Which trace file indexes belong to: changes when a forked child starts its own. Inline: each
+ * collective's compact record asks. */
+static inline uint32_t shp_writer_gen(void)
+{
+    return shp_wh.gen;
+}
 
 /* shp_reserve for a call record (not SHP_ROLE_META) of a constant size: a CAS on the tail when
  * the record ends below fast_end and the cap, else the whole of shp_reserve (growth, the
@@ -496,7 +502,9 @@ static inline void shp_dormant_group(unsigned op, int result)
         shp_group_depth--;
 }
 
-/* Before the real call: reserve and publish the call's record (or note why not). */
+/* Before the real call: reserve and publish the call's record (or note why not). Returns with
+ * the guard held (shp_guard one higher), so that the caller calls the real function under it
+ * and then drops it, with no second increment. */
 void shp_enter(struct shp_call *c);
 /* shp_enter for a call whose class is known to be that one: each its own straight path. */
 void shp_enter_launch(struct shp_call *c);

@@ -57,8 +57,9 @@
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
-        shp_enter_cls(&c, cls_);                                                                   \
-        SHP_CALL_REAL(r, real, args);                                                              \
+        shp_enter_cls(&c, cls_); /* returns with the guard held, as SHP_CALL_REAL would hold it */ \
+        r = real args;                                                                             \
+        shp_guard--;                                                                               \
         shp_leave(&c, (int)r);                                                                     \
         return r;                                                                                  \
     }
