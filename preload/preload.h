@@ -208,8 +208,6 @@ int shp_writer_comm_index(const void *rec);
 uint64_t shp_writer_offset(const void *rec);
 /* The communicator record that index idx of the open trace's table names, NULL if none. */
 const void *shp_writer_comm_record(unsigned idx);
-/* Which trace file indexes belong to: changes when a forked child starts its own. */
-uint32_t shp_writer_gen(void);
 void shp_writer_close(void);
 void shp_writer_atfork_child(void);
 
@@ -241,10 +239,18 @@ struct shp_writer_hot {
     _Atomic uint64_t fast_end;
     struct shp_file_header *hdr;
     unsigned shift; /* a segment maps 2^shift bytes of file (and an overlap) */
+    uint32_t gen;   /* bumped at fork: communicator indexes name this file's records only */
     uint64_t mask;
     unsigned char *seg[SHP_SEG_MAX]; /* mapping of segment i, or NULL; published before use */
 };
 extern struct shp_writer_hot shp_wh;
+
+/* Which trace file indexes belong to: changes when a forked child starts its own. Inline: each
+ * collective's compact record asks. */
+static inline uint32_t shp_writer_gen(void)
+{
+    return shp_wh.gen;
+}
 
 /* shp_reserve for a call record (not SHP_ROLE_META) of a constant size: a CAS on the tail when
  * the record ends below fast_end and the cap, else the whole of shp_reserve (growth, the
@@ -273,9 +279,15 @@ extern _Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
 /* Resolve op for slot 0 (RTLD_NEXT, then the loaded library, pnccl* first). NULL if absent. */
 void *shp_real_slow(unsigned op, int slot);
 
+/* The real function if it was found already, else NULL. */
+static inline void *shp_real_loaded(unsigned op, int slot)
+{
+    return atomic_load_explicit(&shp_real_tab[slot][op], memory_order_acquire);
+}
+
 static inline void *shp_real(unsigned op, int slot)
 {
-    void *p = atomic_load_explicit(&shp_real_tab[slot][op], memory_order_acquire);
+    void *p = shp_real_loaded(op, slot);
     return __builtin_expect(p != NULL, 1) ? p : shp_real_slow(op, slot);
 }
 
@@ -296,7 +308,15 @@ enum shp_aux {
     SHP_AUX_CU_STREAM_CAPTURE_INFO, /* cuStreamGetCaptureInfo_v2 */
     SHP_AUX_COUNT
 };
-void *shp_real_aux(int slot, enum shp_aux aux);
+extern _Atomic(void *) shp_aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
+void *shp_real_aux_slow(int slot, enum shp_aux aux);
+/* The helper aux of the library behind `slot`, NULL if it has none. Inline: a copy asks for
+ * cudaGetDevice on every call, and the call into resolve.c was 24 instructions of it. */
+static inline void *shp_real_aux(int slot, enum shp_aux aux)
+{
+    void *p = atomic_load_explicit(&shp_aux_tab[slot][aux], memory_order_acquire);
+    return __builtin_expect(p != NULL, 1) ? p : shp_real_aux_slow(slot, aux);
+}
 
 /* A driver function (`name`, exact) by ordinary binding or in the loaded libcuda; NULL if none. */
 void *shp_cu_real_lookup(const char *name);
@@ -418,12 +438,18 @@ bool shp_armed_slow(void);
 /* shp_armed_slow has run in this process (a forked child runs it again). */
 extern _Atomic bool shp_armed_tried;
 
+/* The trace's control word says armed (tracing must be on: the control words exist). */
+static inline __attribute__((always_inline)) bool shp_ctl_armed(void)
+{
+    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
+    return ctl[SHP_CTL_ARMED] != 0;
+}
+
 /* True when calls are being recorded (not dormant). Two loads on the fast path, one more while
  * dormant. */
 static inline __attribute__((always_inline)) bool shp_armed(void)
 {
-    volatile uint64_t *ctl = __atomic_load_n(&shp_ctl, __ATOMIC_ACQUIRE);
-    return __builtin_expect(ctl[SHP_CTL_ARMED] != 0, 1) ||
+    return __builtin_expect(shp_ctl_armed(), 1) ||
            (__builtin_expect(!atomic_load_explicit(&shp_armed_tried, memory_order_relaxed), 0) &&
             shp_armed_slow());
 }
@@ -482,7 +508,9 @@ static inline void shp_dormant_group(unsigned op, int result)
         shp_group_depth--;
 }
 
-/* Before the real call: reserve and publish the call's record (or note why not). */
+/* Before the real call: reserve and publish the call's record (or note why not). Returns with
+ * the guard held (shp_guard one higher), so that the caller calls the real function under it
+ * and then drops it, with no second increment. */
 void shp_enter(struct shp_call *c);
 /* shp_enter for a call whose class is known to be that one: each its own straight path. */
 void shp_enter_launch(struct shp_call *c);
@@ -535,6 +563,15 @@ void shp_init(void);
  * the trace's header (calls_lost) while it is mapped. caller: the wrapper's return address where
  * the call may be a library's own (SHP_FOREIGN_*), which is not counted; NULL otherwise. */
 __attribute__((cold)) void shp_call_lost(const void *caller);
+
+/* shp_active's common case alone, for the wrapper's first test: tracing on and this thread in
+ * neither our code nor another intercepted call. Calls nothing; false only means "ask
+ * shp_active". */
+static inline __attribute__((always_inline)) bool shp_on_outside(void)
+{
+    return __builtin_expect(!shp_guard, 1) &&
+           atomic_load_explicit(&shp_state, memory_order_acquire) == SHP_STATE_ON;
+}
 
 /* True when this call should be recorded: tracing on, and neither shapetrace's own code nor the
  * real function of another intercepted call is running on this thread. caller: as for

@@ -63,6 +63,11 @@ static const unsigned char is_capture_begin[SHP_OP_COUNT] = {
     [SHP_OP_cuStreamBeginCaptureToGraph] = 1, [SHP_OP_cuStreamBeginCaptureToGraph_ptsz] = 1,
 };
 
+/* The driver's calls (shp_op_lib's SHP_LIB_CUDA), as a table here for the copy's path. */
+#define SHP_X_DRIVER(num, lib, cls, name, facts, params, args, desc) [num] = 1,
+static const unsigned char is_driver_op[SHP_OP_COUNT] = {SHP_CUDA_CALLS(SHP_X_DRIVER)};
+#undef SHP_X_DRIVER
+
 static const unsigned char is_peer_copy[SHP_OP_COUNT] = {
     [SHP_OP_cudaMemcpyPeer] = 1,
     [SHP_OP_cudaMemcpyPeerAsync] = 1,
@@ -570,7 +575,7 @@ static int resolve_kind(const struct shp_call *c, const void *dst, const void *s
 static int current_device(const struct shp_call *c)
 {
     int slot = c->slot;
-    if (shp_op_lib(c->op) == SHP_LIB_CUDA) {
+    if (is_driver_op[c->op]) {
         cu_ctx_device_fn g = (cu_ctx_device_fn)shp_real_aux(0, SHP_AUX_CU_CTX_GET_DEVICE);
         CUdevice d = -1;
         return g && g(&d) == CUDA_SUCCESS ? (int)d : -1;
@@ -620,14 +625,36 @@ HOT void pre_common(struct pre *p, const struct shp_call *c)
         p->flags |= SHP_EV_CAPTURED;
 }
 
-HOT void head_fill(struct shp_head *hd, const struct shp_call *c, const struct pre *p)
+/* A compact record is built as its words (w[0], its first, left to the publication): the check
+ * is computed from them where they are, in registers, and each is stored once, whole. Filled
+ * field by field, the check read back the word that holds tid, op, flags and group, which three
+ * narrower stores had just made: such a load waits until those stores reach the cache. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "head_words builds the head's bytes");
+_Static_assert(offsetof(struct shp_head, tid) == 16 && offsetof(struct shp_head, op) == 20 &&
+                   offsetof(struct shp_head, flags) == 21 && offsetof(struct shp_head, group) == 22,
+               "head_words' layout");
+
+/* The words of struct shp_head after its record header: t, (tid, op, flags, group), done. */
+HOT void head_words(uint64_t *w, const struct shp_call *c, const struct pre *p, uint32_t group)
 {
-    hd->t = c->t0;
-    hd->tid = shp_tid();
-    hd->op = (uint8_t)c->op;
-    hd->flags = (uint8_t)p->flags;
-    hd->group = (uint16_t)shp_group_depth;
-    hd->done = SHP_DONE_PENDING;
+    w[1] = c->t0;
+    w[2] = (uint64_t)shp_tid() | (uint64_t)(uint8_t)c->op << 32 |
+           (uint64_t)(uint8_t)p->flags << 40 | (uint64_t)(uint16_t)group << 48;
+    w[3] = SHP_DONE_PENDING;
+}
+
+/* Stores the record of `size` bytes whose words are w at rec (8-byte aligned), and publishes it
+ * (as shp_rec_publish). Each word is one 8-byte store: copied as memory, the words went through
+ * the stack and back in 16-byte loads that again spanned two stores. */
+HOT void publish_words(void *rec, const uint64_t *w, unsigned type, size_t size)
+{
+    struct shp_rec *r = (struct shp_rec *)rec;
+    uint32_t check = shp_rec_check(w, type, size);
+#pragma GCC unroll 16
+    for (size_t i = 1; i < size / 8; i++)
+        __atomic_store_n((uint64_t *)rec + i, w[i], __ATOMIC_RELAXED);
+    r->check = check;
+    __atomic_store_n(&r->word, SHP_REC_WORD(type, size), __ATOMIC_RELEASE);
 }
 
 /* True if every one of n values fits the 48 bits of a compact record's word. */
@@ -743,23 +770,25 @@ HOT bool coll_compact(struct shp_call *c, const struct pre *p)
     int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
     uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
                     (uint64_t)(uintptr_t)c->stream, p->seq};
-    if (idx < 0 || p->graph || shp_group_depth > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
+    uint32_t group = shp_group_depth;
+    if (idx < 0 || p->graph || group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
         return false;
     unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
     struct shp_rec_coll_c *r = shp_reserve_call(type, sizeof(*r));
     if (r) {
         unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
-        head_fill(&r->h, c, p);
-        r->count_dt = v[0] | (uint64_t)(uint8_t)c->dtype << 48 | (uint64_t)redop << 56;
-        r->send_comm = SHP_P48(v[1], idx);
-        r->recv_rp = SHP_P48(v[2], rp);
-        r->stream_slo = SHP_P48(v[3], p->stack);
-        r->seq_shi = SHP_P48(v[4], p->stack >> 16);
+        uint64_t w[sizeof(*r) / 8];
+        head_words(w, c, p, group);
+        w[4] = v[0] | (uint64_t)(uint8_t)c->dtype << 48 | (uint64_t)redop << 56; /* count_dt */
+        w[5] = SHP_P48(v[1], idx);                                               /* send_comm */
+        w[6] = SHP_P48(v[2], rp);                                                /* recv_rp */
+        w[7] = SHP_P48(v[3], p->stack);                                          /* stream_slo */
+        w[8] = SHP_P48(v[4], p->stack >> 16);                                    /* seq_shi */
         /* Each type a constant, so that the check folds into a few adds. */
         if (type == SHP_REC_P2P_C)
-            shp_rec_publish(r, SHP_REC_P2P_C, sizeof(*r));
+            publish_words(r, w, SHP_REC_P2P_C, sizeof(*r));
         else
-            shp_rec_publish(r, SHP_REC_COLL_C, sizeof(*r));
+            publish_words(r, w, SHP_REC_COLL_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
@@ -802,14 +831,14 @@ HOT bool entry_device(const struct shp_call *c, int *dev)
 }
 
 /* What a compact copy record holds of a row: v is copy_compact's, dev the device at entry. */
-HOT void row_fill(struct shp_rec_copy_c *r, const struct shp_call *c, const struct pre *p,
-                  const uint64_t *v, int dev)
+HOT void row_words(uint64_t *w, const struct shp_call *c, const struct pre *p, uint32_t group,
+                   const uint64_t *v, int dev)
 {
-    head_fill(&r->h, c, p);
-    r->dst_dev = SHP_P48(v[0], dev);
-    r->src_kind = SHP_P48(v[1], (uint8_t)p->kind);
-    r->stream_slo = SHP_P48(v[2], p->stack);
-    r->bytes_shi = SHP_P48(v[3], p->stack >> 16);
+    head_words(w, c, p, group);
+    w[4] = SHP_P48(v[0], dev);              /* dst_dev */
+    w[5] = SHP_P48(v[1], (uint8_t)p->kind); /* src_kind */
+    w[6] = SHP_P48(v[2], p->stack);         /* stream_slo */
+    w[7] = SHP_P48(v[3], p->stack >> 16);   /* bytes_shi */
 }
 
 /* The compact record of a 2-D copy, for a copy that copy_compact left (more than one row, or
@@ -821,17 +850,19 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
                     (uint64_t)(uintptr_t)c->stream, c->width};
     uint64_t pitches[] = {c->spitch, c->dpitch};
     int dev;
-    if (is_peer_copy[c->op] || p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4) ||
+    uint32_t group = shp_group_depth;
+    if (is_peer_copy[c->op] || p->graph || group > UINT16_MAX || !fit48(v, 4) ||
         c->height > UINT32_MAX || !fit48(pitches, 2) ||
         (c->height == 1 && c->spitch == c->width && c->dpitch == c->width) ||
         !entry_device(c, &dev))
         return false;
     struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
     if (r) {
-        row_fill(&r->row, c, p, v, dev);
-        r->spitch_hlo = SHP_P48(pitches[0], c->height);
-        r->dpitch_hhi = SHP_P48(pitches[1], c->height >> 16);
-        shp_rec_publish(r, SHP_REC_COPY2D_C, sizeof(*r));
+        uint64_t w[sizeof(*r) / 8];
+        row_words(w, c, p, group, v, dev);
+        w[8] = SHP_P48(pitches[0], c->height);       /* spitch_hlo */
+        w[9] = SHP_P48(pitches[1], c->height >> 16); /* dpitch_hhi */
+        publish_words(r, w, SHP_REC_COPY2D_C, sizeof(*r));
         c->head = &r->row.h;
     }
     return true;
@@ -841,16 +872,18 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
+    uint32_t group = shp_group_depth;
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || shp_group_depth > UINT16_MAX || !fit48(v, 4))
+        p->graph || group > UINT16_MAX || !fit48(v, 4))
         return false;
     int dev;
     if (!entry_device(c, &dev))
         return false;
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
-        row_fill(r, c, p, v, dev);
-        shp_rec_publish(r, SHP_REC_COPY_C, sizeof(*r));
+        uint64_t w[sizeof(*r) / 8];
+        row_words(w, c, p, group, v, dev);
+        publish_words(r, w, SHP_REC_COPY_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
@@ -860,14 +893,16 @@ HOT bool launch_compact(struct shp_call *c, const struct pre *p)
 {
     /* A launch's description names its exec and stream only (calls.h). */
     uint64_t v[] = {(uint64_t)(uintptr_t)c->stream, (uint64_t)(uintptr_t)c->exec};
-    if (shp_group_depth > UINT16_MAX || !fit48(v, 2))
+    uint32_t group = shp_group_depth;
+    if (group > UINT16_MAX || !fit48(v, 2))
         return false;
     struct shp_rec_launch_c *r = shp_reserve_call(SHP_REC_LAUNCH_C, sizeof(*r));
     if (r) {
-        head_fill(&r->h, c, p);
-        r->stream_slo = SHP_P48(v[0], p->stack);
-        r->exec_shi = SHP_P48(v[1], p->stack >> 16);
-        shp_rec_publish(r, SHP_REC_LAUNCH_C, sizeof(*r));
+        uint64_t w[sizeof(*r) / 8];
+        head_words(w, c, p, group);
+        w[4] = SHP_P48(v[0], p->stack);       /* stream_slo */
+        w[5] = SHP_P48(v[1], p->stack >> 16); /* exec_shi */
+        publish_words(r, w, SHP_REC_LAUNCH_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
@@ -987,12 +1022,10 @@ static bool comm_end_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
     c->id = st->id;
     struct shp_rec_comm_end_c *r = shp_reserve(SHP_REC_COMM_END_C, sizeof(*r));
     if (r) {
-        head_fill(&r->h, c, &(struct pre){.flags = flags});
-        r->stack = stack;
-        r->comm = (uint16_t)idx;
-        r->kind = comm_kind_of_op[c->op];
-        r->pad = 0;
-        shp_rec_publish(r, SHP_REC_COMM_END_C, sizeof(*r));
+        uint64_t w[sizeof(*r) / 8];
+        head_words(w, c, &(struct pre){.flags = flags}, shp_group_depth);
+        w[4] = stack | (uint64_t)(uint16_t)idx << 32 | (uint64_t)comm_kind_of_op[c->op] << 48;
+        publish_words(r, w, SHP_REC_COMM_END_C, sizeof(*r));
         c->head = &r->h;
     }
     return true;
@@ -1011,13 +1044,12 @@ static bool alloc_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
         return false;
     struct shp_rec_alloc_c *r = shp_reserve(SHP_REC_ALLOC_C, sizeof(*r));
     if (r) {
-        head_fill(&r->h, c, &(struct pre){.flags = flags});
-        r->ptr = is_free ? (uint64_t)(uintptr_t)c->a : 0;
-        r->size_dev = SHP_P48(size, dev);
-        r->stack = stack;
-        r->kind = (uint8_t)c->kind;
-        r->pad[0] = r->pad[1] = r->pad[2] = 0;
-        shp_rec_publish(r, SHP_REC_ALLOC_C, sizeof(*r));
+        uint64_t w[sizeof(*r) / 8];
+        head_words(w, c, &(struct pre){.flags = flags}, shp_group_depth);
+        w[4] = is_free ? (uint64_t)(uintptr_t)c->a : 0;  /* ptr */
+        w[5] = SHP_P48(size, dev);                       /* size_dev */
+        w[6] = stack | (uint64_t)(uint8_t)c->kind << 32; /* stack, kind */
+        publish_words(r, w, SHP_REC_ALLOC_C, sizeof(*r));
         if (is_free)
             c->head = &r->h;
         else
@@ -1076,8 +1108,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
     if (call || !enter_rare_compact(c, type))
         enter_full(c, type, &p, call);
     errno = saved;
-out:
-    shp_guard--;
+out:; /* the guard stays held: the wrapper calls the real function under it (shp_enter) */
 }
 
 void shp_enter(struct shp_call *c)

@@ -20,7 +20,7 @@ _Atomic(void *) shp_real_tab[SHP_SLOTS][SHP_OP_COUNT];
 /* Per slot: the library's load base and a handle to it (NULL for slot 0: RTLD_NEXT first). */
 static void *slot_base[SHP_SLOTS];
 static void *slot_handle[SHP_SLOTS];
-static _Atomic(void *) aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
+_Atomic(void *) shp_aux_tab[SHP_SLOTS][SHP_AUX_COUNT];
 static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
 
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -194,9 +194,9 @@ void *shp_cu_real_lookup(const char *name)
     return lookup(0, SHP_LIB_CUDA, name);
 }
 
-void *shp_real_aux(int slot, enum shp_aux aux)
+void *shp_real_aux_slow(int slot, enum shp_aux aux)
 {
-    void *p = atomic_load_explicit(&aux_tab[slot][aux], memory_order_acquire);
+    void *p = atomic_load_explicit(&shp_aux_tab[slot][aux], memory_order_acquire);
     if (p)
         return p;
     int lib = aux <= SHP_AUX_COMM_GET_ASYNC_ERROR   ? SHP_LIB_NCCL
@@ -216,7 +216,7 @@ void *shp_real_aux(int slot, enum shp_aux aux)
     }
     p = lookup(from, lib, aux_names[aux]);
     if (p)
-        atomic_store_explicit(&aux_tab[slot][aux], p, memory_order_release);
+        atomic_store_explicit(&shp_aux_tab[slot][aux], p, memory_order_release);
     return p;
 }
 

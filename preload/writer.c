@@ -58,7 +58,6 @@ static struct {
     uint64_t map_len;   /* the largest the file may become: cap plus the bookkeeping reserve */
     uint64_t as_mapped; /* bytes of address space the segments take */
     uint64_t cap;       /* end offset for call records (the header's cap) */
-    uint32_t gen;       /* bumped at fork: communicator indexes name this file's records only */
     uint32_t npairs;    /* clock pairs stored so far (clock_pairs[npairs % SHP_CLOCK_PAIRS] next) */
     char path[PATH_MAX + 256];
     char why[PATH_MAX + 320]; /* why the trace could not be made */
@@ -955,11 +954,6 @@ const void *shp_writer_comm_record(unsigned idx)
     return s ? s + (off & shp_wh.mask) : NULL;
 }
 
-uint32_t shp_writer_gen(void)
-{
-    return w.gen;
-}
-
 void shp_writer_close(void)
 {
     /* The helper is told to stop, never waited for: exit_group ends it. */
@@ -999,7 +993,7 @@ void shp_writer_atfork_child(void)
     w.pending[0] = 0;
     atomic_store(&w.pending_taken, 0);
     atomic_store(&w.ready, 0);
-    w.gen++;
+    shp_wh.gen++;
     pthread_mutex_init(&w.mu, NULL);
     atomic_store(&w.state, W_CLOSED);
 }

@@ -313,7 +313,8 @@ struct shp_rec_alloc_c {
     uint8_t kind; /* SHP_ALLOC_* */
     uint8_t pad[3];
 };
-_Static_assert(sizeof(struct shp_rec_alloc_c) == 56, "compact alloc layout");
+_Static_assert(sizeof(struct shp_rec_alloc_c) == 56 && offsetof(struct shp_rec_alloc_c, kind) == 52,
+               "compact alloc layout");
 #define SHP_CHECK_SKIP_OUT 40 /* a SHP_ROLE_OUT record leaves [24, 40) out of `check` */
 
 /* Communicator kinds. */
@@ -351,7 +352,10 @@ struct shp_rec_comm_end_c {
     uint8_t kind;  /* SHP_COMM_* */
     uint8_t pad;
 };
-_Static_assert(sizeof(struct shp_rec_comm_end_c) == 40, "compact communicator end layout");
+_Static_assert(sizeof(struct shp_rec_comm_end_c) == 40 &&
+                   offsetof(struct shp_rec_comm_end_c, comm) == 36 &&
+                   offsetof(struct shp_rec_comm_end_c, kind) == 38,
+               "compact communicator end layout");
 
 /* Datatypes, as NCCL numbers them (ncclInt8 = 0 ... ncclFloat8e5m2 = 11). */
 #define SHP_DTYPE_COUNT 12
