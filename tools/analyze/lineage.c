@@ -75,6 +75,10 @@ struct an_lineage {
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
     bool stale_reported; /* this process's first stale read is its finding */
+    /* Whether a pass after this one reads the step's producers: only the expectations do, and
+     * only with an expectation file. Without one, copying the chain into every reading step
+     * was a twentieth of the pass's instructions. */
+    bool producers;
 };
 
 static void retire(struct an_lineage *L, uint32_t region);
@@ -258,7 +262,7 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
      * write its input just before it. */
     if (rc.stale && !st->launch && !L->stale_reported)
         report_stale(L, st, &rc);
-    if (rc.best && !st->nproducers) {
+    if (rc.best && L->producers && !st->nproducers) {
         const struct an_origin *o = &L->origins[rc.best - 1];
         st->producers[0] = o->ref;
         memcpy(st->producers + 1, o->anc, o->nanc * sizeof(o->anc[0]));
@@ -524,6 +528,7 @@ static void *lineage_init(struct an_ctx *ctx)
     if (!L)
         return NULL;
     L->ctx = ctx;
+    L->producers = ctx->expect != NULL;
     return L;
 }
 
