@@ -1184,8 +1184,7 @@ static void align_event(void *st, struct an_ctx *ctx, struct an_step *s)
         /* A call on no communicator (NULL) was refused by NCCL; anything else is tied. */
         if (!e->comm && e->dur_ns != SHP_NONE && e->result != 0)
             return;
-        struct an_entry en = an_entry_of(e, s->ref);
-        executed(ctx, A, pidx, s, e, &en);
+        executed(ctx, A, pidx, s, e, an_step_entry(s));
         return;
     }
     if (e->type == SHP_REC_P2P) {

@@ -336,8 +336,7 @@ static void waitfor_event(void *st, struct an_ctx *ctx, struct an_step *s)
         executed(W, p, &g->calls[i].e, &en, false);
     }
     if (e->type == SHP_REC_COLL) {
-        struct an_entry en = an_entry_of(e, s->ref);
-        executed(W, p, e, &en, e->group > 0);
+        executed(W, p, e, an_step_entry(s), e->group > 0);
     } else if (e->type == SHP_REC_GROUP && e->op == SHP_OP_ncclGroupEnd && e->group <= 1) {
         flush_group(W, p); /* the outermost group's end issues its calls together */
     } else if (e->type == SHP_REC_COMM && e->comm_kind > SHP_COMM_SHRINK) {
