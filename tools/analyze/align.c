@@ -73,6 +73,9 @@ struct align {
     struct an_ref *untied_first;
     uint64_t *untied_comm;
     size_t nprocs;
+    /* per process: the communicator of its last call, which its next call is most often on
+     * too (the table's lookup for every call was a tenth of the pass's instructions) */
+    struct an_comm **last;
 };
 
 static uint64_t comm_key(const void *item)
@@ -163,10 +166,12 @@ static enum field first_difference(const struct an_entry *a, const struct an_ent
     return F_NONE;
 }
 
-/* A rank's signature against the majority's: same op, dtype, count, redop, root. */
+/* A rank's signature against the majority's: same op, dtype, count, redop, root (the fields of
+ * first_difference, compared directly: every member's head is compared at every place). */
 static bool same(const struct an_entry *a, const struct an_entry *b)
 {
-    return first_difference(a, b) == F_NONE;
+    return a->count == b->count && a->dtype == b->dtype && a->redop == b->redop &&
+           a->root == b->root && (a->op == b->op || shp_op_same(a->op) == shp_op_same(b->op));
 }
 
 /* other: the count of the call e is compared with (0: none), so both read in one factoring. */
@@ -1044,7 +1049,10 @@ static struct an_member *member_of(struct an_ctx *ctx, struct align *A, int pidx
                                    const struct an_step *s, const struct shp_event *e, bool call,
                                    struct an_comm **cp)
 {
-    struct an_comm *c = comm_get(A, e->comm, e->nranks);
+    /* A communicator kept here has its size: comm_get would return it as it is. */
+    struct an_comm *c = A->last[pidx];
+    if (!c || c->id != e->comm)
+        A->last[pidx] = c = comm_get(A, e->comm, e->nranks);
     if (c && e->nranks > 0 && e->nranks != c->nranks) {
         contradiction(ctx, A, c, e->comm, pidx, s, e->nranks, -1);
         return NULL;
@@ -1082,10 +1090,12 @@ static void *align_init(struct an_ctx *ctx)
     A->untied = calloc(n, sizeof(*A->untied));
     A->untied_first = calloc(n, sizeof(*A->untied_first));
     A->untied_comm = calloc(n, sizeof(*A->untied_comm));
-    if (!A->untied || !A->untied_first || !A->untied_comm) {
+    A->last = calloc(n, sizeof(*A->last));
+    if (!A->untied || !A->untied_first || !A->untied_comm || !A->last) {
         free(A->untied);
         free(A->untied_first);
         free(A->untied_comm);
+        free(A->last);
         free(A);
         return NULL;
     }
@@ -1174,8 +1184,7 @@ static void align_event(void *st, struct an_ctx *ctx, struct an_step *s)
         /* A call on no communicator (NULL) was refused by NCCL; anything else is tied. */
         if (!e->comm && e->dur_ns != SHP_NONE && e->result != 0)
             return;
-        struct an_entry en = an_entry_of(e, s->ref);
-        executed(ctx, A, pidx, s, e, &en);
+        executed(ctx, A, pidx, s, e, an_step_entry(s));
         return;
     }
     if (e->type == SHP_REC_P2P) {
@@ -1333,6 +1342,7 @@ static void align_free(void *st)
     free(A->untied);
     free(A->untied_first);
     free(A->untied_comm);
+    free(A->last);
     free(A);
 }
 

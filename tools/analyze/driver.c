@@ -100,6 +100,7 @@ static void step_init(struct an_step *s, struct an_proc *p, const struct shp_eve
     s->launch = NULL;
     s->replay = 0;
     s->has_spans = false;
+    s->has_entry = false;
 }
 
 /* One executed call through the per-process passes. */
@@ -296,13 +297,15 @@ static void feed_end(void *arg, struct an_proc *p)
     process_finish(w);
 }
 
-/* What the merged passes that run (a state of their own) ask the merge to decode. */
-static unsigned merged_types(void *const *merged)
+/* The record types each merged pass that runs (a state of their own) is handed, in want (0 for
+ * one that does not run), and all of them: what the merge decodes. */
+static unsigned merged_types(void *const *merged, unsigned *want)
 {
     unsigned types = 0;
-    for (size_t k = 0; k < NMERGED; k++)
-        if (merged[k])
-            types |= merged_passes[k]->types ? merged_passes[k]->types : ~0u;
+    for (size_t k = 0; k < NMERGED; k++) {
+        want[k] = !merged[k] ? 0 : merged_passes[k]->types ? merged_passes[k]->types : ~0u;
+        types |= want[k];
+    }
     return types;
 }
 
@@ -534,7 +537,8 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         start_workers(&ctx, workers, (unsigned)nw, &next_proc, pl.threads > 1);
     }
     double t_merge = now_s(), c_merge = cpu_s();
-    an_load_start(&ctx, merged_types(merged));
+    unsigned want[NMERGED];
+    an_load_start(&ctx, merged_types(merged, want));
     bool progress = isatty(2), shown = false;
     struct an_proc *p;
     const struct shp_event *e;
@@ -545,6 +549,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         p->last = ref;
         struct an_step s;
         step_init(&s, p, e, &ref);
+        unsigned type = e ? 1u << e->type : 0;
         for (size_t k = 0; k < NMERGED; k++) {
             /* What the feed passes found at this event joins the store after what the first
              * FEED_AT merged passes found at it, as if they had run there. */
@@ -554,8 +559,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
                 an_findings_free(&fd->fs);
                 free(fd);
             }
-            if (e && merged[k] &&
-                (!merged_passes[k]->types || (merged_passes[k]->types & (1u << e->type))))
+            if (want[k] & type)
                 merged_passes[k]->event(merged[k], &ctx, &s);
         }
         for (size_t k = 0; k < NMERGED && p->ended; k++)

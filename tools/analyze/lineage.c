@@ -75,6 +75,10 @@ struct an_lineage {
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
     bool stale_reported; /* this process's first stale read is its finding */
+    /* Whether a pass after this one reads the step's producers: only the expectations do, and
+     * only with an expectation file. Without one, copying the chain into every reading step
+     * was a twentieth of the pass's instructions. */
+    bool producers;
 };
 
 static void retire(struct an_lineage *L, uint32_t region);
@@ -106,13 +110,18 @@ static void assign(struct an_lineage *L, uint64_t s, uint64_t e, uint32_t region
 
 /* ---- groups of reads ---- */
 
-static struct group *group_of(struct an_lineage *L, uint32_t region, uint32_t site, uint64_t piece)
+/* The group of region's reads from site of pieces of that size; a new one when there is none
+ * and make is set, else NULL. */
+static struct group *group_of(struct an_lineage *L, uint32_t region, uint32_t site, uint64_t piece,
+                              bool make)
 {
     /* Reads of different sizes from one site are different views (one per sample, say). */
     struct an_region *r = &L->regions[region - 1];
     for (uint32_t g = r->groups; g; g = L->groups[g - 1].next)
         if (L->groups[g - 1].site == site && L->groups[g - 1].piece == piece)
             return &L->groups[g - 1];
+    if (!make)
+        return NULL;
     uint32_t g = L->free_group;
     if (g) {
         L->free_group = L->groups[g - 1].next;
@@ -174,6 +183,8 @@ struct read_ctx {
     uint64_t best_bytes;
     uint32_t first; /* the producer of the first byte read */
     uint32_t stale; /* an earlier replay's region read past the end of `first` (stale_of) */
+    /* What the step's own write removes right after (ws = we: nothing). */
+    uint64_t ws, we;
 };
 
 /* Whether the bytes of region `old` that a read takes past the end of `newer` (which holds the
@@ -201,7 +212,12 @@ static void on_read(void *arg, const struct shp_range *n)
     else if (rc->first && !rc->stale && n->value != rc->first &&
              stale_of(&rc->L->regions[rc->first - 1], r))
         rc->stale = n->value;
-    struct group *g = group_of(rc->L, n->value, rc->site, b - a);
+    /* A region whose only range the step's own write removes (an in-place collective) is
+     * retired and its groups judged right after: a new group would hold this one piece, and
+     * one piece is never a finding, so none is made (each in-place collective made one, a
+     * tenth of the pass). */
+    bool goes = n->start >= rc->ws && n->end <= rc->we && r->nodes == 1;
+    struct group *g = group_of(rc->L, n->value, rc->site, b - a, !goes);
     /* A read is one piece of each region it touches: counted once, at its first range. */
     if (g && (g->n == 0 || g->last_off != a - r->start || g->first.index != rc->ref->index))
         add_piece(g, rc->st, a - r->start, b - a);
@@ -249,16 +265,21 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
 
 /* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
  * read of a step that finds one hands its chain to the passes after this one. */
-static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e)
+static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e,
+                        const struct shp_span *then)
 {
     struct read_ctx rc = {.L = L, .st = st, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
+    if (then) {
+        rc.ws = then->start;
+        rc.we = then->start + then->len;
+    }
     if (s < e)
         shp_ranges_visit(&L->map, s, e, on_read, &rc);
     /* A read inside a replay is not judged: the kernels of its graph, which no trace shows,
      * write its input just before it. */
     if (rc.stale && !st->launch && !L->stale_reported)
         report_stale(L, st, &rc);
-    if (rc.best && !st->nproducers) {
+    if (rc.best && L->producers && !st->nproducers) {
         const struct an_origin *o = &L->origins[rc.best - 1];
         st->producers[0] = o->ref;
         memcpy(st->producers + 1, o->anc, o->nanc * sizeof(o->anc[0]));
@@ -354,7 +375,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
         /* A 2-D read is its rows, at the source pitch. */
         for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
             uint64_t from = rd.start + row * rd.pitch;
-            uint32_t pr = do_read(L, s, from, from + (rd.pitch ? rd.width : rd.len));
+            uint32_t pr = do_read(L, s, from, from + (rd.pitch ? rd.width : rd.len), NULL);
             if (!parent)
                 parent = pr;
         }
@@ -362,7 +383,10 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
         break;
     case SHP_REC_COLL:
     case SHP_REC_P2P:
-        parent = do_read(L, s, rd.start, rd.start + rd.len);
+        /* do_write clears a 1-D span whole, once it has a region for it (a free slot, or
+         * room for one). */
+        parent = do_read(L, s, rd.start, rd.start + rd.len,
+                         !wr.pitch && (L->free_region || L->nregions < L->cap) ? &wr : NULL);
         do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype);
         break;
     case SHP_REC_ALLOC:
@@ -524,6 +548,7 @@ static void *lineage_init(struct an_ctx *ctx)
     if (!L)
         return NULL;
     L->ctx = ctx;
+    L->producers = ctx->expect != NULL;
     return L;
 }
 

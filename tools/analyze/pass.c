@@ -30,13 +30,6 @@ void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct
                           .recv = recv->launch.rec ? recv->launch : recv->ref};
 }
 
-bool an_refused(const struct shp_event *e)
-{
-    /* ncclInvalidArgument and ncclInvalidUsage (nccl.h numbers them 4 and 5). */
-    return (e->type == SHP_REC_COLL || e->type == SHP_REC_P2P) && e->dur_ns != SHP_NONE &&
-           (e->result == 4 || e->result == 5);
-}
-
 bool an_lost_end(const struct an_proc *p)
 {
     const struct shp_file_header *h = p->sp->t.hdr;

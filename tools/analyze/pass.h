@@ -74,6 +74,19 @@ struct an_ctx {
     struct an_values_counts values; /* written by the values pass as it finishes */
 };
 
+/* One call as the alignment and p2p passes keep it while it is open. */
+struct an_entry {
+    struct an_ref ref; /* the call as issued (for a replay: as captured) */
+    uint64_t t_ns, seq, count;
+    int root, redop, dtype;
+    unsigned op;
+    /* A call a graph replay executed: the cudaGraphLaunch (rec NULL for an eager call) and
+     * the replay's number among that rank's graph launches, from 1. */
+    struct an_ref launch;
+    uint64_t replay;
+};
+struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref);
+
 /* One event as the passes see it. */
 struct an_step {
     struct an_proc *proc;
@@ -94,6 +107,10 @@ struct an_step {
      * step: an_step_spans. */
     bool has_spans;
     struct shp_span rd, wr;
+    /* The call as an entry (an_entry_of), once for all the merged passes of the step:
+     * an_step_entry. */
+    bool has_entry;
+    struct an_entry entry;
 };
 
 /* What the call of s reads and writes, by its op's size rule (shp_event_spans). */
@@ -105,6 +122,16 @@ static inline void an_step_spans(struct an_step *s, struct shp_span *rd, struct 
     }
     *rd = s->rd;
     *wr = s->wr;
+}
+
+/* an_entry_of(s->e, s->ref): the alignment and wait-for passes each took one of every call. */
+static inline const struct an_entry *an_step_entry(struct an_step *s)
+{
+    if (!s->has_entry) {
+        s->entry = an_entry_of(s->e, s->ref);
+        s->has_entry = true;
+    }
+    return &s->entry;
 }
 
 /* A bit of an_pass.types. */
@@ -134,18 +161,6 @@ struct an_pass {
 
 /* ---- what passes share: a queue of calls, and an index from 64-bit keys ---- */
 
-/* One call as the alignment and p2p passes keep it while it is open. */
-struct an_entry {
-    struct an_ref ref; /* the call as issued (for a replay: as captured) */
-    uint64_t t_ns, seq, count;
-    int root, redop, dtype;
-    unsigned op;
-    /* A call a graph replay executed: the cudaGraphLaunch (rec NULL for an eager call) and
-     * the replay's number among that rank's graph launches, from 1. */
-    struct an_ref launch;
-    uint64_t replay;
-};
-struct an_entry an_entry_of(const struct shp_event *e, const struct an_ref *ref);
 /* Keeps that send matched receive, when ctx->keep_matches (out of memory loses it). Merged
  * stream only. */
 void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct an_entry *recv);
@@ -156,7 +171,12 @@ void an_note_match(struct an_ctx *ctx, const struct an_entry *send, const struct
  * took no seq: the preload gives a refused call's seq back, so the rank's next call has it. Other
  * errors (a system or remote error; a timeout on the doubles) come from a call that was entered:
  * it counts as executed. */
-bool an_refused(const struct shp_event *e);
+static inline bool an_refused(const struct shp_event *e)
+{
+    /* ncclInvalidArgument and ncclInvalidUsage (nccl.h numbers them 4 and 5). */
+    return (e->type == SHP_REC_COLL || e->type == SHP_REC_P2P) && e->dur_ns != SHP_NONE &&
+           (e->result == 4 || e->result == 5);
+}
 
 /* Whether p's trace lost its end: calls dropped at the cap, tracing switched off after an error,
  * or the process dormant when its trace ends (attach --off, or never armed). After its last

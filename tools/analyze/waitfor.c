@@ -169,12 +169,13 @@ static void moved_on(struct waitfor *W, int p)
         W->moved[W->nmoved++] = p;
 }
 
-/* Place `at` of c completes when its needed members' front calls have all reached it: they
- * are done, and each process whose front unit is then done moves on to its next. */
-static void try_complete(struct waitfor *W, struct wcomm *c, uint64_t at)
+/* The place of arrival a (one of c's) completes when its needed members' front calls have all
+ * reached it: they are done, and each process whose front unit is then done moves on to its
+ * next. */
+static void try_complete(struct waitfor *W, struct wcomm *c, struct arrival *a)
 {
-    struct arrival *a = arrival_at(c, at, false);
-    if (!a || a->n < needed(c, at))
+    uint64_t at = a->at;
+    if (a->n < needed(c, at))
         return;
     *a = c->arr[--c->narr];
     for (int i = 0; i < c->nranks; i++) {
@@ -209,9 +210,10 @@ static void arrive_front(struct waitfor *W, int p)
         struct wcomm *c = front(w, i)->c;
         uint64_t at = front(w, i)->at;
         struct arrival *a = arrival_at(c, at, true);
-        if (a)
+        if (a) {
             a->n++;
-        try_complete(W, c, at);
+            try_complete(W, c, a);
+        }
         if (!waiting(w) || front(w, 0)->unit != unit || w->units != units)
             return;
     }
@@ -224,19 +226,35 @@ static void settle(struct waitfor *W)
         arrive_front(W, W->moved[--W->nmoved]);
 }
 
+/* What was done is dropped from p's front once it is the larger part: returns whether nothing
+ * waits, before a unit is issued. */
+static bool drop_done(struct wproc *w)
+{
+    if (w->head && w->head >= waiting(w)) {
+        if (waiting(w))
+            memmove(w->v, w->v + w->head, waiting(w) * sizeof(*w->v));
+        w->n -= w->head;
+        w->head = 0;
+    }
+    return !waiting(w);
+}
+
+/* A unit is issued on p: it arrives if nothing waited before it. */
+static void issued(struct waitfor *W, int p, bool was_empty)
+{
+    if (was_empty && waiting(&W->procs[p])) {
+        arrive_front(W, p);
+        settle(W);
+    }
+}
+
 /* Issue a unit (ops, n) on process p: it waits behind the units before it. */
 static void issue(struct waitfor *W, int p, const struct wop *ops, size_t n)
 {
     struct wproc *w = &W->procs[p];
     if (!n)
         return;
-    /* What was done is dropped from the front once it is the larger part. */
-    if (w->head && w->head >= waiting(w)) {
-        memmove(w->v, w->v + w->head, waiting(w) * sizeof(*w->v));
-        w->n -= w->head;
-        w->head = 0;
-    }
-    bool was_empty = !waiting(w);
+    bool was_empty = drop_done(w);
     uint64_t unit = w->units++;
     for (size_t i = 0; i < n; i++) {
         if (!shp_grow((void **)&w->v, &w->cap, w->n, sizeof(*w->v)))
@@ -244,10 +262,7 @@ static void issue(struct waitfor *W, int p, const struct wop *ops, size_t n)
         w->v[w->n] = ops[i];
         w->v[w->n++].unit = unit;
     }
-    if (was_empty && waiting(w)) {
-        arrive_front(W, p);
-        settle(W);
-    }
+    issued(W, p, was_empty);
 }
 
 /* A member whose first call sits at a later place is not known before it: the places others
@@ -259,7 +274,7 @@ static void placed_late(struct waitfor *W, struct wcomm *c)
      * is looked at once. */
     for (size_t i = c->narr; i-- > 0;)
         if (i < c->narr)
-            try_complete(W, c, c->arr[i].at);
+            try_complete(W, c, &c->arr[i]);
     settle(W);
 }
 
@@ -279,12 +294,22 @@ static void executed(struct waitfor *W, int p, const struct shp_event *e, const 
         m->started = true;
         m->first = at;
     }
-    struct wop o = {.c = c, .comm = c->id, .at = at, .member = e->comm_rank, .en = *en};
+    struct wop o = {.c = c, .comm = c->id, .at = at, .member = e->comm_rank};
     if (in_group) {
-        if (shp_grow((void **)&w->group, &w->cap_group, w->ngroup, sizeof(*w->group)))
-            w->group[w->ngroup++] = o;
+        if (shp_grow((void **)&w->group, &w->cap_group, w->ngroup, sizeof(*w->group))) {
+            w->group[w->ngroup] = o;
+            w->group[w->ngroup++].en = *en;
+        }
     } else {
-        issue(W, p, &o, 1);
+        /* issue(W, p, &o, 1), the call written where it waits: copying it there after building
+         * it was a tenth of the pass. */
+        bool was_empty = drop_done(w);
+        o.unit = w->units++;
+        if (shp_grow((void **)&w->v, &w->cap, w->n, sizeof(*w->v))) {
+            w->v[w->n] = o;
+            w->v[w->n++].en = *en;
+        }
+        issued(W, p, was_empty);
     }
     if (late)
         placed_late(W, c);
@@ -336,8 +361,7 @@ static void waitfor_event(void *st, struct an_ctx *ctx, struct an_step *s)
         executed(W, p, &g->calls[i].e, &en, false);
     }
     if (e->type == SHP_REC_COLL) {
-        struct an_entry en = an_entry_of(e, s->ref);
-        executed(W, p, e, &en, e->group > 0);
+        executed(W, p, e, an_step_entry(s), e->group > 0);
     } else if (e->type == SHP_REC_GROUP && e->op == SHP_OP_ncclGroupEnd && e->group <= 1) {
         flush_group(W, p); /* the outermost group's end issues its calls together */
     } else if (e->type == SHP_REC_COMM && e->comm_kind > SHP_COMM_SHRINK) {
