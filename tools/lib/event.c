@@ -87,6 +87,13 @@ static uint64_t mul3(struct shp_event *e, uint64_t a, uint64_t b, uint64_t c)
     return x;
 }
 
+/* count x m x es bytes for a multiplier m of 0, 1 or nranks: with 0 or 1 the product needs no
+ * check of its own (e->bytes, count x es, was checked just before). */
+static uint64_t times(struct shp_event *e, uint64_t count, uint64_t m, unsigned es)
+{
+    return m == 1 ? e->bytes : m == 0 ? 0 : mul3(e, count, m, es);
+}
+
 /* Whether a buffer of `len` bytes from `start` ends within 64 bits (either unknown: it does). */
 static bool ends(uint64_t start, uint64_t len)
 {
@@ -110,8 +117,8 @@ static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_
     uint64_t sm, rm;
     shp_op_elems(op, 1, nranks, &sm, &rm);
     e->bytes = mul3(e, count, 1, es);
-    e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : mul3(e, count, sm, es);
-    e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : mul3(e, count, rm, es);
+    e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : times(e, count, sm, es);
+    e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : times(e, count, rm, es);
     /* Root-only buffers (the call list's root fact): NCCL neither reads nor writes the receive
      * buffer of a reduce or a gather, nor the send buffer of a broadcast or a scatter, on a
      * non-root rank. They touch 0 bytes there (the address passed is still shown). */
@@ -233,7 +240,8 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
         const struct shp_rec_coll_c *c = (const void *)r;
         struct shp_trace_comm cm = shp_trace_comm_at(t, SHP_P48_TOP(c->send_comm));
         unsigned type = shp_rec_as(phys);
-        if (!call_of_its_type(type, h->op))
+        /* decode_head took the op's class already */
+        if (e->cls != (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL))
             return false;
         int rp = (int16_t)SHP_P48_TOP(c->recv_rp);
         unsigned redop = (unsigned)(c->count_dt >> 56);
