@@ -544,8 +544,10 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
     const struct shp_event *e;
     struct an_ref ref;
     void *note;
+    uint64_t handed = 0; /* events an_next handed out (it counts the others in ctx.events) */
     while (an_next(&ctx, &p, &e, &ref, &note)) {
         ctx.events++;
+        handed++;
         p->last = ref;
         struct an_step s;
         step_init(&s, p, e, &ref);
@@ -565,7 +567,7 @@ int an_run(struct an_options *o, struct shp_session *session, struct an_result *
         for (size_t k = 0; k < NMERGED && p->ended; k++)
             if (merged[k] && merged_passes[k]->proc_end)
                 merged_passes[k]->proc_end(merged[k], &ctx, p);
-        if (progress && (ctx.events & 0xffff) == 0 && now_s() - t0 > 1.0) {
+        if (progress && (handed & 0xffff) == 0 && now_s() - t0 > 1.0) {
             uint64_t done, total;
             an_load_progress(&ctx, &done, &total);
             fprintf(stderr, "\rshapetrace: analyzing %3.0f%% (%" PRIu64 " events)",

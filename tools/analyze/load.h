@@ -34,7 +34,10 @@ void an_load_start(struct an_ctx *ctx, unsigned types);
 /* The next event in time order across all processes; false at the end. *e is the event decoded
  * when its type is among the types of an_load_start, else NULL (ref->type says what it is); it
  * holds until the next call. *note is what the feed's ops returned for it. After the last event of
- * a process, that process's `ended` is set. Call from the thread that called an_load. */
+ * a process, that process's `ended` is set. An event of a type not among `types`, with no note,
+ * that is not its process's last, is not handed out: it is counted in ctx->events and becomes
+ * its process's `last` here, where it comes in the merged order. Call from the thread that
+ * called an_load. */
 bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event **e,
              struct an_ref *ref, void **note);
 /* Bytes of the traces read so far, and in all (for a progress line). */
