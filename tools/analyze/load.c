@@ -571,7 +571,7 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         if (wanted) {
             if (f->ev) {
                 *e = &f->ev[slot];
-            } else if (shp_event_decode(&p->sp->t, it->ref.rec, it->ref.type, &L->e)) {
+            } else if (shp_event_decode_brief(&p->sp->t, it->ref.rec, it->ref.type, &L->e)) {
                 L->e.index = it->ref.index;
                 *e = &L->e;
             }

@@ -141,7 +141,8 @@ static inline const struct an_entry *an_step_entry(struct an_step *s)
 struct an_pass {
     const char *name;
     /* Merged stream: the record types (AN_TYPE(COLL) | ...) of the events it is handed, 0 for
-     * all of them; the merge decodes only what some pass asks for. */
+     * all of them; the merge decodes only what some pass asks for, and a call's sizes (bytes,
+     * send_bytes, recv_bytes, src, dst) may be unknown there (an_next). */
     unsigned types;
     /* Its state for one walk: the merged stream, or one worker's processes. NULL: the pass has
      * nothing to do (or no memory) and is skipped. */

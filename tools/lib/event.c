@@ -101,16 +101,19 @@ static bool ends(uint64_t start, uint64_t len)
     return start == SHP_NONE || len == SHP_NONE || !__builtin_add_overflow(start, len, &end);
 }
 
-/* What a collective or p2p record says beyond its head, full or compact alike. */
-static void coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count,
-                        unsigned dtype, int root, int comm_rank, int nranks, uint64_t sendbuf,
-                        uint64_t recvbuf)
+/* What a collective or p2p record says beyond its head, full or compact alike; without sizes,
+ * its byte counts and buffers stay unknown (shp_event_decode_brief). */
+static inline __attribute__((always_inline)) void
+coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count, unsigned dtype,
+            int root, int comm_rank, int nranks, uint64_t sendbuf, uint64_t recvbuf, bool sizes)
 {
     e->count = count;
     e->comm_rank = comm_rank;
     e->nranks = bounded_nranks(nranks);
     e->dtype = (int)dtype;
     e->root = root;
+    if (!sizes)
+        return;
     unsigned es = shp_dtype_size(dtype);
     /* The op's rule as multipliers of the count (0, 1 or nranks), so that each product is
      * checked: 2^62 fp32 elements are 2^64 bytes, not 0. */
@@ -207,8 +210,10 @@ static bool call_of_its_type(unsigned type, unsigned op)
     return shp_op_class(op) == (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL);
 }
 
-static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, unsigned phys,
-                           struct shp_event *e)
+static inline __attribute__((always_inline)) bool decode_compact(const struct shp_trace *t,
+                                                                 const struct shp_rec *r,
+                                                                 unsigned phys, struct shp_event *e,
+                                                                 bool sizes)
 {
     const struct shp_head *h = (const void *)r;
     decode_head(t, h, e);
@@ -254,7 +259,7 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
         e->stream = SHP_P48_VAL(c->stream_slo);
         coll_fields(e, type, h->op, SHP_P48_VAL(c->count_dt), (uint8_t)(c->count_dt >> 48),
                     type == SHP_REC_P2P ? -1 : rp, cm.rank, cm.nranks, SHP_P48_VAL(c->send_comm),
-                    SHP_P48_VAL(c->recv_rp));
+                    SHP_P48_VAL(c->recv_rp), sizes);
         return true;
     }
     case SHP_REC_COMM_END_C: {
@@ -289,14 +294,15 @@ static bool decode_compact(const struct shp_trace *t, const struct shp_rec *r, u
     }
 }
 
-bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
-                      struct shp_event *e)
+static inline __attribute__((always_inline)) bool decode(const struct shp_trace *t,
+                                                         const struct shp_rec *r, unsigned type,
+                                                         struct shp_event *e, bool sizes)
 {
     clear(e);
     e->type = type;
     unsigned phys = SHP_REC_WORD_TYPE(r->word);
     if (phys != type && shp_rec_as(phys) == type && (shp_rec_role(phys) & SHP_ROLE_COMPACT))
-        return decode_compact(t, r, phys, e);
+        return decode_compact(t, r, phys, e, sizes);
     switch (type) {
     case SHP_REC_COLL:
     case SHP_REC_P2P: {
@@ -311,7 +317,7 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
         e->stream = c->stream;
         e->graph = c->graph ? c->graph : SHP_NONE;
         coll_fields(e, type, c->ev.op, c->count, c->dtype, c->root, c->comm_rank, c->nranks,
-                    c->sendbuf, c->recvbuf);
+                    c->sendbuf, c->recvbuf, sizes);
         return true;
     }
     case SHP_REC_COPY: {
@@ -368,6 +374,18 @@ bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsign
     default:
         return false;
     }
+}
+
+bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
+                      struct shp_event *e)
+{
+    return decode(t, r, type, e, true);
+}
+
+bool shp_event_decode_brief(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
+                            struct shp_event *e)
+{
+    return decode(t, r, type, e, false);
 }
 
 void shp_event_spans(const struct shp_event *e, struct shp_span *read, struct shp_span *write)

@@ -59,6 +59,12 @@ struct shp_event {
 /* Decode a call or mark record; returns false for bookkeeping records (stacks, modules). */
 bool shp_event_decode(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
                       struct shp_event *e);
+/* shp_event_decode without a collective's or p2p's sizes: its bytes, send_bytes, recv_bytes,
+ * src and dst stay unknown (SHP_NONE) and `impossible` false, as if the record had none; every
+ * other field is decoded. For a reader that decodes a record again and wants only what a call
+ * is (the analyzer's merged stream: a third of its decoding was the sizes' checked products). */
+bool shp_event_decode_brief(const struct shp_trace *t, const struct shp_rec *r, unsigned type,
+                            struct shp_event *e);
 
 /* A byte range of device or host memory that a call reads or writes: len bytes from start, as
  * rows of width bytes every pitch bytes when pitch is nonzero (a 2-D copy, an all-gather's
