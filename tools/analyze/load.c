@@ -37,6 +37,9 @@ struct an_item {
  * events a process), beyond 4, so that what it decoded is still in its cache when it is
  * handed out. */
 #define INLINE_CAP(n) ((n) <= 64 ? 32 : 4)
+/* Beyond this many processes the merge fetches the next event's feed, item and record ahead
+ * (an_next), and keeps where they are for that (an_tree's next_item and next_ev). */
+#define PREFETCH_FEEDS 16
 
 /* One process's items, from its filler to the merge. head and tail only grow: the filler
  * publishes the items before head (release) after writing them, the merge gives an item back
@@ -531,8 +534,10 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
             wait_for(L, f, f->mtail + 2)) {
             uint64_t ns = (f->mtail + 1) & f->mask;
             L->tree.key[i] = key_of(f->v[ns].t_ns, i);
-            L->tree.next_item[i] = &f->v[ns];
-            L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[ns] : f->v[ns].ref.rec;
+            if (L->nfeeds > PREFETCH_FEEDS) {
+                L->tree.next_item[i] = &f->v[ns];
+                L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[ns] : f->v[ns].ref.rec;
+            }
             tree_replay(&L->tree, i);
         } else {
             L->tree.key[i] = OUT;
@@ -544,7 +549,7 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         }
         /* The next event's process is known now, and its feed is long out of the cache with
          * hundreds of traces: fetched while the passes work on this one. */
-        if (L->live && L->nfeeds > 16) {
+        if (L->live && L->nfeeds > PREFETCH_FEEDS) {
             uint32_t w = L->tree.node[0];
             const struct an_feed *nf = &L->feeds[w];
             const char *ev = L->tree.next_ev[w];
