@@ -86,16 +86,19 @@ struct reader {
  * out an event, where a binary heap took two and moved the slots (a seventh of the merge's
  * instructions on 512 traces). Leaves are the processes, padded to a power of two. */
 struct an_tree {
-    /* by leaf: its next event's time and its own number, so that keys are never equal; all
-     * ones when it has none (a padding leaf, or a process that ended) */
-    unsigned __int128 *key;
+    /* by leaf: its next event's time, all ones when it has none (a padding leaf, or a process
+     * that ended); and what breaks a tie, so that no two leaves are equal: its own number, or
+     * size + it when it has none (after every leaf that has one, whatever its time). As one
+     * 128-bit key, shifting, storing and comparing it was a tenth of the merge's instructions. */
+    uint64_t *key;
+    uint32_t *tie;
     /* by leaf: where its next event is (its item, and its decoded event when its feed keeps
      * them), to be fetched as soon as it is known to come next */
     const void **next_item, **next_ev;
     uint32_t *node; /* node[1 .. size): the loser of the match there; node[0]: the winner */
     size_t size;    /* leaves: a power of two */
 };
-#define OUT (~(unsigned __int128)0)
+#define OUT UINT64_MAX
 
 struct an_load {
     struct an_ctx *ctx;
@@ -130,13 +133,27 @@ static double clock_s(clockid_t clock)
 /* Whether leaf a's next event comes before leaf b's. */
 static inline bool before(const struct an_tree *T, uint32_t a, uint32_t b)
 {
-    return T->key[a] < T->key[b];
+    return T->key[a] < T->key[b] || (T->key[a] == T->key[b] && T->tie[a] < T->tie[b]);
 }
 
-/* Leaf j's key: time t_ns. */
-static inline unsigned __int128 key_of(uint64_t t_ns, uint32_t j)
+/* Leaf j's next event is at t_ns (its tie set once, by tree_in). */
+static inline void tree_set(struct an_tree *T, uint32_t j, uint64_t t_ns)
 {
-    return (unsigned __int128)t_ns << 32 | j;
+    T->key[j] = t_ns;
+}
+
+/* Leaf j's first event is at t_ns. */
+static inline void tree_in(struct an_tree *T, uint32_t j, uint64_t t_ns)
+{
+    T->key[j] = t_ns;
+    T->tie[j] = j;
+}
+
+/* Leaf j has no next event. */
+static inline void tree_out(struct an_tree *T, uint32_t j)
+{
+    T->key[j] = OUT;
+    T->tie[j] = (uint32_t)T->size + j;
 }
 
 /* Leaf j's key changed: it plays its way up again; the winner lands in node[0]. (A winner
@@ -145,11 +162,11 @@ static inline unsigned __int128 key_of(uint64_t t_ns, uint32_t j)
 static void tree_replay(struct an_tree *T, uint32_t j)
 {
     uint32_t x = j;
-    unsigned __int128 kx = T->key[j];
+    uint64_t kx = T->key[j];
     for (size_t n = (T->size + j) / 2; n > 0; n /= 2) {
         uint32_t l = T->node[n];
-        unsigned __int128 kl = T->key[l];
-        if (kl < kx) {
+        uint64_t kl = T->key[l];
+        if (kl < kx || (kl == kx && T->tie[l] < T->tie[x])) {
             T->node[n] = x;
             x = l;
             kx = kl;
@@ -424,6 +441,7 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
     for (L->tree.size = 1; L->tree.size < n; L->tree.size *= 2)
         ;
     L->tree.key = malloc(L->tree.size * sizeof(*L->tree.key));
+    L->tree.tie = malloc(L->tree.size * sizeof(*L->tree.tie));
     L->tree.next_item = calloc(L->tree.size, sizeof(*L->tree.next_item));
     L->tree.next_ev = calloc(L->tree.size, sizeof(*L->tree.next_ev));
     L->tree.node = calloc(L->tree.size, sizeof(*L->tree.node));
@@ -431,9 +449,10 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
     if (L->feeds)
         L->nfeeds = n;
     uint64_t cap = readers ? feed_capacity(n) : INLINE_CAP(n);
-    bool ok = L->tree.key && L->tree.next_item && L->tree.next_ev && L->tree.node && L->feeds;
+    bool ok = L->tree.key && L->tree.tie && L->tree.next_item && L->tree.next_ev && L->tree.node &&
+              L->feeds;
     for (size_t j = 0; ok && j < L->tree.size; j++)
-        L->tree.key[j] = OUT;
+        tree_out(&L->tree, (uint32_t)j);
     for (size_t i = 0; ok && i < n; i++) {
         struct an_feed *f = &L->feeds[i];
         f->v = malloc(cap * sizeof(*f->v));
@@ -495,7 +514,7 @@ void an_load_start(struct an_ctx *ctx, unsigned types)
     for (size_t i = 0; i < L->nfeeds; i++) {
         struct an_feed *f = &L->feeds[i];
         if (wait_for(L, f, 1)) {
-            L->tree.key[i] = key_of(f->v[0].t_ns, (uint32_t)i);
+            tree_in(&L->tree, (uint32_t)i, f->v[0].t_ns);
             L->tree.next_item[i] = &f->v[0];
             L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[0] : f->v[0].ref.rec;
             L->live++;
@@ -533,14 +552,14 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         if (atomic_load_explicit(&f->head, memory_order_acquire) >= f->mtail + 2 ||
             wait_for(L, f, f->mtail + 2)) {
             uint64_t ns = (f->mtail + 1) & f->mask;
-            L->tree.key[i] = key_of(f->v[ns].t_ns, i);
+            tree_set(&L->tree, i, f->v[ns].t_ns);
             if (L->nfeeds > PREFETCH_FEEDS) {
                 L->tree.next_item[i] = &f->v[ns];
                 L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[ns] : f->v[ns].ref.rec;
             }
             tree_replay(&L->tree, i);
         } else {
-            L->tree.key[i] = OUT;
+            tree_out(&L->tree, i);
             L->live--;
             tree_replay(&L->tree, i);
             /* The caller learns that p ended with its last event: flagged here, acted on by the
@@ -642,6 +661,7 @@ void an_unload(struct an_ctx *ctx)
         free(L->feeds);
         free(L->readers);
         free(L->tree.key);
+        free(L->tree.tie);
         free(L->tree.next_item);
         free(L->tree.next_ev);
         free(L->tree.node);
