@@ -870,15 +870,20 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
 
 HOT bool copy_compact(struct shp_call *c, const struct pre *p)
 {
-    uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
-                    (uint64_t)(uintptr_t)c->stream, c->width};
-    uint32_t group = shp_group_depth;
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || group > UINT16_MAX || !fit48(v, 4))
+        p->graph || shp_group_depth > UINT16_MAX ||
+        !fit48((const uint64_t[]){(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
+                                  (uint64_t)(uintptr_t)c->stream, c->width},
+               4))
         return false;
     int dev;
     if (!entry_device(c, &dev))
         return false;
+    /* Read again after the device's call (the runtime's, which changes none of them): kept in
+     * registers across it, they were saved and restored around it and around errno's. */
+    uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
+                    (uint64_t)(uintptr_t)c->stream, c->width};
+    uint32_t group = shp_group_depth;
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         uint64_t w[sizeof(*r) / 8];
