@@ -572,7 +572,7 @@ static int resolve_kind(const struct shp_call *c, const void *dst, const void *s
     return s ? (d ? SHP_KIND_D2D : SHP_KIND_D2H) : (d ? SHP_KIND_H2D : SHP_KIND_H2H);
 }
 
-static int current_device(const struct shp_call *c)
+HOT int current_device(const struct shp_call *c)
 {
     int slot = c->slot;
     if (is_driver_op[c->op]) {
@@ -1075,6 +1075,19 @@ static bool enter_rare_compact(struct shp_call *c, unsigned type)
                                  : comm_end_compact(c, stack, flags);
 }
 
+/* What enter leaves to the rarer records: a rare call's, or the full record of a frequent one
+ * that took no compact record. Out of line, with p (enter_compact's, or zero) by value: p's
+ * address taken on enter's path kept it in memory there, written field by field and read
+ * back. */
+static __attribute__((noinline)) void enter_rest(struct shp_call *c, unsigned type, struct pre p,
+                                                 bool call)
+{
+    int saved = errno;
+    if (call || !enter_rare_compact(c, type))
+        enter_full(c, type, &p, call);
+    errno = saved;
+}
+
 /* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
  * its own straight path). */
 HOT void enter(struct shp_call *c, unsigned cls)
@@ -1090,7 +1103,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
     unsigned type = rec_type_of_class[cls];
     bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
                 cls == SHP_CLS_LAUNCH;
-    struct pre p = {0};
+    struct pre p; /* enter_compact's: each field its record type reads (zero for the others) */
     if (__builtin_expect(!call || !atomic_load_explicit(&shp_wh.fast_end, memory_order_relaxed),
                          0)) {
         c->late = NULL; /* read by shp_leave_full for allocations, which always come here */
@@ -1109,10 +1122,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
      * errno the same way. */
     if (call && enter_compact(c, type, &p))
         goto out;
-    int saved = errno;
-    if (call || !enter_rare_compact(c, type))
-        enter_full(c, type, &p, call);
-    errno = saved;
+    enter_rest(c, type, call ? p : (struct pre){0}, call);
 out:; /* the guard stays held: the wrapper calls the real function under it (shp_enter) */
 }
 
