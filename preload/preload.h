@@ -467,7 +467,8 @@ static inline __attribute__((always_inline)) uint64_t shp_seq_next(_Atomic uint6
 }
 
 /* The calling thread's last communicator (record.c): its handle, its state and its seq counter,
- * valid while shp_comm_gen is still `gen` (any communicator inserted changes it). */
+ * valid while shp_comm_gen is still `gen` (any communicator inserted changes it). The handle is
+ * NULL while the communicator is still being made, and never set without a counter. */
 struct shp_comm_last {
     const void *handle;
     void *st; /* struct comm_state */
@@ -498,6 +499,25 @@ shp_dormant_count(unsigned op, unsigned cls, int slot, void *comm, int peer, int
     }
     shp_dormant_seq(op, cls, slot, comm, peer, result);
 }
+
+/* While dormant, before a collective's real call: take its seq if comm is the thread's last
+ * communicator (true), else nothing (false: count it after the call, shp_dormant_count). A
+ * compare or two, a load and a store, no call, errno untouched. */
+static inline __attribute__((always_inline)) bool shp_dormant_take(void *comm)
+{
+    /* A cached handle has a counter: its state's, or one that nobody reads (record.c). */
+    if (comm && comm == shp_comm_last.handle &&
+        shp_comm_last.gen == atomic_load_explicit(&shp_comm_gen, memory_order_acquire)) {
+        shp_seq_next(shp_comm_last.seq);
+        return true;
+    }
+    return false;
+}
+
+/* After shp_dormant_take's real call returned `result` (not 0): a call NCCL refused gives its
+ * seq back (the thread's last communicator is still the one it took it from: every wrapper the
+ * real call reached passed through). Keeps errno. */
+void shp_dormant_refused(int result);
 
 /* While dormant: the calling thread's group depth follows ncclGroupStart and ncclGroupEnd. */
 static inline void shp_dormant_group(unsigned op, int result)

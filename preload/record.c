@@ -150,6 +150,9 @@ static struct comm_state *comm_lookup(const void *handle)
 
 _Atomic uint32_t shp_comm_gen;
 SHP_TLS struct shp_comm_last shp_comm_last;
+/* The seq counter the cache names for a communicator that cannot be kept (no state): counted
+ * there and read by nobody, so that a cached handle always has a counter (shp_dormant_take). */
+static SHP_TLS _Atomic uint64_t no_seq;
 
 static void comm_insert(void *handle, struct comm_state *st)
 {
@@ -345,7 +348,7 @@ static __attribute__((noinline)) struct comm_state *comm_find(struct shp_call *c
     bool pending = st && atomic_load_explicit(&st->pending, memory_order_relaxed);
     shp_comm_last.handle = pending ? NULL : comm;
     shp_comm_last.st = st;
-    shp_comm_last.seq = st ? &st->seq : NULL;
+    shp_comm_last.seq = st ? &st->seq : &no_seq;
     shp_comm_last.gen = gen;
     return st;
 }
@@ -1303,6 +1306,14 @@ void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer, 
     if (n)
         shp_seq_next(n);
     shp_guard--;
+}
+
+void shp_dormant_refused(int result)
+{
+    if (refused(result) && shp_comm_last.seq) {
+        uint64_t v = atomic_load_explicit(shp_comm_last.seq, memory_order_relaxed);
+        atomic_store_explicit(shp_comm_last.seq, v - 1, memory_order_relaxed);
+    }
 }
 
 void shp_record_atfork_child(void)

@@ -91,7 +91,10 @@
 /* The wrapper's dormant path, when its first test found tracing on, the thread outside our code
  * and the process dormant: nothing of that is asked again. The real function not yet found, or
  * the trace not yet made (shp_armed_slow), go to the slow half, which asks all of it: this one
- * calls nothing but the real function, and saves only what it needs after it. */
+ * calls nothing but the real function, and saves only what it needs after it. A collective on
+ * the thread's last communicator takes its seq before the real call and gives it back if NCCL
+ * refused the call (shp_dormant_take): nothing of the call is kept across the real one, so no
+ * register is saved; one on another communicator goes to the slow half, which counts after. */
 #define SHP_DORMANT(slot_, lib, cls_, name, params, args, desc)                                    \
     static __attribute__((noinline, unused)) SHP_RET_##lib name##_dormant##slot_ params            \
     {                                                                                              \
@@ -99,6 +102,16 @@
         if (__builtin_expect(!real, 0) ||                                                          \
             __builtin_expect(!atomic_load_explicit(&shp_armed_tried, memory_order_relaxed), 0))    \
             return name##_slow##slot_ args;                                                        \
+        if (cls_ == SHP_CLS_COLL) {                                                                \
+            struct shp_desc d_ = {SHP_UNPAREN desc};                                               \
+            if (__builtin_expect(!shp_dormant_take(d_.comm), 0))                                   \
+                return name##_slow##slot_ args;                                                    \
+            SHP_RET_##lib r;                                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            if (__builtin_expect(r != 0, 0))                                                       \
+                shp_dormant_refused((int)r);                                                       \
+            return r;                                                                              \
+        }                                                                                          \
         SHP_DORMANT_CALL(slot_, lib, cls_, name, args, desc)                                       \
     }
 
