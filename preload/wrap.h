@@ -52,8 +52,10 @@
             shp_site_hint.pc = 0;                                                                  \
             return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
         }                                                                                          \
-        shp_site_hint.sp = (uintptr_t)__builtin_frame_address(0);                                  \
         struct shp_call c; /* the description whole, the recorder's part left to shp_enter */      \
+        /* The frame's depth, as c's place in it: __builtin_frame_address gave the function a      \
+         * frame pointer, saved, set and restored on every call. */                                \
+        shp_site_hint.sp = (uintptr_t)&c;                                                          \
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
