@@ -719,13 +719,13 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
-HOT void pre_coll(struct pre *p, struct shp_call *c)
+HOT void pre_coll(struct pre *p, struct shp_call *c, unsigned cls)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
     p->st = st;
     /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
-    _Atomic uint64_t *n = seq_counter(st, c->cls, c->op, c->peer);
+    _Atomic uint64_t *n = seq_counter(st, cls, c->op, c->peer);
     p->seq = n ? shp_seq_next(n) : UINT64_MAX;
     c->seq = p->seq;
 }
@@ -767,16 +767,16 @@ static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const st
 }
 
 /* The compact record of a collective or p2p call, if it can take one; false: write the full. */
-HOT bool coll_compact(struct shp_call *c, const struct pre *p)
+HOT bool coll_compact(struct shp_call *c, const struct pre *p, unsigned cls)
 {
     int idx = comm_index(p->st);
-    int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
+    int rp = cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
     uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
                     (uint64_t)(uintptr_t)c->stream, p->seq};
     uint32_t group = shp_group_depth;
     if (idx < 0 || p->graph || group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
         return false;
-    unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
+    unsigned type = cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
     struct shp_rec_coll_c *r = shp_reserve_call(type, sizeof(*r));
     if (r) {
         unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
@@ -921,8 +921,9 @@ _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 /* The compact record of a call of the frequent kinds (copies, collectives, p2p, launches), with
  * what its record says before the type is chosen left in *p. False when the call needs its full
  * record (a capture, a value that does not fit, a communicator without an index), which the
- * caller then writes with *p. */
-HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
+ * caller then writes with *p. cls is c->cls, a constant in each entry point (no load, and the
+ * tests on it folded). */
+HOT bool enter_compact(struct shp_call *c, unsigned cls, unsigned type, struct pre *p)
 {
     pre_common(p, c);
     if (type == SHP_REC_COPY) {
@@ -930,8 +931,8 @@ HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
         return copy_compact(c, p);
     }
     if (type != SHP_REC_GRAPH) {
-        pre_coll(p, c);
-        return coll_compact(c, p);
+        pre_coll(p, c, cls);
+        return coll_compact(c, p, cls);
     }
     return launch_compact(c, p);
 }
@@ -1123,7 +1124,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
      * seen first, a copy's device and kind, the capture CUDA is asked about, the file's growth,
      * the values hooks), and the record touches it nowhere else. A hook added to this path keeps
      * errno the same way. */
-    if (call && enter_compact(c, type, &p))
+    if (call && enter_compact(c, cls, type, &p))
         goto out;
     enter_rest(c, type, call ? p : (struct pre){0}, call);
 out:; /* the guard stays held: the wrapper calls the real function under it (shp_enter) */
