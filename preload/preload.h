@@ -535,14 +535,20 @@ void shp_enter(struct shp_call *c);
 /* shp_enter for a call whose class is known to be that one: each its own straight path. */
 void shp_enter_launch(struct shp_call *c);
 void shp_enter_copy(struct shp_call *c);
+/* shp_enter_copy for a copy of the runtime's (not the driver's): its device is asked of the
+ * runtime with no test of which library the call is of. */
+void shp_enter_copy_rt(struct shp_call *c);
 void shp_enter_coll(struct shp_call *c);
 void shp_enter_p2p(struct shp_call *c);
 
-/* shp_enter, picked by the class the wrapper knows at compile time. */
-static inline void shp_enter_cls(struct shp_call *c, int cls)
+/* shp_enter, picked by the class and the library (rt: the CUDA runtime) that the wrapper knows at
+ * compile time. */
+static inline void shp_enter_cls(struct shp_call *c, int cls, bool rt)
 {
     if (cls == SHP_CLS_LAUNCH)
         shp_enter_launch(c);
+    else if (cls == SHP_CLS_COPY && rt)
+        shp_enter_copy_rt(c);
     else if (cls == SHP_CLS_COPY)
         shp_enter_copy(c);
     else if (cls == SHP_CLS_COLL)

@@ -575,10 +575,11 @@ static int resolve_kind(const struct shp_call *c, const void *dst, const void *s
     return s ? (d ? SHP_KIND_D2D : SHP_KIND_D2H) : (d ? SHP_KIND_H2D : SHP_KIND_H2H);
 }
 
-HOT int current_device(const struct shp_call *c)
+/* The current device; rt: c is known to be a runtime call (no test of the driver's table). */
+HOT int device_of(const struct shp_call *c, bool rt)
 {
     int slot = c->slot;
-    if (is_driver_op[c->op]) {
+    if (!rt && is_driver_op[c->op]) {
         cu_ctx_device_fn g = (cu_ctx_device_fn)shp_real_aux(0, SHP_AUX_CU_CTX_GET_DEVICE);
         CUdevice d = -1;
         return g && g(&d) == CUDA_SUCCESS ? (int)d : -1;
@@ -825,10 +826,10 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
 
 /* The device at entry, for a compact copy record: a copy does not change it, and so the
  * completion stays one store. */
-HOT bool entry_device(const struct shp_call *c, int *dev)
+HOT bool entry_device(const struct shp_call *c, int *dev, bool rt)
 {
     int saved = errno; /* the library is asked */
-    *dev = current_device(c);
+    *dev = device_of(c, rt);
     errno = saved;
     return fit16(*dev);
 }
@@ -857,7 +858,7 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
     if (is_peer_copy[c->op] || p->graph || group > UINT16_MAX || !fit48(v, 4) ||
         c->height > UINT32_MAX || !fit48(pitches, 2) ||
         (c->height == 1 && c->spitch == c->width && c->dpitch == c->width) ||
-        !entry_device(c, &dev))
+        !entry_device(c, &dev, false))
         return false;
     struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
     if (r) {
@@ -871,7 +872,7 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
     return true;
 }
 
-HOT bool copy_compact(struct shp_call *c, const struct pre *p)
+HOT bool copy_compact(struct shp_call *c, const struct pre *p, bool rt)
 {
     if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
         p->graph || shp_group_depth > UINT16_MAX ||
@@ -880,7 +881,7 @@ HOT bool copy_compact(struct shp_call *c, const struct pre *p)
                4))
         return false;
     int dev;
-    if (!entry_device(c, &dev))
+    if (!entry_device(c, &dev, rt))
         return false;
     /* Read again after the device's call (the runtime's, which changes none of them): kept in
      * registers across it, they were saved and restored around it and around errno's. */
@@ -923,12 +924,12 @@ _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
  * record (a capture, a value that does not fit, a communicator without an index), which the
  * caller then writes with *p. cls is c->cls, a constant in each entry point (no load, and the
  * tests on it folded). */
-HOT bool enter_compact(struct shp_call *c, unsigned cls, unsigned type, struct pre *p)
+HOT bool enter_compact(struct shp_call *c, unsigned cls, unsigned type, struct pre *p, bool rt)
 {
     pre_common(p, c);
     if (type == SHP_REC_COPY) {
         pre_copy(p, c);
-        return copy_compact(c, p);
+        return copy_compact(c, p, rt);
     }
     if (type != SHP_REC_GRAPH) {
         pre_coll(p, c, cls);
@@ -1049,7 +1050,7 @@ static bool alloc_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
     uint64_t size = is_free ? 0 : c->size;
     int dev = -1;
     if (c->stream || c->flags || shp_group_depth > UINT16_MAX || !fit48(&size, 1) ||
-        (!is_free && c->kind == SHP_ALLOC_DEVICE && !entry_device(c, &dev)))
+        (!is_free && c->kind == SHP_ALLOC_DEVICE && !entry_device(c, &dev, false)))
         return false;
     struct shp_rec_alloc_c *r = shp_reserve(SHP_REC_ALLOC_C, sizeof(*r));
     if (r) {
@@ -1093,8 +1094,8 @@ static __attribute__((noinline)) void enter_rest(struct shp_call *c, unsigned ty
 }
 
 /* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
- * its own straight path). */
-HOT void enter(struct shp_call *c, unsigned cls)
+ * its own straight path); rt: a call of the CUDA runtime's (a constant too). */
+HOT void enter(struct shp_call *c, unsigned cls, bool rt)
 {
     shp_guard++;
     /* It keeps errno itself, as the path below requires. */
@@ -1124,7 +1125,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
      * seen first, a copy's device and kind, the capture CUDA is asked about, the file's growth,
      * the values hooks), and the record touches it nowhere else. A hook added to this path keeps
      * errno the same way. */
-    if (call && enter_compact(c, cls, type, &p))
+    if (call && enter_compact(c, cls, type, &p, rt))
         goto out;
     enter_rest(c, type, call ? p : (struct pre){0}, call);
 out:; /* the guard stays held: the wrapper calls the real function under it (shp_enter) */
@@ -1132,27 +1133,32 @@ out:; /* the guard stays held: the wrapper calls the real function under it (shp
 
 void shp_enter(struct shp_call *c)
 {
-    enter(c, c->cls);
+    enter(c, c->cls, false);
 }
 
 void shp_enter_launch(struct shp_call *c)
 {
-    enter(c, SHP_CLS_LAUNCH);
+    enter(c, SHP_CLS_LAUNCH, false);
 }
 
 void shp_enter_copy(struct shp_call *c)
 {
-    enter(c, SHP_CLS_COPY);
+    enter(c, SHP_CLS_COPY, false);
+}
+
+void shp_enter_copy_rt(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COPY, true);
 }
 
 void shp_enter_coll(struct shp_call *c)
 {
-    enter(c, SHP_CLS_COLL);
+    enter(c, SHP_CLS_COLL, false);
 }
 
 void shp_enter_p2p(struct shp_call *c)
 {
-    enter(c, SHP_CLS_P2P);
+    enter(c, SHP_CLS_P2P, false);
 }
 
 static void init_all_done(struct shp_call *c, int result)
@@ -1205,13 +1211,13 @@ void shp_leave_full(struct shp_call *c, int result)
         break;
     case SHP_CLS_COPY:
         if (c->ev)
-            device = current_device(c);
+            device = device_of(c, false);
         break;
     case SHP_CLS_ALLOC:
         if (ok && c->out)
             out = (uint64_t)(uintptr_t)*c->out;
         /* (a compact record took it at entry) */
-        device = c->kind == SHP_ALLOC_DEVICE && !c->late ? current_device(c) : -1;
+        device = c->kind == SHP_ALLOC_DEVICE && !c->late ? device_of(c, false) : -1;
         break;
     case SHP_CLS_COMM_INIT:
     case SHP_CLS_COMM_SPLIT: {

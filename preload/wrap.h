@@ -14,6 +14,10 @@
 #define SHP_RET_NCCL ncclResult_t
 #define SHP_RET_CUDART cudaError_t
 #define SHP_RET_CUDA CUresult
+/* A call of the CUDA runtime's (shp_enter_cls). */
+#define SHP_RT_NCCL 0
+#define SHP_RT_CUDART 1
+#define SHP_RT_CUDA 0
 /* What a wrapper returns when the real function cannot be found. */
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
@@ -59,7 +63,7 @@
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
-        shp_enter_cls(&c, cls_); /* returns with the guard held, as SHP_CALL_REAL would hold it */ \
+        shp_enter_cls(&c, cls_, SHP_RT_##lib); /* returns with the guard held (SHP_CALL_REAL) */   \
         r = real args;                                                                             \
         shp_guard--;                                                                               \
         shp_leave(&c, (int)r);                                                                     \
