@@ -467,7 +467,8 @@ static inline __attribute__((always_inline)) uint64_t shp_seq_next(_Atomic uint6
 }
 
 /* The calling thread's last communicator (record.c): its handle, its state and its seq counter,
- * valid while shp_comm_gen is still `gen` (any communicator inserted changes it). */
+ * valid while shp_comm_gen is still `gen` (any communicator inserted changes it). The handle is
+ * NULL while the communicator is still being made, and never set without a counter. */
 struct shp_comm_last {
     const void *handle;
     void *st; /* struct comm_state */
@@ -499,6 +500,25 @@ shp_dormant_count(unsigned op, unsigned cls, int slot, void *comm, int peer, int
     shp_dormant_seq(op, cls, slot, comm, peer, result);
 }
 
+/* While dormant, before a collective's real call: take its seq if comm is the thread's last
+ * communicator (true), else nothing (false: count it after the call, shp_dormant_count). A
+ * compare or two, a load and a store, no call, errno untouched. */
+static inline __attribute__((always_inline)) bool shp_dormant_take(void *comm)
+{
+    /* A cached handle has a counter: its state's, or one that nobody reads (record.c). */
+    if (comm && comm == shp_comm_last.handle &&
+        shp_comm_last.gen == atomic_load_explicit(&shp_comm_gen, memory_order_acquire)) {
+        shp_seq_next(shp_comm_last.seq);
+        return true;
+    }
+    return false;
+}
+
+/* After shp_dormant_take's real call returned `result` (not 0): a call NCCL refused gives its
+ * seq back (the thread's last communicator is still the one it took it from: every wrapper the
+ * real call reached passed through). Keeps errno. */
+void shp_dormant_refused(int result);
+
 /* While dormant: the calling thread's group depth follows ncclGroupStart and ncclGroupEnd. */
 static inline void shp_dormant_group(unsigned op, int result)
 {
@@ -515,14 +535,20 @@ void shp_enter(struct shp_call *c);
 /* shp_enter for a call whose class is known to be that one: each its own straight path. */
 void shp_enter_launch(struct shp_call *c);
 void shp_enter_copy(struct shp_call *c);
+/* shp_enter_copy for a copy of the runtime's (not the driver's): its device is asked of the
+ * runtime with no test of which library the call is of. */
+void shp_enter_copy_rt(struct shp_call *c);
 void shp_enter_coll(struct shp_call *c);
 void shp_enter_p2p(struct shp_call *c);
 
-/* shp_enter, picked by the class the wrapper knows at compile time. */
-static inline void shp_enter_cls(struct shp_call *c, int cls)
+/* shp_enter, picked by the class and the library (rt: the CUDA runtime) that the wrapper knows at
+ * compile time. */
+static inline void shp_enter_cls(struct shp_call *c, int cls, bool rt)
 {
     if (cls == SHP_CLS_LAUNCH)
         shp_enter_launch(c);
+    else if (cls == SHP_CLS_COPY && rt)
+        shp_enter_copy_rt(c);
     else if (cls == SHP_CLS_COPY)
         shp_enter_copy(c);
     else if (cls == SHP_CLS_COLL)

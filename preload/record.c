@@ -150,6 +150,9 @@ static struct comm_state *comm_lookup(const void *handle)
 
 _Atomic uint32_t shp_comm_gen;
 SHP_TLS struct shp_comm_last shp_comm_last;
+/* The seq counter the cache names for a communicator that cannot be kept (no state): counted
+ * there and read by nobody, so that a cached handle always has a counter (shp_dormant_take). */
+static SHP_TLS _Atomic uint64_t no_seq;
 
 static void comm_insert(void *handle, struct comm_state *st)
 {
@@ -345,7 +348,7 @@ static __attribute__((noinline)) struct comm_state *comm_find(struct shp_call *c
     bool pending = st && atomic_load_explicit(&st->pending, memory_order_relaxed);
     shp_comm_last.handle = pending ? NULL : comm;
     shp_comm_last.st = st;
-    shp_comm_last.seq = st ? &st->seq : NULL;
+    shp_comm_last.seq = st ? &st->seq : &no_seq;
     shp_comm_last.gen = gen;
     return st;
 }
@@ -572,10 +575,11 @@ static int resolve_kind(const struct shp_call *c, const void *dst, const void *s
     return s ? (d ? SHP_KIND_D2D : SHP_KIND_D2H) : (d ? SHP_KIND_H2D : SHP_KIND_H2H);
 }
 
-static int current_device(const struct shp_call *c)
+/* The current device; rt: c is known to be a runtime call (no test of the driver's table). */
+HOT int device_of(const struct shp_call *c, bool rt)
 {
     int slot = c->slot;
-    if (is_driver_op[c->op]) {
+    if (!rt && is_driver_op[c->op]) {
         cu_ctx_device_fn g = (cu_ctx_device_fn)shp_real_aux(0, SHP_AUX_CU_CTX_GET_DEVICE);
         CUdevice d = -1;
         return g && g(&d) == CUDA_SUCCESS ? (int)d : -1;
@@ -716,13 +720,13 @@ static void fill_comm(struct shp_rec_comm *r, struct shp_call *c)
     r->id = c->id;
 }
 
-HOT void pre_coll(struct pre *p, struct shp_call *c)
+HOT void pre_coll(struct pre *p, struct shp_call *c, unsigned cls)
 {
     struct comm_state *st = comm_get(c, c->comm);
     c->cstate = st;
     p->st = st;
     /* Counted whether or not the record can be written: ranks keep lining up after a drop. */
-    _Atomic uint64_t *n = seq_counter(st, c->cls, c->op, c->peer);
+    _Atomic uint64_t *n = seq_counter(st, cls, c->op, c->peer);
     p->seq = n ? shp_seq_next(n) : UINT64_MAX;
     c->seq = p->seq;
 }
@@ -764,16 +768,16 @@ static void fill_coll(struct shp_rec_coll *r, const struct shp_call *c, const st
 }
 
 /* The compact record of a collective or p2p call, if it can take one; false: write the full. */
-HOT bool coll_compact(struct shp_call *c, const struct pre *p)
+HOT bool coll_compact(struct shp_call *c, const struct pre *p, unsigned cls)
 {
     int idx = comm_index(p->st);
-    int rp = c->cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
+    int rp = cls == SHP_CLS_P2P ? c->peer : uses_root[c->op] ? c->root : -1;
     uint64_t v[] = {c->count, (uint64_t)(uintptr_t)c->a, (uint64_t)(uintptr_t)c->b,
                     (uint64_t)(uintptr_t)c->stream, p->seq};
     uint32_t group = shp_group_depth;
     if (idx < 0 || p->graph || group > UINT16_MAX || !fit16(rp) || !fit48(v, 5))
         return false;
-    unsigned type = c->cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
+    unsigned type = cls == SHP_CLS_P2P ? SHP_REC_P2P_C : SHP_REC_COLL_C;
     struct shp_rec_coll_c *r = shp_reserve_call(type, sizeof(*r));
     if (r) {
         unsigned redop = uses_redop[c->op] ? (uint8_t)c->redop : SHP_REDOP_NONE;
@@ -822,10 +826,10 @@ static void fill_copy(struct shp_rec_copy *r, const struct shp_call *c, const st
 
 /* The device at entry, for a compact copy record: a copy does not change it, and so the
  * completion stays one store. */
-HOT bool entry_device(const struct shp_call *c, int *dev)
+HOT bool entry_device(const struct shp_call *c, int *dev, bool rt)
 {
     int saved = errno; /* the library is asked */
-    *dev = current_device(c);
+    *dev = device_of(c, rt);
     errno = saved;
     return fit16(*dev);
 }
@@ -854,7 +858,7 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
     if (is_peer_copy[c->op] || p->graph || group > UINT16_MAX || !fit48(v, 4) ||
         c->height > UINT32_MAX || !fit48(pitches, 2) ||
         (c->height == 1 && c->spitch == c->width && c->dpitch == c->width) ||
-        !entry_device(c, &dev))
+        !entry_device(c, &dev, false))
         return false;
     struct shp_rec_copy2d_c *r = shp_reserve_call(SHP_REC_COPY2D_C, sizeof(*r));
     if (r) {
@@ -868,17 +872,22 @@ static __attribute__((noinline)) bool copy2d_compact(struct shp_call *c, const s
     return true;
 }
 
-HOT bool copy_compact(struct shp_call *c, const struct pre *p)
+HOT bool copy_compact(struct shp_call *c, const struct pre *p, bool rt)
 {
+    if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
+        p->graph || shp_group_depth > UINT16_MAX ||
+        !fit48((const uint64_t[]){(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
+                                  (uint64_t)(uintptr_t)c->stream, c->width},
+               4))
+        return false;
+    int dev;
+    if (!entry_device(c, &dev, rt))
+        return false;
+    /* Read again after the device's call (the runtime's, which changes none of them): kept in
+     * registers across it, they were saved and restored around it and around errno's. */
     uint64_t v[] = {(uint64_t)(uintptr_t)c->b, (uint64_t)(uintptr_t)c->a,
                     (uint64_t)(uintptr_t)c->stream, c->width};
     uint32_t group = shp_group_depth;
-    if (is_peer_copy[c->op] || c->height != 1 || c->spitch != c->width || c->dpitch != c->width ||
-        p->graph || group > UINT16_MAX || !fit48(v, 4))
-        return false;
-    int dev;
-    if (!entry_device(c, &dev))
-        return false;
     struct shp_rec_copy_c *r = shp_reserve_call(SHP_REC_COPY_C, sizeof(*r));
     if (r) {
         uint64_t w[sizeof(*r) / 8];
@@ -913,17 +922,18 @@ _Static_assert(SHP_OP_COUNT <= 256, "compact records store the op in 8 bits");
 /* The compact record of a call of the frequent kinds (copies, collectives, p2p, launches), with
  * what its record says before the type is chosen left in *p. False when the call needs its full
  * record (a capture, a value that does not fit, a communicator without an index), which the
- * caller then writes with *p. */
-HOT bool enter_compact(struct shp_call *c, unsigned type, struct pre *p)
+ * caller then writes with *p. cls is c->cls, a constant in each entry point (no load, and the
+ * tests on it folded). */
+HOT bool enter_compact(struct shp_call *c, unsigned cls, unsigned type, struct pre *p, bool rt)
 {
     pre_common(p, c);
     if (type == SHP_REC_COPY) {
         pre_copy(p, c);
-        return copy_compact(c, p);
+        return copy_compact(c, p, rt);
     }
     if (type != SHP_REC_GRAPH) {
-        pre_coll(p, c);
-        return coll_compact(c, p);
+        pre_coll(p, c, cls);
+        return coll_compact(c, p, cls);
     }
     return launch_compact(c, p);
 }
@@ -1040,7 +1050,7 @@ static bool alloc_compact(struct shp_call *c, uint32_t stack, uint16_t flags)
     uint64_t size = is_free ? 0 : c->size;
     int dev = -1;
     if (c->stream || c->flags || shp_group_depth > UINT16_MAX || !fit48(&size, 1) ||
-        (!is_free && c->kind == SHP_ALLOC_DEVICE && !entry_device(c, &dev)))
+        (!is_free && c->kind == SHP_ALLOC_DEVICE && !entry_device(c, &dev, false)))
         return false;
     struct shp_rec_alloc_c *r = shp_reserve(SHP_REC_ALLOC_C, sizeof(*r));
     if (r) {
@@ -1070,9 +1080,22 @@ static bool enter_rare_compact(struct shp_call *c, unsigned type)
                                  : comm_end_compact(c, stack, flags);
 }
 
+/* What enter leaves to the rarer records: a rare call's, or the full record of a frequent one
+ * that took no compact record. Out of line, with p (enter_compact's, or zero) by value: p's
+ * address taken on enter's path kept it in memory there, written field by field and read
+ * back. */
+static __attribute__((noinline)) void enter_rest(struct shp_call *c, unsigned type, struct pre p,
+                                                 bool call)
+{
+    int saved = errno;
+    if (call || !enter_rare_compact(c, type))
+        enter_full(c, type, &p, call);
+    errno = saved;
+}
+
 /* shp_enter for a call of class `cls` (a constant in each entry point below, so that each is
- * its own straight path). */
-HOT void enter(struct shp_call *c, unsigned cls)
+ * its own straight path); rt: a call of the CUDA runtime's (a constant too). */
+HOT void enter(struct shp_call *c, unsigned cls, bool rt)
 {
     shp_guard++;
     /* It keeps errno itself, as the path below requires. */
@@ -1085,7 +1108,7 @@ HOT void enter(struct shp_call *c, unsigned cls)
     unsigned type = rec_type_of_class[cls];
     bool call = type == SHP_REC_COLL || type == SHP_REC_P2P || type == SHP_REC_COPY ||
                 cls == SHP_CLS_LAUNCH;
-    struct pre p = {0};
+    struct pre p; /* enter_compact's: each field its record type reads (zero for the others) */
     if (__builtin_expect(!call || !atomic_load_explicit(&shp_wh.fast_end, memory_order_relaxed),
                          0)) {
         c->late = NULL; /* read by shp_leave_full for allocations, which always come here */
@@ -1102,38 +1125,40 @@ HOT void enter(struct shp_call *c, unsigned cls)
      * seen first, a copy's device and kind, the capture CUDA is asked about, the file's growth,
      * the values hooks), and the record touches it nowhere else. A hook added to this path keeps
      * errno the same way. */
-    if (call && enter_compact(c, type, &p))
+    if (call && enter_compact(c, cls, type, &p, rt))
         goto out;
-    int saved = errno;
-    if (call || !enter_rare_compact(c, type))
-        enter_full(c, type, &p, call);
-    errno = saved;
+    enter_rest(c, type, call ? p : (struct pre){0}, call);
 out:; /* the guard stays held: the wrapper calls the real function under it (shp_enter) */
 }
 
 void shp_enter(struct shp_call *c)
 {
-    enter(c, c->cls);
+    enter(c, c->cls, false);
 }
 
 void shp_enter_launch(struct shp_call *c)
 {
-    enter(c, SHP_CLS_LAUNCH);
+    enter(c, SHP_CLS_LAUNCH, false);
 }
 
 void shp_enter_copy(struct shp_call *c)
 {
-    enter(c, SHP_CLS_COPY);
+    enter(c, SHP_CLS_COPY, false);
+}
+
+void shp_enter_copy_rt(struct shp_call *c)
+{
+    enter(c, SHP_CLS_COPY, true);
 }
 
 void shp_enter_coll(struct shp_call *c)
 {
-    enter(c, SHP_CLS_COLL);
+    enter(c, SHP_CLS_COLL, false);
 }
 
 void shp_enter_p2p(struct shp_call *c)
 {
-    enter(c, SHP_CLS_P2P);
+    enter(c, SHP_CLS_P2P, false);
 }
 
 static void init_all_done(struct shp_call *c, int result)
@@ -1186,13 +1211,13 @@ void shp_leave_full(struct shp_call *c, int result)
         break;
     case SHP_CLS_COPY:
         if (c->ev)
-            device = current_device(c);
+            device = device_of(c, false);
         break;
     case SHP_CLS_ALLOC:
         if (ok && c->out)
             out = (uint64_t)(uintptr_t)*c->out;
         /* (a compact record took it at entry) */
-        device = c->kind == SHP_ALLOC_DEVICE && !c->late ? current_device(c) : -1;
+        device = c->kind == SHP_ALLOC_DEVICE && !c->late ? device_of(c, false) : -1;
         break;
     case SHP_CLS_COMM_INIT:
     case SHP_CLS_COMM_SPLIT: {
@@ -1288,6 +1313,14 @@ void shp_dormant_seq(unsigned op, unsigned cls, int slot, void *comm, int peer, 
     if (n)
         shp_seq_next(n);
     shp_guard--;
+}
+
+void shp_dormant_refused(int result)
+{
+    if (refused(result) && shp_comm_last.seq) {
+        uint64_t v = atomic_load_explicit(shp_comm_last.seq, memory_order_relaxed);
+        atomic_store_explicit(shp_comm_last.seq, v - 1, memory_order_relaxed);
+    }
 }
 
 void shp_record_atfork_child(void)

@@ -14,6 +14,10 @@
 #define SHP_RET_NCCL ncclResult_t
 #define SHP_RET_CUDART cudaError_t
 #define SHP_RET_CUDA CUresult
+/* A call of the CUDA runtime's (shp_enter_cls). */
+#define SHP_RT_NCCL 0
+#define SHP_RT_CUDART 1
+#define SHP_RT_CUDA 0
 /* What a wrapper returns when the real function cannot be found. */
 #define SHP_ERR_NCCL ncclSystemError
 #define SHP_ERR_CUDART cudaErrorSharedObjectSymbolNotFound
@@ -52,12 +56,14 @@
             shp_site_hint.pc = 0;                                                                  \
             return (SHP_RET_##lib)shp_missing(SHP_OP_##name, SHP_ERR_##lib);                       \
         }                                                                                          \
-        shp_site_hint.sp = (uintptr_t)__builtin_frame_address(0);                                  \
         struct shp_call c; /* the description whole, the recorder's part left to shp_enter */      \
+        /* The frame's depth, as c's place in it: __builtin_frame_address gave the function a      \
+         * frame pointer, saved, set and restored on every call. */                                \
+        shp_site_hint.sp = (uintptr_t)&c;                                                          \
         c.d =                                                                                      \
             (struct shp_desc){.op = SHP_OP_##name, .cls = cls_, .slot = slot_, SHP_UNPAREN desc};  \
         SHP_RET_##lib r;                                                                           \
-        shp_enter_cls(&c, cls_); /* returns with the guard held, as SHP_CALL_REAL would hold it */ \
+        shp_enter_cls(&c, cls_, SHP_RT_##lib); /* returns with the guard held (SHP_CALL_REAL) */   \
         r = real args;                                                                             \
         shp_guard--;                                                                               \
         shp_leave(&c, (int)r);                                                                     \
@@ -91,7 +97,10 @@
 /* The wrapper's dormant path, when its first test found tracing on, the thread outside our code
  * and the process dormant: nothing of that is asked again. The real function not yet found, or
  * the trace not yet made (shp_armed_slow), go to the slow half, which asks all of it: this one
- * calls nothing but the real function, and saves only what it needs after it. */
+ * calls nothing but the real function, and saves only what it needs after it. A collective on
+ * the thread's last communicator takes its seq before the real call and gives it back if NCCL
+ * refused the call (shp_dormant_take): nothing of the call is kept across the real one, so no
+ * register is saved; one on another communicator goes to the slow half, which counts after. */
 #define SHP_DORMANT(slot_, lib, cls_, name, params, args, desc)                                    \
     static __attribute__((noinline, unused)) SHP_RET_##lib name##_dormant##slot_ params            \
     {                                                                                              \
@@ -99,6 +108,16 @@
         if (__builtin_expect(!real, 0) ||                                                          \
             __builtin_expect(!atomic_load_explicit(&shp_armed_tried, memory_order_relaxed), 0))    \
             return name##_slow##slot_ args;                                                        \
+        if (cls_ == SHP_CLS_COLL) {                                                                \
+            struct shp_desc d_ = {SHP_UNPAREN desc};                                               \
+            if (__builtin_expect(!shp_dormant_take(d_.comm), 0))                                   \
+                return name##_slow##slot_ args;                                                    \
+            SHP_RET_##lib r;                                                                       \
+            SHP_CALL_REAL(r, real, args);                                                          \
+            if (__builtin_expect(r != 0, 0))                                                       \
+                shp_dormant_refused((int)r);                                                       \
+            return r;                                                                              \
+        }                                                                                          \
         SHP_DORMANT_CALL(slot_, lib, cls_, name, args, desc)                                       \
     }
 
