@@ -1005,14 +1005,12 @@ static void enter_full(struct shp_call *c, unsigned type, const struct pre *p, b
     c->ev = ev;
 }
 
-/* What a reader takes a communicator record's handle, rank and size for (reader.c). */
+/* Whether communicator record r says this id, handle, rank and size, as a reader takes them. */
 static bool comm_record_says(const struct shp_rec_comm *r, uint64_t id, const void *handle,
                              int rank, int nranks)
 {
-    uint64_t h = r->handle ? r->handle : r->ev.out;
-    return r->id == id && h == (uint64_t)(uintptr_t)handle &&
-           (r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank) == rank &&
-           (r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks) == nranks;
+    return r->id == id && shp_comm_rec_handle(r) == (uint64_t)(uintptr_t)handle &&
+           shp_comm_rec_rank(r) == rank && shp_comm_rec_nranks(r) == nranks;
 }
 
 /* The compact record of a communicator's end, when the record its index names says what the

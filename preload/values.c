@@ -316,7 +316,7 @@ static bool comm_at(unsigned idx, uint64_t *id, int *nranks)
     if (!r)
         return false;
     *id = r->id;
-    *nranks = r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
+    *nranks = shp_comm_rec_nranks(r);
     return true;
 }
 

@@ -76,14 +76,9 @@ def _full_module(rec):
 
 def _full_copy(rec):
     """A SHP_REC_COPY2D_C as the SHP_REC_COPY it replaces (trace.h)."""
-    t, tid, op, flags, group, done = struct.unpack_from("<QIBBHQ", rec, 8)
     dst_dev, src_kind, stream_slo, width_shi, sp_hlo, dp_hhi = struct.unpack_from("<6Q", rec, 32)
-    p48, top = (lambda v: v & ((1 << 48) - 1)), (lambda v: v >> 48)
-    i16 = lambda v: struct.unpack("<h", struct.pack("<H", v & 0xFFFF))[0]
-    result = i16(done) if done else 0
-    dur = (done >> 16) - 1 if done else (1 << 64) - 1
-    ev = struct.pack("<QIHHIIiiQQii", t, tid, op, flags, top(stream_slo) | top(width_shi) << 16,
-                     group, result, i16(top(dst_dev)), dur, 0, -1, -1)
+    p48, top = (lambda v: v & P48), (lambda v: v >> 48)
+    ev, _ = _ev(rec, top(stream_slo) | top(width_shi) << 16, _i16(top(dst_dev)))
     body = struct.pack("<8QiiB7x", p48(dst_dev), p48(src_kind), p48(width_shi),
                        top(sp_hlo) | top(dp_hhi) << 16, p48(sp_hlo), p48(dp_hhi),
                        p48(stream_slo), 0, -1, -1, top(src_kind))

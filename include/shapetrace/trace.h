@@ -342,6 +342,22 @@ struct shp_rec_comm {
 };
 _Static_assert(sizeof(struct shp_rec_comm) == 112, "comm layout");
 
+/* What a communicator record says of its handle, rank and size, as every reader takes them (and
+ * as the writer checks a compact end against them): what the library reported after creation
+ * (ev.out, ev.aux) wins over the arguments. */
+static inline uint64_t shp_comm_rec_handle(const struct shp_rec_comm *r)
+{
+    return r->handle ? r->handle : r->ev.out;
+}
+static inline int32_t shp_comm_rec_rank(const struct shp_rec_comm *r)
+{
+    return r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank;
+}
+static inline int32_t shp_comm_rec_nranks(const struct shp_rec_comm *r)
+{
+    return r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
+}
+
 /* SHP_REC_COMM_END_C (version 6): a communicator's end (finalize, destroy, abort) whose record
  * the header's comm_off[] indexes, and whose id, handle, rank and size are that record's (as a
  * reader decodes them); its device -1 and no `out`, as in the full record. */

@@ -161,7 +161,7 @@ static void alloc_fields(struct shp_event *e, uint64_t ptr, bool pending, uint64
                          uint64_t stream)
 {
     bool is_free = e->cls == SHP_CLS_FREE;
-    e->ptr = is_free ? ptr : pending ? SHP_NONE : ptr;
+    e->ptr = !is_free && pending ? SHP_NONE : ptr;
     e->size = is_free ? SHP_NONE : size;
     e->bytes = e->size;
     e->stream = stream ? stream : SHP_NONE;
@@ -332,10 +332,8 @@ static inline __attribute__((always_inline)) bool decode(const struct shp_trace 
     case SHP_REC_COMM: {
         const struct shp_rec_comm *c = (const void *)r;
         decode_ev(t, &c->ev, e);
-        /* What the library reported after creation wins over the arguments. */
-        comm_fields(e, c->id, c->kind, c->parent, c->handle ? c->handle : c->ev.out,
-                    c->ev.aux[0] >= 0 ? c->ev.aux[0] : c->rank,
-                    c->ev.aux[1] > 0 ? c->ev.aux[1] : c->nranks);
+        comm_fields(e, c->id, c->kind, c->parent, shp_comm_rec_handle(c), shp_comm_rec_rank(c),
+                    shp_comm_rec_nranks(c));
         return true;
     }
     case SHP_REC_GROUP: {

@@ -172,11 +172,10 @@ struct shp_trace_comm shp_trace_comm_at(const struct shp_trace *t, unsigned idx)
         ty != SHP_REC_COMM)
         return c;
     const struct shp_rec_comm *r = (const void *)(t->map + off);
-    /* What the library reported after creation wins over the arguments, as for the record. */
     c.id = r->id;
-    c.handle = r->handle ? r->handle : r->ev.out;
-    c.rank = r->ev.aux[0] >= 0 ? r->ev.aux[0] : r->rank;
-    c.nranks = r->ev.aux[1] > 0 ? r->ev.aux[1] : r->nranks;
+    c.handle = shp_comm_rec_handle(r);
+    c.rank = shp_comm_rec_rank(r);
+    c.nranks = shp_comm_rec_nranks(r);
     c.device = r->ev.device;
     c.ok = true;
     return c;
