@@ -75,6 +75,9 @@ struct an_lineage {
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
     bool stale_reported; /* this process's first stale read is its finding */
+    /* Whether --dim values were given: without them only a region written in rows has rows to
+     * judge its reads against (rows_of). */
+    bool dims;
     /* Whether a pass after this one reads the step's producers: only the expectations do, and
      * only with an expectation file. Without one, copying the chain into every reading step
      * was a twentieth of the pass's instructions. */
@@ -212,6 +215,11 @@ static void on_read(void *arg, const struct shp_range *n)
     else if (rc->first && !rc->stale && n->value != rc->first &&
              stale_of(&rc->L->regions[rc->first - 1], r))
         rc->stale = n->value;
+    /* Reads of a region without rows (a 1-D write, with no --dim values to factor it) are
+     * never a finding (judge finds no rows): they are not grouped. Without --dim, that is
+     * every read of a copy's or a collective's output but an all-gather's. */
+    if (!rc->L->dims && !(r->pitch && r->width && r->width <= r->pitch))
+        return;
     /* A region whose only range the step's own write removes (an in-place collective) is
      * retired and its groups judged right after: a new group would hold this one piece, and
      * one piece is never a finding, so none is made (each in-place collective made one, a
@@ -338,7 +346,10 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
         const struct an_origin *po = &L->origins[parent - 1];
         size_t n = po->nanc < AN_MAX_LINEAGE - 2 ? po->nanc : AN_MAX_LINEAGE - 2;
         o->anc[0] = po->ref;
-        memcpy(o->anc + 1, po->anc, n * sizeof(o->anc[0]));
+        /* All the slots, whatever nanc says: a copy of a constant size is a few moves, where
+         * one of n was a call into memcpy for every write (the slots past nanc are never
+         * read). */
+        memcpy(o->anc + 1, po->anc, (AN_MAX_LINEAGE - 2) * sizeof(o->anc[0]));
         o->nanc = (uint8_t)(1 + n);
     }
     /* A copy keeps the datatype of what it copies. */
@@ -576,6 +587,7 @@ static void *lineage_init(struct an_ctx *ctx)
         return NULL;
     L->ctx = ctx;
     L->producers = ctx->expect != NULL;
+    L->dims = ctx->dims.n > 0;
     return L;
 }
 
