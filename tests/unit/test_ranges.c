@@ -174,6 +174,24 @@ static void test_cases(void)
               shp_ranges_count(&r) == 2 && nth(&r, 0).start == 0 && nth(&r, 0).value == 8 &&
                   nth(&r, 1).start == 320 && c.n[6] == 0);
     shp_ranges_clear(&r, ref, &c);
+    /* A serving loop's buffers: 128 of them, 8 MiB apart, written again and again with the
+     * same bounds, and each step read by a copy after it; an exact look-up finds most of them
+     * (the rest collide in the hash) and never a wrong one. */
+    int hits = 0, wrong = 0;
+    for (int step = 0; step < 4; step++)
+        for (uint64_t i = 0; i < 128; i++) {
+            uint64_t s = 0x7f0000000000ull + (i << 23), e = s + 4096 + i;
+            struct shp_range *x = shp_ranges_exact(&r, s, e);
+            if (step > 0) {
+                hits += x != NULL;
+                wrong += x && (x->start != s || x->end != e || x->value != 9);
+            }
+            shp_ranges_assign(&r, s, e, 9, ref, &c);
+            wrong += shp_ranges_exact(&r, s, e + 1) != NULL;
+        }
+    test_cond("exact look-ups find a loop's buffers written again", hits > 3 * 128 * 3 / 4);
+    test_cond("and only the exact range", wrong == 0);
+    shp_ranges_clear(&r, ref, &c);
     shp_ranges_free(&r);
 }
 
@@ -187,7 +205,8 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
     m.n = 0;
     memset(&c, 0, sizeof(c));
     srand(seed);
-    int bad_shape = 0, bad_counts = 0, bad_visit = 0, zero_up = 0;
+    int bad_shape = 0, bad_counts = 0, bad_visit = 0, zero_up = 0, bad_exact = 0;
+    int exact_tries = 0, exact_hits = 0;
     size_t most = 0;
     uint64_t last_visit = 0; /* where the last visit began */
     for (int i = 0; i < ops; i++) {
@@ -210,6 +229,29 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
              * read: the map's remembered place is used, and must still be right */
             shp_ranges_assign(&r, last_visit, last_visit + len, v, ref, &c);
             model_assign(&m, last_visit, last_visit + len, v);
+        } else if (what == 4 && m.n) {
+            /* a range looked up exactly and its value changed through the pointer, as the
+             * lineage pass does for a buffer written again whole; counted by hand */
+            struct shp_range x = m.v[(size_t)rand() % m.n];
+            struct shp_range *got = shp_ranges_exact(&r, x.start, x.end);
+            exact_tries++;
+            if (got) {
+                exact_hits++;
+                bad_exact += got->start != x.start || got->end != x.end || got->value != x.value;
+                ref(&c, v, 1);
+                ref(&c, got->value, -1);
+                got->value = v;
+                model_assign(&m, x.start, x.end, v);
+            }
+            /* and a range that is not there: one end moved */
+            bad_exact += shp_ranges_exact(&r, x.start, x.end + 1) != NULL;
+            bad_exact += x.start + 1 < x.end && shp_ranges_exact(&r, x.start + 1, x.end) != NULL;
+        } else if (what == 5) {
+            /* a range just written is found exactly */
+            shp_ranges_assign(&r, s, s + len, v, ref, &c);
+            model_assign(&m, s, s + len, v);
+            struct shp_range *got = shp_ranges_exact(&r, s, s + len);
+            bad_exact += !got || got->start != s || got->end != s + len || got->value != v;
         } else if (what == 2 && i % 500 == 0) {
             shp_ranges_clear(&r, ref, &c);
             m.n = 0;
@@ -239,6 +281,8 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
     test_cond("ref's counts are the model's", bad_counts == 0);
     test_cond("visits see the model's overlapping ranges, in order", bad_visit == 0);
     test_cond("no count fell to 0 and rose again in one call", zero_up == 0);
+    test_cond("exact look-ups find only the exact range, and one just written", bad_exact == 0);
+    test_cond("exact look-ups were tried and some found", exact_tries > 100 && exact_hits > 0);
     test_cond("the test reached as many ranges as it meant to", most >= live);
     shp_ranges_free(&r);
 }

@@ -4,6 +4,7 @@
  * large cudaMalloc segments: an overrun of a piece that stays inside its segment is not seen here).
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,17 +29,28 @@ static void culprit(struct an_finding *f, const struct an_proc *p, char *who, si
     }
 }
 
-static void check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an_step *s,
-                  const struct shp_span *span, const char *what)
+/* Whether the span runs past the end of the allocation that holds its start. Inline, and the
+ * finding out of line (check): it is asked of nearly every call, and the answer is no. */
+static inline bool overruns(const struct shp_allocs *allocs, const struct shp_span *span)
+{
+    uint64_t buf = span->start, len = span->len;
+    if (buf == SHP_NONE || len == SHP_NONE || len == 0)
+        return false;
+    const struct shp_alloc *a = shp_allocs_find(allocs, buf);
+    /* Both ends fit in 64 bits: the decoder marks a call whose ends do not (impossible). */
+    return a && buf + len > a->ptr + a->size;
+}
+
+/* The finding of a span that overruns its allocation (overruns). */
+static void __attribute__((noinline))
+check(struct an_ctx *ctx, const struct shp_allocs *allocs, struct an_step *s,
+      const struct shp_span *span, const char *what)
 {
     const struct shp_event *e = s->e;
     uint64_t buf = span->start, len = span->len;
-    if (buf == SHP_NONE || len == SHP_NONE || len == 0)
+    if (!overruns(allocs, span))
         return;
     const struct shp_alloc *a = shp_allocs_find(allocs, buf);
-    /* Both ends fit in 64 bits: the decoder marks a call whose ends do not (impossible). */
-    if (!a || buf + len <= a->ptr + a->size)
-        return;
     struct an_finding *f = an_finding_add(&ctx->findings, AN_BUFFER_OVERRUN);
     if (!f)
         return;
@@ -110,15 +122,18 @@ static void buffers_event(void *st, struct an_ctx *ctx, struct an_step *s)
     case SHP_REC_COLL:
     case SHP_REC_P2P:
         an_step_spans(s, &rd, &wr);
-        check(ctx, allocs, s, &rd, "reads");
+        if (overruns(allocs, &rd))
+            check(ctx, allocs, s, &rd, "reads");
         /* An in-place collective reads and writes one range: one finding. */
-        if (wr.start != rd.start || wr.len != rd.len)
+        if ((wr.start != rd.start || wr.len != rd.len) && overruns(allocs, &wr))
             check(ctx, allocs, s, &wr, "writes");
         break;
     case SHP_REC_COPY:
         an_step_spans(s, &rd, &wr);
-        check(ctx, allocs, s, &rd, "reads");
-        check(ctx, allocs, s, &wr, "writes");
+        if (overruns(allocs, &rd))
+            check(ctx, allocs, s, &rd, "reads");
+        if (overruns(allocs, &wr))
+            check(ctx, allocs, s, &wr, "writes");
         break;
     default:
         break;

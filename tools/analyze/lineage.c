@@ -75,6 +75,9 @@ struct an_lineage {
     /* The allocations of the process being walked, for what a free ends. */
     struct shp_allocs al;
     bool stale_reported; /* this process's first stale read is its finding */
+    /* Whether --dim values were given: without them only a region written in rows has rows to
+     * judge its reads against (rows_of). */
+    bool dims;
     /* Whether a pass after this one reads the step's producers: only the expectations do, and
      * only with an expectation file. Without one, copying the chain into every reading step
      * was a twentieth of the pass's instructions. */
@@ -212,6 +215,11 @@ static void on_read(void *arg, const struct shp_range *n)
     else if (rc->first && !rc->stale && n->value != rc->first &&
              stale_of(&rc->L->regions[rc->first - 1], r))
         rc->stale = n->value;
+    /* Reads of a region without rows (a 1-D write, with no --dim values to factor it) are
+     * never a finding (judge finds no rows): they are not grouped. Without --dim, that is
+     * every read of a copy's or a collective's output but an all-gather's. */
+    if (!rc->L->dims && !(r->pitch && r->width && r->width <= r->pitch))
+        return;
     /* A region whose only range the step's own write removes (an in-place collective) is
      * retired and its groups judged right after: a new group would hold this one piece, and
      * one piece is never a finding, so none is made (each in-place collective made one, a
@@ -264,19 +272,20 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
 }
 
 /* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
- * read of a step that finds one hands its chain to the passes after this one. */
+ * read of a step that finds one hands its chain to the passes after this one. x: the range
+ * exactly [s, e) when the caller found it (shp_ranges_exact), the only one the read touches. */
 static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e,
-                        const struct shp_span *then)
+                        const struct shp_span *then, const struct shp_range *x)
 {
     struct read_ctx rc = {.L = L, .st = st, .ref = st->ref, .site = st->e->stack, .s = s, .e = e};
     if (then) {
         rc.ws = then->start;
         rc.we = then->start + then->len;
     }
-    if (s < e)
+    if (x)
+        on_read(&rc, x);
+    else if (s < e)
         shp_ranges_visit(&L->map, s, e, on_read, &rc);
-    /* A read inside a replay is not judged: the kernels of its graph, which no trace shows,
-     * write its input just before it. */
     if (rc.stale && !st->launch && !L->stale_reported)
         report_stale(L, st, &rc);
     if (rc.best && L->producers && !st->nproducers) {
@@ -288,9 +297,10 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
     return rc.best;
 }
 
-/* The step's call writes the span w (rows when w->pitch is set), made of what `parent` holds. */
+/* The step's call writes the span w (rows when w->pitch is set), made of what `parent` holds.
+ * x: the range exactly w's bytes when the caller found it (shp_ranges_exact). */
 static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct shp_span *w,
-                         uint32_t parent, int dtype)
+                         uint32_t parent, int dtype, struct shp_range *x)
 {
     uint32_t site = st->e->stack;
     const struct an_ref *ref = st->ref;
@@ -336,7 +346,10 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
         const struct an_origin *po = &L->origins[parent - 1];
         size_t n = po->nanc < AN_MAX_LINEAGE - 2 ? po->nanc : AN_MAX_LINEAGE - 2;
         o->anc[0] = po->ref;
-        memcpy(o->anc + 1, po->anc, n * sizeof(o->anc[0]));
+        /* All the slots, whatever nanc says: a copy of a constant size is a few moves, where
+         * one of n was a call into memcpy for every write (the slots past nanc are never
+         * read). */
+        memcpy(o->anc + 1, po->anc, (AN_MAX_LINEAGE - 2) * sizeof(o->anc[0]));
         o->nanc = (uint8_t)(1 + n);
     }
     /* A copy keeps the datatype of what it copies. */
@@ -346,6 +359,16 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
         r->esize = L->regions[parent - 1].esize, r->dtype = L->regions[parent - 1].dtype;
     else
         r->dtype = -1;
+    if (x && !(pitch && width < pitch)) {
+        /* The bytes of one region written again whole: what assign would do, without a
+         * search or a count told through ref. The new region holds the one range; the old one
+         * loses it (it is live, so never the slot just taken). */
+        uint32_t old = x->value;
+        x->value = id;
+        r->nodes = 1;
+        drop_node_ref(L, old);
+        return id;
+    }
     /* Hold the region while its bytes go in: what it replaces may be its own parent. */
     r->nodes++;
     if (pitch && width < pitch && len / pitch < 65536) {
@@ -373,22 +396,37 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     switch (e->type) {
     case SHP_REC_COPY:
         /* A 2-D read is its rows, at the source pitch. */
-        for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
-            uint64_t from = rd.start + row * rd.pitch;
-            uint32_t pr = do_read(L, s, from, from + (rd.pitch ? rd.width : rd.len), NULL);
-            if (!parent)
-                parent = pr;
+        if (rd.rows == 1 && rd.len) {
+            parent = do_read(L, s, rd.start, rd.start + rd.len, NULL,
+                             shp_ranges_exact(&L->map, rd.start, rd.start + rd.len));
+        } else {
+            for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
+                uint64_t from = rd.start + row * rd.pitch;
+                uint32_t pr =
+                    do_read(L, s, from, from + (rd.pitch ? rd.width : rd.len), NULL, NULL);
+                if (!parent)
+                    parent = pr;
+            }
         }
-        do_write(L, s, &wr, parent, -1);
+        do_write(L, s, &wr, parent, -1,
+                 wr.len ? shp_ranges_exact(&L->map, wr.start, wr.start + wr.len) : NULL);
         break;
     case SHP_REC_COLL:
-    case SHP_REC_P2P:
+    case SHP_REC_P2P: {
+        /* A buffer read or written again with the same bounds is found without a search; an
+         * in-place collective's, once for both (reading changes nothing in the map). */
+        struct shp_range *x =
+            rd.len ? shp_ranges_exact(&L->map, rd.start, rd.start + rd.len) : NULL;
+        bool in_place = rd.len && rd.start == wr.start && rd.len == wr.len;
         /* do_write clears a 1-D span whole, once it has a region for it (a free slot, or
          * room for one). */
         parent = do_read(L, s, rd.start, rd.start + rd.len,
-                         !wr.pitch && (L->free_region || L->nregions < L->cap) ? &wr : NULL);
-        do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype);
+                         !wr.pitch && (L->free_region || L->nregions < L->cap) ? &wr : NULL, x);
+        if (!in_place)
+            x = wr.len ? shp_ranges_exact(&L->map, wr.start, wr.start + wr.len) : NULL;
+        do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype, x);
         break;
+    }
     case SHP_REC_ALLOC:
         if (e->cls == SHP_CLS_FREE && e->ptr != SHP_NONE) {
             /* Freed memory holds nothing any more. */
@@ -549,6 +587,7 @@ static void *lineage_init(struct an_ctx *ctx)
         return NULL;
     L->ctx = ctx;
     L->producers = ctx->expect != NULL;
+    L->dims = ctx->dims.n > 0;
     return L;
 }
 

@@ -6,25 +6,9 @@
 
 #include "common/ops.h"
 
-/* Index of the last block starting at or below ptr, or -1. Branch-free, as the range map's
- * search (ranges.c): the buffers pass looks up every copy's and collective's two buffers. */
-static long last_at_or_below(const struct shp_allocs *a, uint64_t ptr)
-{
-    size_t n = a->n;
-    if (!n)
-        return -1;
-    const struct shp_alloc *base = a->v;
-    while (n > 1) {
-        size_t half = n / 2;
-        base = base[half].ptr <= ptr ? base + half : base;
-        n -= half;
-    }
-    return (long)(base - a->v) - (base->ptr > ptr);
-}
-
 static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
 {
-    long i = last_at_or_below(a, ptr);
+    long i = shp_allocs_below(a, ptr);
     if (i >= 0 && a->v[i].ptr == ptr) {
         a->v[i].size = size; /* the same address handed out again */
         return;
@@ -52,7 +36,7 @@ static void add(struct shp_allocs *a, uint64_t ptr, uint64_t size)
 
 static void remove_at(struct shp_allocs *a, uint64_t ptr)
 {
-    long i = last_at_or_below(a, ptr);
+    long i = shp_allocs_below(a, ptr);
     if (i < 0 || a->v[i].ptr != ptr)
         return;
     memmove(a->v + i, a->v + i + 1, (a->n - (size_t)i - 1) * sizeof(*a->v));
@@ -69,17 +53,9 @@ void shp_allocs_event(struct shp_allocs *a, const struct shp_event *e)
         remove_at(a, e->ptr);
 }
 
-const struct shp_alloc *shp_allocs_find(const struct shp_allocs *a, uint64_t ptr)
-{
-    long i = last_at_or_below(a, ptr);
-    if (i < 0 || ptr >= a->v[i].ptr + a->v[i].size)
-        return NULL;
-    return &a->v[i];
-}
-
 const struct shp_alloc *shp_allocs_at(const struct shp_allocs *a, uint64_t ptr)
 {
-    long i = last_at_or_below(a, ptr);
+    long i = shp_allocs_below(a, ptr);
     return i >= 0 && a->v[i].ptr == ptr ? &a->v[i] : NULL;
 }
 

@@ -24,8 +24,31 @@ struct shp_allocs {
  * replaces the old size), a free removes the block it names. Other events change nothing. An
  * allocation that does not fit in memory is not tracked. */
 void shp_allocs_event(struct shp_allocs *a, const struct shp_event *e);
+/* Index of the last block starting at or below ptr, or -1. Branch-free, as the range map's
+ * search (ranges.c); inline: the buffers pass looks up every copy's and collective's buffers,
+ * and the call was most of the look-up. */
+static inline long shp_allocs_below(const struct shp_allocs *a, uint64_t ptr)
+{
+    size_t n = a->n;
+    if (!n)
+        return -1;
+    const struct shp_alloc *base = a->v;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = base[half].ptr <= ptr ? base + half : base;
+        n -= half;
+    }
+    return (long)(base - a->v) - (base->ptr > ptr);
+}
+
 /* The live block containing address ptr, or NULL. */
-const struct shp_alloc *shp_allocs_find(const struct shp_allocs *a, uint64_t ptr);
+static inline const struct shp_alloc *shp_allocs_find(const struct shp_allocs *a, uint64_t ptr)
+{
+    long i = shp_allocs_below(a, ptr);
+    if (i < 0 || ptr >= a->v[i].ptr + a->v[i].size)
+        return NULL;
+    return &a->v[i];
+}
 /* The live block starting exactly at ptr, or NULL. */
 const struct shp_alloc *shp_allocs_at(const struct shp_allocs *a, uint64_t ptr);
 /* Forget every block (keeps the memory for reuse). */

@@ -7,13 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK 64
-
-struct shp_rchunk {
-    size_t n;
-    struct shp_range v[CHUNK];
-    struct shp_rchunk *next_spare;
-};
+#define CHUNK SHP_RCHUNK
 
 /* A place between entries: entry j of chunk ci (j may be c[ci]->n: after its last). */
 struct pos {
@@ -82,12 +76,18 @@ static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uin
     return (size_t)(base - a) / stride + (equal ? *base <= s : *base < s);
 }
 
-#define NSTARTS                                                                                    \
-    (sizeof(((struct shp_ranges *)0)->starts) / sizeof(((struct shp_ranges *)0)->starts[0]))
+_Static_assert(sizeof(((struct shp_ranges *)0)->starts) /
+                       sizeof(((struct shp_ranges *)0)->starts[0]) ==
+                   256,
+               "shp_ranges_slot takes the hash's top 8 bits");
 
-static inline size_t start_slot(uint64_t s)
+/* Note that a range starting at s is at p. */
+static inline void note_start(struct shp_ranges *m, uint64_t s, struct pos p)
 {
-    return (size_t)((s * 0x9e3779b97f4a7c15ull) >> 58) & (NSTARTS - 1);
+    size_t k = shp_ranges_slot(s);
+    m->starts[k].s = s;
+    m->starts[k].ci = (uint32_t)p.ci;
+    m->starts[k].j = (uint32_t)p.j;
 }
 
 /* The place of the first range starting at or after s. */
@@ -97,7 +97,7 @@ static struct pos find(struct shp_ranges *m, uint64_t s)
         return (struct pos){m->hint.ci, m->hint.j};
     /* A range that begins at s is the first at or after it: where one was found, if it is
      * still there. */
-    size_t k = start_slot(s);
+    size_t k = shp_ranges_slot(s);
     struct pos p = {m->starts[k].ci, m->starts[k].j};
     if (m->starts[k].s == s && p.ci < m->n && p.j < m->c[p.ci]->n && m->c[p.ci]->v[p.j].start == s)
         goto found;
@@ -108,11 +108,8 @@ static struct pos find(struct shp_ranges *m, uint64_t s)
     const struct shp_rchunk *c = m->c[p.ci];
     _Static_assert(sizeof(c->v[0]) % sizeof(uint64_t) == 0, "ranges are whole words");
     p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
-    if (p.j < c->n && c->v[p.j].start == s) {
-        m->starts[k].s = s;
-        m->starts[k].ci = (uint32_t)p.ci;
-        m->starts[k].j = (uint32_t)p.j;
-    }
+    if (p.j < c->n && c->v[p.j].start == s)
+        note_start(m, s, p);
 found:
     m->hint.s = s;
     m->hint.version = m->version;
@@ -141,9 +138,11 @@ static struct shp_range *before(const struct shp_ranges *m, struct pos p)
     return p.ci > 0 ? &m->c[p.ci - 1]->v[m->c[p.ci - 1]->n - 1] : NULL;
 }
 
-/* Insert r at p; false when out of memory (m unchanged). */
-static bool insert(struct shp_ranges *m, struct pos p, const struct shp_range *r)
+/* Insert r at *pp, and set *pp to where it went (a full chunk is split); false when out of
+ * memory (m unchanged). */
+static bool insert(struct shp_ranges *m, struct pos *pp, const struct shp_range *r)
 {
+    struct pos p = *pp;
     if (!m->n) {
         struct shp_rchunk *c = new_chunk(m);
         if (!c || !add_chunk(m, 0, c)) {
@@ -178,6 +177,7 @@ static bool insert(struct shp_ranges *m, struct pos p, const struct shp_range *r
     c->v[p.j] = *r;
     c->n++;
     m->first[p.ci] = c->v[0].start;
+    *pp = p;
     return true;
 }
 
@@ -205,24 +205,29 @@ static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
             struct shp_range tail = {e, b->end, b->value};
             uint64_t old_end = b->end;
             b->end = s;
-            if (!insert(m, p, &tail)) {
+            if (!insert(m, &p, &tail)) {
                 b->end = old_end;
                 return -1;
             }
             ref(arg, tail.value, 1);
             if (value) {
                 struct shp_range n = {s, e, value};
-                if (!insert(m, find(m, s), &n))
+                /* Before the tail, which is where p is now. */
+                if (!insert(m, &p, &n))
                     return -1;
+                note_start(m, s, p);
                 ref(arg, value, 1);
             }
             return 0;
         }
         b->end = s;
     }
-    /* The ranges starting in [s, e) go, but for the tail of the last one past e. */
+    /* The ranges starting in [s, e) go, but for the tail of the last one past e. The new range
+     * takes the place of the first that goes: one move of the entries after it, not two (a
+     * buffer written again longer than before, from the same start). */
     size_t ci = p.ci, j = p.j;
-    bool more = true;
+    bool more = true, placed = false;
+    struct pos np = p;
     while (more && ci < m->n) {
         struct shp_rchunk *c = m->c[ci];
         size_t k = j;
@@ -235,8 +240,15 @@ static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
             k++;
         }
         more = k == c->n;
-        memmove(c->v + j, c->v + k, (c->n - k) * sizeof(*c->v));
-        c->n -= k - j;
+        size_t kept = j;
+        if (value && !placed && k > j) {
+            c->v[j] = (struct shp_range){s, e, value};
+            np = (struct pos){ci, j};
+            placed = true;
+            kept = j + 1;
+        }
+        memmove(c->v + kept, c->v + k, (c->n - k) * sizeof(*c->v));
+        c->n -= k - kept;
         if (!c->n) {
             drop_chunk(m, ci);
         } else {
@@ -247,13 +259,17 @@ static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
     }
     if (!value)
         return 0;
-    /* Where the removed ranges began is where the new one goes: a chunk that went had them
-     * from its head (p.j 0), so p is the head of the next, or past the last chunk. */
-    if (p.ci >= m->n && m->n)
-        p = (struct pos){m->n - 1, m->c[m->n - 1]->n};
-    struct shp_range n = {s, e, value};
-    if (!insert(m, p, &n))
-        return -1;
+    if (!placed) {
+        /* Where the removed ranges began is where the new one goes: a chunk that went had them
+         * from its head (p.j 0), so p is the head of the next, or past the last chunk. */
+        if (p.ci >= m->n && m->n)
+            p = (struct pos){m->n - 1, m->c[m->n - 1]->n};
+        struct shp_range n = {s, e, value};
+        if (!insert(m, &p, &n))
+            return -1;
+        np = p;
+    }
+    note_start(m, s, np);
     ref(arg, value, 1);
     return 0;
 }

@@ -12,7 +12,13 @@ struct shp_range {
     uint32_t value;
 };
 
-struct shp_rchunk;
+/* Up to this many ranges a chunk, sorted. In the header for shp_ranges_exact, inline. */
+#define SHP_RCHUNK 64
+struct shp_rchunk {
+    size_t n;
+    struct shp_range v[SHP_RCHUNK];
+    struct shp_rchunk *next_spare;
+};
 
 struct shp_ranges {
     struct shp_rchunk **c; /* in address order; none empty */
@@ -27,14 +33,47 @@ struct shp_ranges {
         uint64_t s, version;
         size_t ci, j;
     } hint;
-    /* Where ranges that searches found begin, by a hash of the start: a buffer is read and
-     * written again from its start (a caching allocator's block, a step's activations), and a
-     * place that still holds a range of that start is the place a search would find. */
+    /* Where ranges that searches found or assignments made begin, by a hash of the start: a
+     * buffer is read and written again from its start (a caching allocator's block, a step's
+     * activations), and a place that still holds a range of that start is the place a search
+     * would find. A change moves the entries after it in its chunk by one place: a place that
+     * no longer holds its start is looked for one place either side. 256: a serving loop's
+     * buffers of a few hundred starts stay in it (64 lost a third of them to collisions). */
     struct {
         uint64_t s;
         uint32_t ci, j;
-    } starts[64];
+    } starts[256];
 };
+
+/* The slot of start s in m->starts. */
+static inline size_t shp_ranges_slot(uint64_t s)
+{
+    return (size_t)((s * 0x9e3779b97f4a7c15ull) >> 56);
+}
+
+/* The range exactly [s, e), where the hash of starts finds it; NULL when it does not (when no
+ * such range is there, and sometimes when one is: the caller then takes its general path, which
+ * finds it). Its value may be changed through the pointer, to another nonzero value, until m
+ * next changes (shp_ranges_assign, shp_ranges_clear): the map counts no values, so the caller
+ * does what ref would have been told. This is the lineage pass's common case, a buffer written
+ * or read again with the same bounds, without a search. */
+static inline struct shp_range *shp_ranges_exact(struct shp_ranges *m, uint64_t s, uint64_t e)
+{
+    size_t k = shp_ranges_slot(s);
+    uint32_t ci = m->starts[k].ci, j = m->starts[k].j;
+    if (m->starts[k].s != s || ci >= m->n)
+        return NULL;
+    const struct shp_rchunk *c = m->c[ci];
+    /* Its place, or one either side (an insertion or a removal before it in its chunk). */
+    for (uint32_t d = 0; d < 3; d++) {
+        uint32_t at = d == 0 ? j : d == 1 ? j + 1 : j - 1;
+        if (at < c->n && c->v[at].start == s) {
+            m->starts[k].j = at;
+            return c->v[at].end == e ? (struct shp_range *)&c->v[at] : NULL;
+        }
+    }
+    return NULL;
+}
 
 /* Told each time a range holding value appears (delta +1) or goes (-1). Within one call, the
  * +1 of a piece that survives a trim comes before the -1 of what it was cut from, so a count

@@ -128,8 +128,10 @@ __attribute__((optimize("unroll-loops"))) static inline uint32_t check_of(const 
     return shp_rec_check(r, ty, sz);
 }
 
-/* A published record of a known type whose size fits and whose check matches. */
-static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
+/* A published record of a known type whose size fits and whose check matches. Inline where
+ * the walk asks it of every record (shp_trace_next), out of line elsewhere. */
+static inline __attribute__((always_inline)) bool valid_rec(const struct shp_trace *t, uint64_t off,
+                                                            unsigned *type, size_t *size)
 {
     if (off + 8 > t->end)
         return false;
@@ -147,6 +149,11 @@ static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, si
     *type = ty;
     *size = sz;
     return true;
+}
+
+static bool valid_at(const struct shp_trace *t, uint64_t off, unsigned *type, size_t *size)
+{
+    return valid_rec(t, off, type, size);
 }
 
 /* valid_at, with the type as readers see it. */
@@ -185,6 +192,12 @@ const struct shp_rec *shp_trace_next(const struct shp_trace *t, struct shp_curso
                                      unsigned *type, size_t *size)
 {
     uint64_t o = c->off < SHP_HEADER_SIZE ? SHP_HEADER_SIZE : c->off;
+    /* The next record is nearly always whole: checked inline, the rest as before. */
+    if (valid_rec(t, o, type, size)) {
+        c->off = o + *size;
+        *type = shp_rec_as(*type);
+        return (const struct shp_rec *)(t->map + o);
+    }
     while (o + 8 <= t->end) {
         if (valid_as(t, o, type, size)) {
             c->off = o + *size;
