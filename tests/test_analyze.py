@@ -664,6 +664,29 @@ def traced_once(name, cmd, opts=(), e=None):
     return d
 
 
+def test_calls_from_the_readers_briefs_are_the_decoded_ones():
+    """With reader threads, the merge rebuilds each collective and send/receive from the brief
+    its reader wrote into the feed (load.c) instead of decoding the record again; with one
+    thread it decodes every call itself. Sends and receives in and out of graphs, refused
+    collectives, a dormant rank's late calls and non-blocking communicators: the same report,
+    byte for byte, from 1 thread and from 2, 3 and 8 (8 three times over); the ThreadSanitizer
+    run of this suite reports any brief the merge reads before its reader published it."""
+    launch = [f"{T}/shp_launch", "-n", "4", "--"]
+    for pattern, kind, opts in (("pp_graph", "p2p_size_mismatch", []),
+                                ("fsdp_freed", "failed_collective", []),
+                                ("dormant", "count_mismatch", ["--dormant"]),
+                                ("moe", "p2p_size_mismatch", [])):
+        d = traced_once("brief-" + pattern, launch + [f"{T}/stacks", pattern, "planted"], opts,
+                        dict(env(), SHP_TOOL=TOOL))
+        outs = set()
+        for threads in ("1", "2", "3") + ("8",) * 3:
+            p = run([TOOL, "analyze", "--json", "--threads", threads, d])
+            assert p.returncode == 1, (pattern, threads, p.returncode, p.stderr)
+            outs.add(p.stdout)
+        assert len(outs) == 1, (pattern, len(outs))
+        assert json.loads(outs.pop())["findings"][0]["kind"] == kind, pattern
+
+
 def test_every_thread_reports_at_once():
     """One analysis in which every kind of thread finds something, as several threads at once:
     the merge (align's count mismatch, waitfor's deadlock, values' value mismatch), the readers

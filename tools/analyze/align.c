@@ -55,6 +55,13 @@ struct an_comm {
     bool any_refused, any_gap;
     unsigned agree_run; /* places in a row where every member agreed */
     size_t finding;     /* the finding later disagreements are counted against */
+    /* The member that the last look at place wait_at found waiting: those before it were not,
+     * and stay so while the place is open (a member stops waiting when its call comes or its
+     * trace ends; only on_extra, which takes a call back, undoes that). The look for a member
+     * that has not reached the place starts there: from the first member each time, it cost
+     * as many looks per place as members squared. */
+    uint64_t wait_at;
+    int wait_from;
 };
 
 /* A process whose calls on a communicator are not lined up: its traces contradict another's. */
@@ -476,6 +483,12 @@ static bool has_entries(const struct an_comm *c)
 
 static enum outcome classify(struct an_ctx *ctx, struct an_comm *c, struct position *pos)
 {
+    for (int i = c->wait_at == c->at ? c->wait_from : 0; i < c->nranks; i++)
+        if (state_at(c, &c->m[i], c->at) == M_WAIT) {
+            c->wait_at = c->at;
+            c->wait_from = i;
+            return O_WAIT;
+        }
     pos->np = pos->na = 0;
     for (int i = 0; i < c->nranks; i++) {
         switch (state_at(c, &c->m[i], c->at)) {
@@ -712,8 +725,10 @@ static void on_extra(struct an_ctx *ctx, struct an_comm *c, const struct positio
                  g, c->id >> 32, shp_op_name(ch->op), ch->seq, shp_op_name(mh->op));
         note_replays(ctx, f, g, ch, global_rank(ctx, c, pos->maj), mh);
     }
-    /* Only the extra call is retired: the culprit's next lines up with this place. */
+    /* Only the extra call is retired: the culprit's next lines up with this place (and the
+     * culprit may wait for it again). */
     struct an_member *cm = &c->m[pos->culprit];
+    c->wait_at = UINT64_MAX;
     an_queue_pop(&cm->q);
     cm->tail--;
     cm->shift--;

@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "include/shapetrace/calls.h"
 #include "tools/lib/out.h"
 
 /* What the merge needs of an event. */
@@ -25,6 +26,22 @@ struct an_item {
     struct an_ref ref;
     void *note; /* what the feed's ops returned for it */
 };
+
+/* What the brief decoding of a collective or a send/receive sets (shp_event_decode_brief: every
+ * field of the event that its record gives, less the sizes), as its reader decoded it, for an
+ * item whose type the merge wants: the merge rebuilds the event from it instead of decoding the
+ * record again (that decoding was a fifth of the merge's instructions, its loads of the record
+ * a line the reader had in its cache). Every other field of such an event is the same for all
+ * of them (unknown), so an event built from it is the one the decoding gives. */
+struct an_brief {
+    uint64_t dur_ns, comm, seq, count, stream, graph;
+    uint32_t tid, stack, group;
+    int32_t result, device, comm_rank, nranks, root, peer;
+    int16_t dtype, redop; /* a record's uint8_t, or -1 */
+    uint16_t flags, op;   /* a call's op, checked for its class, is below SHP_OP_COUNT */
+    uint8_t cls;          /* SHP_CLS_COLL or SHP_CLS_P2P, as the decoding checked */
+};
+_Static_assert(SHP_OP_COUNT <= UINT16_MAX, "an op fits an_brief's op");
 
 #define NO_FEED UINT32_MAX
 #define NO_READER UINT32_MAX
@@ -49,6 +66,7 @@ struct an_feed {
     /* set up once */
     struct an_item *v;
     struct shp_event *ev; /* a feed the merge fills: each item's event, decoded once */
+    struct an_brief *br;  /* a feed a reader fills: each wanted call's brief, by item */
     uint64_t mask;        /* capacity - 1, a power of two */
     uint64_t batch;       /* items filled at a time: half the capacity */
     uint32_t proc;
@@ -95,8 +113,15 @@ struct an_tree {
     /* by leaf: where its next event is (its item, and its decoded event when its feed keeps
      * them), to be fetched as soon as it is known to come next */
     const void **next_item, **next_ev;
-    uint32_t *node; /* node[1 .. size): the loser of the match there; node[0]: the winner */
-    size_t size;    /* leaves: a power of two */
+    /* node[1 .. size): the loser of the match there; node[0]: the winner. Each with its key
+     * and tie, whose leaf is tie & (size - 1): a match reads the node alone, where a node of
+     * the leaf's number alone sent it to key[] and tie[] as well (a third of the replay's
+     * instructions, and a line each on hundreds of traces). */
+    struct an_node {
+        uint64_t key;
+        uint32_t tie;
+    } * node;
+    size_t size; /* leaves: a power of two */
 };
 #define OUT UINT64_MAX
 
@@ -114,6 +139,10 @@ struct an_load {
     bool joined;
     uint32_t held;      /* the feed whose item the caller holds, NO_FEED for none */
     struct shp_event e; /* the merge's decoding of it, for a feed without events */
+    /* The same for a collective or a send/receive, rebuilt from its brief: the fields that no
+     * brief holds are those that the first decoding of one into it left (unknown), once ce_ok. */
+    struct shp_event ce;
+    bool ce_ok;
     _Atomic bool stop;
     _Atomic uint64_t bytes_done;
     /* The feed the merge sleeps on (-1: none; -2: its reader has woken it), and its wake-up. */
@@ -161,18 +190,26 @@ static inline void tree_out(struct an_tree *T, uint32_t j)
  * traces.) */
 static void tree_replay(struct an_tree *T, uint32_t j)
 {
-    uint32_t x = j;
     uint64_t kx = T->key[j];
+    uint32_t tx = T->tie[j];
     for (size_t n = (T->size + j) / 2; n > 0; n /= 2) {
-        uint32_t l = T->node[n];
-        uint64_t kl = T->key[l];
-        if (kl < kx || (kl == kx && T->tie[l] < T->tie[x])) {
-            T->node[n] = x;
-            x = l;
+        struct an_node *d = &T->node[n];
+        uint64_t kl = d->key;
+        uint32_t tl = d->tie;
+        if (kl < kx || (kl == kx && tl < tx)) {
+            d->key = kx;
+            d->tie = tx;
             kx = kl;
+            tx = tl;
         }
     }
-    T->node[0] = x;
+    T->node[0] = (struct an_node){kx, tx};
+}
+
+/* The leaf whose next event comes first. */
+static inline uint32_t tree_winner(const struct an_tree *T)
+{
+    return T->node[0].tie & (uint32_t)(T->size - 1);
 }
 
 /* Every leaf's key is set: play all the matches, bottom up (win[n]: who won below node n).
@@ -187,10 +224,12 @@ static bool tree_build(struct an_tree *T)
     for (size_t n = T->size - 1; n > 0; n--) {
         uint32_t a = win[2 * n], b = win[2 * n + 1];
         bool a_first = before(T, a, b);
+        uint32_t l = a_first ? b : a;
         win[n] = a_first ? a : b;
-        T->node[n] = a_first ? b : a;
+        T->node[n] = (struct an_node){T->key[l], T->tie[l]};
     }
-    T->node[0] = T->size > 1 ? win[1] : 0;
+    uint32_t w = T->size > 1 ? win[1] : 0;
+    T->node[0] = (struct an_node){T->key[w], T->tie[w]};
     free(win);
     return true;
 }
@@ -231,6 +270,64 @@ static void publish(struct an_load *L, struct an_feed *f, uint64_t head)
         wake_merge(L, f);
 }
 
+static bool is_call(unsigned type)
+{
+    return type == SHP_REC_COLL || type == SHP_REC_P2P;
+}
+
+static inline void brief_put(struct an_brief *b, const struct shp_event *e)
+{
+    b->dur_ns = e->dur_ns;
+    b->comm = e->comm;
+    b->seq = e->seq;
+    b->count = e->count;
+    b->stream = e->stream;
+    b->graph = e->graph;
+    b->tid = e->tid;
+    b->stack = e->stack;
+    b->group = e->group;
+    b->result = e->result;
+    b->device = e->device;
+    b->comm_rank = e->comm_rank;
+    b->nranks = e->nranks;
+    b->root = e->root;
+    b->peer = e->peer;
+    b->dtype = (int16_t)e->dtype;
+    b->redop = (int16_t)e->redop;
+    b->flags = e->flags;
+    b->op = (uint16_t)e->op;
+    b->cls = (uint8_t)e->cls;
+}
+
+/* The brief decoding of the call whose brief is b, into e, which holds one already (ce_ok). */
+static inline void brief_get(struct shp_event *e, const struct an_brief *b, unsigned type,
+                             uint64_t t_ns, uint64_t index)
+{
+    e->type = type;
+    e->op = b->op;
+    e->cls = b->cls;
+    e->index = index;
+    e->tid = b->tid;
+    e->t_ns = t_ns;
+    e->dur_ns = b->dur_ns;
+    e->flags = b->flags;
+    e->stack = b->stack;
+    e->result = b->result;
+    e->device = b->device;
+    e->group = b->group;
+    e->comm = b->comm;
+    e->comm_rank = b->comm_rank;
+    e->nranks = b->nranks;
+    e->seq = b->seq;
+    e->count = b->count;
+    e->dtype = b->dtype;
+    e->redop = b->redop;
+    e->root = b->root;
+    e->peer = b->peer;
+    e->stream = b->stream;
+    e->graph = b->graph;
+}
+
 /* Read up to a batch more events of f into its ring (fewer when the ring is full or the trace
  * ends), running the feed's ops on each; on the feed's filler only. Returns how many. */
 static uint64_t fill(struct an_load *L, struct an_feed *f)
@@ -258,6 +355,8 @@ static uint64_t fill(struct an_load *L, struct an_feed *f)
         it->t_ns = e->t_ns;
         it->ref = (struct an_ref){.proc = f->proc, .index = e->index, .rec = r, .type = type};
         it->note = L->ops.event ? L->ops.event(L->ops.arg, p, e, &it->ref) : NULL;
+        if (f->br && is_call(type) && (L->types & (1u << type)))
+            brief_put(&f->br[head & f->mask], e);
         head++;
         if (++n % PUBLISH == 0)
             publish(L, f, head);
@@ -458,7 +557,9 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
         f->v = malloc(cap * sizeof(*f->v));
         if (!readers)
             f->ev = malloc(cap * sizeof(*f->ev));
-        ok = f->v && (readers || f->ev);
+        else
+            f->br = malloc(cap * sizeof(*f->br));
+        ok = f->v && (readers ? f->br != NULL : f->ev != NULL);
         f->mask = cap - 1;
         f->batch = cap / 2;
         f->proc = (uint32_t)i;
@@ -541,7 +642,7 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         }
         if (!L->live)
             return false;
-        uint32_t i = L->tree.node[0];
+        uint32_t i = tree_winner(&L->tree);
         struct an_proc *p = &ctx->procs[i];
         struct an_feed *f = &L->feeds[i];
         uint64_t slot = f->mtail & f->mask;
@@ -554,8 +655,14 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
             uint64_t ns = (f->mtail + 1) & f->mask;
             tree_set(&L->tree, i, f->v[ns].t_ns);
             if (L->nfeeds > PREFETCH_FEEDS) {
+                /* What the merge will read of it: its decoded event, its brief (a call), or its
+                 * record (another type it decodes), or nothing (a type it skips). */
+                unsigned nt = f->v[ns].ref.type;
                 L->tree.next_item[i] = &f->v[ns];
-                L->tree.next_ev[i] = f->ev ? (const void *)&f->ev[ns] : f->v[ns].ref.rec;
+                L->tree.next_ev[i] = f->ev                      ? (const void *)&f->ev[ns]
+                                     : !(L->types & (1u << nt)) ? NULL
+                                     : is_call(nt)              ? (const void *)&f->br[ns]
+                                                                : (const void *)f->v[ns].ref.rec;
             }
             tree_replay(&L->tree, i);
         } else {
@@ -569,7 +676,7 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         /* The next event's process is known now, and its feed is long out of the cache with
          * hundreds of traces: fetched while the passes work on this one. */
         if (L->live && L->nfeeds > PREFETCH_FEEDS) {
-            uint32_t w = L->tree.node[0];
+            uint32_t w = tree_winner(&L->tree);
             const struct an_feed *nf = &L->feeds[w];
             const char *ev = L->tree.next_ev[w];
             __builtin_prefetch(nf);
@@ -593,11 +700,17 @@ bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event *
         *note = it->note;
         *e = NULL;
         if (wanted) {
+            bool call = is_call(it->ref.type);
+            struct shp_event *d = call ? &L->ce : &L->e;
             if (f->ev) {
                 *e = &f->ev[slot];
-            } else if (shp_event_decode_brief(&p->sp->t, it->ref.rec, it->ref.type, &L->e)) {
-                L->e.index = it->ref.index;
-                *e = &L->e;
+            } else if (call && L->ce_ok) {
+                brief_get(d, &f->br[slot], it->ref.type, it->t_ns, it->ref.index);
+                *e = d;
+            } else if (shp_event_decode_brief(&p->sp->t, it->ref.rec, it->ref.type, d)) {
+                d->index = it->ref.index;
+                L->ce_ok = L->ce_ok || call;
+                *e = d;
             }
         }
         return true;
@@ -657,6 +770,7 @@ void an_unload(struct an_ctx *ctx)
         for (size_t i = 0; L->feeds && i < L->nfeeds; i++) {
             free(L->feeds[i].v);
             free(L->feeds[i].ev);
+            free(L->feeds[i].br);
         }
         free(L->feeds);
         free(L->readers);

@@ -33,13 +33,14 @@ int an_load(struct an_ctx *ctx, struct shp_session *s, unsigned readers,
 void an_load_start(struct an_ctx *ctx, unsigned types);
 /* The next event in time order across all processes; false at the end. *e is the event decoded
  * when its type is among the types of an_load_start, else NULL (ref->type says what it is); it
- * holds until the next call. Where a reader thread fills the process's feed, the merge decodes
- * it again without a call's sizes (shp_event_decode_brief: bytes, send_bytes, recv_bytes, src
- * and dst unknown), which the merged passes do not read. *note is what the feed's ops returned for
- * it. After the last event of a process, that process's `ended` is set. An event of a type not
- * among `types`, with no note, that is not its process's last, is not handed out: it is counted in
- * ctx->events and becomes its process's `last` here, where it comes in the merged order. Call from
- * the thread that called an_load. */
+ * holds until the next call. Where a reader thread fills the process's feed, the event is the
+ * brief decoding of its record (shp_event_decode_brief: bytes, send_bytes, recv_bytes, src and
+ * dst unknown), which the merged passes do not read: for a collective or a send/receive, rebuilt
+ * from what its reader kept of its own decoding; for another type, decoded again here. *note is
+ * what the feed's ops returned for it. After the last event of a process, that process's `ended` is
+ * set. An event of a type not among `types`, with no note, that is not its process's last, is not
+ * handed out: it is counted in ctx->events and becomes its process's `last` here, where it comes in
+ * the merged order. Call from the thread that called an_load. */
 bool an_next(struct an_ctx *ctx, struct an_proc **proc, const struct shp_event **e,
              struct an_ref *ref, void **note);
 /* Bytes of the traces read so far, and in all (for a progress line). */

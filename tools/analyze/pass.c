@@ -90,22 +90,19 @@ uint64_t an_place_refused(struct an_place *p, const struct an_entry *en)
     return at;
 }
 
-int an_queue_push(struct an_queue *q, const struct an_entry *e)
+int an_queue_push_grow(struct an_queue *q, const struct an_entry *e)
 {
-    if (q->n == q->cap) {
-        size_t ncap = q->cap ? q->cap * 2 : 8;
-        struct an_entry *nv = malloc(ncap * sizeof(*nv));
-        if (!nv)
-            return -1;
-        for (size_t i = 0; i < q->n; i++)
-            nv[i] = *an_queue_at(q, i);
-        free(q->v);
-        q->v = nv;
-        q->head = 0;
-        q->cap = ncap;
-    }
-    q->v[(q->head + q->n) & (q->cap - 1)] = *e;
-    q->n++;
+    size_t ncap = q->cap ? q->cap * 2 : 8;
+    struct an_entry *nv = malloc(ncap * sizeof(*nv));
+    if (!nv)
+        return -1;
+    for (size_t i = 0; i < q->n; i++)
+        nv[i] = *an_queue_at(q, i);
+    free(q->v);
+    q->v = nv;
+    q->head = 0;
+    q->cap = ncap;
+    q->v[q->n++] = *e;
     return 0;
 }
 

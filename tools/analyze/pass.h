@@ -281,8 +281,18 @@ static inline struct an_entry *an_queue_at(struct an_queue *q, size_t i)
 {
     return &q->v[(q->head + i) & (q->cap - 1)];
 }
-/* 0, or -1 when out of memory (q unchanged). */
-int an_queue_push(struct an_queue *q, const struct an_entry *e);
+/* an_queue_push into a full queue: its capacity doubled first. */
+int an_queue_push_grow(struct an_queue *q, const struct an_entry *e);
+/* 0, or -1 when out of memory (q unchanged). Inline while there is room: every collective is
+ * pushed, and the call was a tenth of the alignment pass. */
+static inline int an_queue_push(struct an_queue *q, const struct an_entry *e)
+{
+    if (q->n == q->cap)
+        return an_queue_push_grow(q, e);
+    q->v[(q->head + q->n) & (q->cap - 1)] = *e;
+    q->n++;
+    return 0;
+}
 /* Drop the head; q must not be empty. */
 static inline void an_queue_pop(struct an_queue *q)
 {

@@ -180,19 +180,29 @@ static void try_complete(struct waitfor *W, struct wcomm *c, struct arrival *a)
     *a = c->arr[--c->narr];
     for (int i = 0; i < c->nranks; i++) {
         int p = c->m[i].proc;
-        struct wop *o = p >= 0 ? front_call(W, p, c->id, at) : NULL;
+        if (p < 0)
+            continue;
+        /* One look at p's front unit: its call here (the first not done, as front_call finds
+         * it), and whether the others are done; three looks (front_call, the others, the pops)
+         * were a fifth of the pass. */
+        struct wproc *w = &W->procs[p];
+        struct wop *o = NULL;
+        bool all = true;
+        size_t k = 0;
+        for (uint64_t unit = waiting(w) ? front(w, 0)->unit : 0;
+             k < waiting(w) && front(w, k)->unit == unit; k++) {
+            struct wop *x = front(w, k);
+            if (!o && x->comm == c->id && x->at == at && !x->done)
+                o = x;
+            else
+                all = all && x->done;
+        }
         if (!o)
             continue;
         o->done = true;
-        struct wproc *w = &W->procs[p];
-        bool all = true;
-        for (size_t k = 0; k < waiting(w) && front(w, k)->unit == front(w, 0)->unit && all; k++)
-            all = front(w, k)->done;
         if (!all)
             continue;
-        uint64_t unit = front(w, 0)->unit;
-        while (waiting(w) && front(w, 0)->unit == unit)
-            w->head++;
+        w->head += k;
         if (waiting(w))
             moved_on(W, p);
     }
