@@ -45,6 +45,7 @@ struct an_member {
 
 struct an_comm {
     uint64_t id;
+    size_t index; /* its position in the pass's table */
     int nranks;
     struct an_member *m;
     uint64_t at;          /* the place compared next */
@@ -83,6 +84,7 @@ struct align {
     /* per process: the communicator of its last call, which its next call is most often on
      * too (the table's lookup for every call was a tenth of the pass's instructions) */
     struct an_comm **last;
+    struct an_memberships members; /* by process, the members it claimed */
 };
 
 static uint64_t comm_key(const void *item)
@@ -129,6 +131,7 @@ static struct an_comm *comm_get(struct align *A, uint64_t id, int nranks)
         free(c);
         return NULL;
     }
+    c->index = A->comms.n - 1;
     return c->nranks > 0 ? c : NULL;
 }
 
@@ -1084,8 +1087,10 @@ static struct an_member *member_of(struct an_ctx *ctx, struct align *A, int pidx
         contradiction(ctx, A, c, e->comm, pidx, s, e->nranks, e->comm_rank);
         return NULL;
     }
-    if (m->proc < 0)
+    if (m->proc < 0) {
         m->claim = *s->ref;
+        an_memberships_add(&A->members, (size_t)pidx, c->index, e->comm_rank);
+    }
     m->proc = pidx;
     if (cp)
         *cp = c;
@@ -1106,7 +1111,9 @@ static void *align_init(struct an_ctx *ctx)
     A->untied_first = calloc(n, sizeof(*A->untied_first));
     A->untied_comm = calloc(n, sizeof(*A->untied_comm));
     A->last = calloc(n, sizeof(*A->last));
+    an_memberships_init(&A->members, A->nprocs);
     if (!A->untied || !A->untied_first || !A->untied_comm || !A->last) {
+        an_memberships_free(&A->members);
         free(A->untied);
         free(A->untied_first);
         free(A->untied_comm);
@@ -1231,15 +1238,36 @@ static void align_proc_end(void *st, struct an_ctx *ctx, struct an_proc *p)
     struct align *A = st;
     int pidx = (int)(p - ctx->procs);
     bool lost = an_lost_end(p);
-    for (size_t i = 0; i < A->comms.n; i++) {
-        struct an_comm *c = A->comms.v[i];
+    if (A->members.lost) {
+        for (size_t i = 0; i < A->comms.n; i++) {
+            struct an_comm *c = A->comms.v[i];
+            bool touched = false;
+            for (int r = 0; r < c->nranks; r++)
+                if (c->m[r].proc == pidx && !c->m[r].ended) {
+                    c->m[r].ended = true;
+                    c->m[r].unknown_after = lost;
+                    touched = true;
+                }
+            if (touched)
+                advance(ctx, A, c);
+        }
+        return;
+    }
+    /* The same visits, in the same order (by the table's position), of the communicators where
+     * the process claimed a member: no other member can be pidx's. */
+    size_t n;
+    const struct an_membership *ms = an_memberships_of(&A->members, (size_t)pidx, &n);
+    for (size_t k = 0; k < n;) {
+        struct an_comm *c = A->comms.v[ms[k].comm];
         bool touched = false;
-        for (int r = 0; r < c->nranks; r++)
-            if (c->m[r].proc == pidx && !c->m[r].ended) {
-                c->m[r].ended = true;
-                c->m[r].unknown_after = lost;
+        for (; k < n && A->comms.v[ms[k].comm] == c; k++) {
+            struct an_member *m = &c->m[ms[k].rank];
+            if (!m->ended) {
+                m->ended = true;
+                m->unknown_after = lost;
                 touched = true;
             }
+        }
         if (touched)
             advance(ctx, A, c);
     }
@@ -1358,6 +1386,7 @@ static void align_free(void *st)
     free(A->untied_first);
     free(A->untied_comm);
     free(A->last);
+    an_memberships_free(&A->members);
     free(A);
 }
 

@@ -287,3 +287,57 @@ void an_graphs_free(struct an_graphs *g)
     free(g->launches);
     *g = (struct an_graphs){0};
 }
+
+/* ---- the communicators each process is a member of ---- */
+
+int an_memberships_init(struct an_memberships *ms, size_t nprocs)
+{
+    ms->nprocs = nprocs;
+    ms->lost = false;
+    ms->by_proc = calloc(nprocs ? nprocs : 1, sizeof(*ms->by_proc));
+    if (!ms->by_proc) {
+        ms->nprocs = 0;
+        ms->lost = true;
+        return -1;
+    }
+    return 0;
+}
+
+void an_memberships_add(struct an_memberships *ms, size_t proc, size_t comm, int rank)
+{
+    if (proc >= ms->nprocs) {
+        ms->lost = true;
+        return;
+    }
+    struct an_membership **v = &ms->by_proc[proc].v;
+    size_t *n = &ms->by_proc[proc].n;
+    if (!shp_grow((void **)v, &ms->by_proc[proc].cap, *n, sizeof(**v))) {
+        ms->lost = true;
+        return;
+    }
+    /* Kept in order as it grows: a process claims a few members, most often in the order of
+     * the table already. */
+    size_t i = *n;
+    while (i > 0 &&
+           ((*v)[i - 1].comm > comm || ((*v)[i - 1].comm == comm && (*v)[i - 1].rank > rank))) {
+        (*v)[i] = (*v)[i - 1];
+        i--;
+    }
+    (*v)[i] = (struct an_membership){comm, rank};
+    (*n)++;
+}
+
+const struct an_membership *an_memberships_of(struct an_memberships *ms, size_t proc, size_t *n)
+{
+    *n = proc < ms->nprocs ? ms->by_proc[proc].n : 0;
+    return *n ? ms->by_proc[proc].v : NULL;
+}
+
+void an_memberships_free(struct an_memberships *ms)
+{
+    for (size_t i = 0; i < ms->nprocs; i++)
+        free(ms->by_proc[i].v);
+    free(ms->by_proc);
+    ms->by_proc = NULL;
+    ms->nprocs = 0;
+}

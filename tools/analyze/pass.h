@@ -208,6 +208,36 @@ uint64_t an_place_next(struct an_place *p, const struct an_entry *en);
 /* The place that the refused call en would have taken; notes its seq. */
 uint64_t an_place_refused(struct an_place *p, const struct an_entry *en);
 
+/* ---- the communicators each process is a member of (align, waitfor) ---- */
+
+/* A member a process claimed: its communicator, by its position in the pass's table, and its
+ * rank there. */
+struct an_membership {
+    size_t comm;
+    int rank;
+};
+
+/* By process, the members it claimed, so that a pass's proc_end visits the communicators of the
+ * process that ended and not every communicator (with 2048 traces that loop was 30 instructions
+ * an event). lost: a claim could not be kept (out of memory), and proc_end must look at every
+ * communicator instead. */
+struct an_memberships {
+    struct {
+        struct an_membership *v;
+        size_t n, cap;
+    } * by_proc;
+    size_t nprocs;
+    bool lost;
+};
+/* Room for nprocs processes; 0, or -1 when out of memory (then lost is set). */
+int an_memberships_init(struct an_memberships *ms, size_t nprocs);
+/* Process proc claimed the member `rank` of the communicator at position comm. */
+void an_memberships_add(struct an_memberships *ms, size_t proc, size_t comm, int rank);
+/* Process proc's members, ordered by communicator's position then rank (the order of a look at
+ * every communicator); *n of them, NULL when none. */
+const struct an_membership *an_memberships_of(struct an_memberships *ms, size_t proc, size_t *n);
+void an_memberships_free(struct an_memberships *ms);
+
 /* ---- what CUDA graphs execute: capture id -> graph -> executable -> launches ---- */
 
 /* A call recorded while its stream was captured. */

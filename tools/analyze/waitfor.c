@@ -51,6 +51,7 @@ struct arrival {
 
 struct wcomm {
     uint64_t id;
+    size_t index; /* its position in W->comms */
     int nranks;
     struct wmember *m;
     bool special; /* a member not known everywhere (traced late, or its trace lost its end) */
@@ -65,6 +66,7 @@ struct waitfor {
     size_t nprocs;
     int *moved; /* processes whose front unit is new: its calls have not arrived yet */
     size_t nmoved, cap_moved;
+    struct an_memberships members; /* by process, the members it claimed */
 };
 
 static uint64_t wcomm_key(const void *item)
@@ -94,17 +96,21 @@ static struct wcomm *comm_get(struct waitfor *W, uint64_t id, int nranks)
         free(c);
         return NULL;
     }
+    c->index = W->comms.n - 1;
     return c;
 }
 
 /* The member of c that process p's call e speaks for; NULL when another process holds it. */
-static struct wmember *member_of(struct wcomm *c, int p, const struct shp_event *e)
+static struct wmember *member_of(struct waitfor *W, struct wcomm *c, int p,
+                                 const struct shp_event *e)
 {
     if (!c || e->comm_rank < 0 || e->comm_rank >= c->nranks)
         return NULL;
     struct wmember *m = &c->m[e->comm_rank];
     if (m->proc >= 0 && m->proc != p)
         return NULL;
+    if (m->proc < 0)
+        an_memberships_add(&W->members, (size_t)p, c->index, e->comm_rank);
     m->proc = p;
     return m;
 }
@@ -307,7 +313,7 @@ static void executed(struct waitfor *W, int p, const struct shp_event *e, const 
 {
     struct wproc *w = &W->procs[p];
     struct wcomm *c = w->last && w->last->id == e->comm ? w->last : comm_get(W, e->comm, e->nranks);
-    struct wmember *m = member_of(c, p, e);
+    struct wmember *m = member_of(W, c, p, e);
     if (!m)
         return;
     w->last = c;
@@ -353,6 +359,7 @@ static void *waitfor_init(struct an_ctx *ctx)
         free(W);
         return NULL;
     }
+    an_memberships_init(&W->members, W->nprocs);
     return W;
 }
 
@@ -362,14 +369,14 @@ static void waitfor_event(void *st, struct an_ctx *ctx, struct an_step *s)
     const struct shp_event *e = s->e;
     int p = (int)(s->proc - ctx->procs);
     if (e->type == SHP_REC_COLL && an_refused(e)) {
-        struct wmember *m = member_of(comm_get(W, e->comm, e->nranks), p, e);
+        struct wmember *m = member_of(W, comm_get(W, e->comm, e->nranks), p, e);
         struct an_entry en = an_entry_of(e, s->ref);
         if (m && !(e->flags & SHP_EV_CAPTURED))
             an_place_refused(&m->place, &en);
         return;
     }
     if (an_graphs_event(&W->graphs, s, SHP_REC_COLL)) {
-        struct wmember *m = member_of(comm_get(W, e->comm, e->nranks), p, e);
+        struct wmember *m = member_of(W, comm_get(W, e->comm, e->nranks), p, e);
         if (m)
             m->place.captured++;
         return;
@@ -398,16 +405,32 @@ static void waitfor_proc_end(void *st, struct an_ctx *ctx, struct an_proc *ap)
     flush_group(W, p);
     W->procs[p].ended = true;
     bool lost = an_lost_end(ap);
-    for (size_t i = 0; i < W->comms.n; i++) {
-        struct wcomm *c = W->comms.v[i];
-        bool touched = false;
-        for (int r = 0; r < c->nranks; r++)
-            if (c->m[r].proc == p) {
-                c->m[r].ended = true;
-                c->m[r].unknown_after = lost;
-                touched = lost;
-            }
-        if (touched)
+    if (W->members.lost) {
+        for (size_t i = 0; i < W->comms.n; i++) {
+            struct wcomm *c = W->comms.v[i];
+            bool touched = false;
+            for (int r = 0; r < c->nranks; r++)
+                if (c->m[r].proc == p) {
+                    c->m[r].ended = true;
+                    c->m[r].unknown_after = lost;
+                    touched = lost;
+                }
+            if (touched)
+                placed_late(W, c);
+        }
+        return;
+    }
+    /* The same visits, in the same order (by the table's position), of the communicators where
+     * the process claimed a member: no other member can be p's. */
+    size_t n;
+    const struct an_membership *ms = an_memberships_of(&W->members, (size_t)p, &n);
+    for (size_t k = 0; k < n;) {
+        struct wcomm *c = W->comms.v[ms[k].comm];
+        for (; k < n && W->comms.v[ms[k].comm] == c; k++) {
+            c->m[ms[k].rank].ended = true;
+            c->m[ms[k].rank].unknown_after = lost;
+        }
+        if (lost)
             placed_late(W, c);
     }
 }
@@ -715,6 +738,7 @@ static void waitfor_free(void *st)
     }
     free(W->procs);
     free(W->moved);
+    an_memberships_free(&W->members);
     free(W);
 }
 
