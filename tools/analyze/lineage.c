@@ -298,9 +298,20 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
                  total - fresh, onote);
 }
 
+/* The range that begins at s and reaches e or past it, where the hash of starts finds it: the
+ * only one a read of [s, e) touches (no range before it can reach s). A buffer read whole, or
+ * its head: an all-gather's input inside what a copy wrote, a step's activations shorter than
+ * the last step's. */
+static struct shp_range *covering(struct an_lineage *L, uint64_t s, uint64_t e)
+{
+    struct shp_range *r = shp_ranges_starting(&L->map, s);
+    return r && r->end >= e ? r : NULL;
+}
+
 /* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
  * read of a step that finds one hands its chain to the passes after this one. x: the range
- * exactly [s, e) when the caller found it (shp_ranges_exact), the only one the read touches. */
+ * that begins at s and reaches e or past it when the caller found it (covering), the only one
+ * the read touches. */
 static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e,
                         const struct shp_span *then, const struct shp_range *x)
 {
@@ -461,7 +472,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
         /* A 2-D read is its rows, at the source pitch. */
         if (rd.rows == 1 && rd.len) {
             parent = do_read(L, s, rd.start, rd.start + rd.len, NULL,
-                             shp_ranges_exact(&L->map, rd.start, rd.start + rd.len));
+                             covering(L, rd.start, rd.start + rd.len));
         } else {
             for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
                 uint64_t from = rd.start + row * rd.pitch;
@@ -478,8 +489,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     case SHP_REC_P2P: {
         /* A buffer read or written again with the same bounds is found without a search; an
          * in-place collective's, once for both (reading changes nothing in the map). */
-        struct shp_range *x =
-            rd.len ? shp_ranges_exact(&L->map, rd.start, rd.start + rd.len) : NULL;
+        struct shp_range *x = rd.len ? covering(L, rd.start, rd.start + rd.len) : NULL;
         bool in_place = rd.len && rd.start == wr.start && rd.len == wr.len;
         /* do_write clears a 1-D span whole, once it has a region for it (a free slot, or
          * room for one). */
@@ -487,6 +497,8 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
                          !wr.pitch && (L->free_region || L->nregions < L->cap) ? &wr : NULL, x);
         if (!in_place)
             x = wr.len ? shp_ranges_exact(&L->map, wr.start, wr.start + wr.len) : NULL;
+        else if (x && x->end != wr.start + wr.len)
+            x = NULL;
         do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype, x);
         break;
     }
