@@ -228,7 +228,9 @@ static bool stale_of(const struct an_region *newer, const struct an_region *old)
            old->start == newer->start && old->len > newer->len;
 }
 
-static void on_read(void *arg, const struct shp_range *n)
+/* Inline where do_read calls it for the one range it found (most reads), as well as through the
+ * visit's pointer: the call was a third of its cost. */
+static inline __attribute__((always_inline)) void on_read(void *arg, const struct shp_range *n)
 {
     struct read_ctx *rc = arg;
     uint64_t a = n->start > rc->s ? n->start : rc->s, b = n->end < rc->e ? n->end : rc->e;
