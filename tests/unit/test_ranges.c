@@ -252,6 +252,18 @@ static void test_random(unsigned seed, uint64_t space, uint64_t maxlen, int ops,
             model_assign(&m, s, s + len, v);
             struct shp_range *got = shp_ranges_exact(&r, s, s + len);
             bad_exact += !got || got->start != s || got->end != s + len || got->value != v;
+        } else if ((what == 6 || what == 7) && m.n) {
+            /* written again from a range's start to another end, shorter or longer (a step's
+             * buffer with another token count): cut or grown in place where the map finds the
+             * start, across what follows where it is longer */
+            struct shp_range x = m.v[(size_t)rand() % m.n];
+            uint64_t len2 = what == 6 && x.end - x.start > 1
+                                ? 1 + (uint64_t)rand() % (x.end - x.start - 1)
+                                : x.end - x.start + 1 + (uint64_t)rand() % (maxlen * 3);
+            shp_ranges_assign(&r, x.start, x.start + len2, v, ref, &c);
+            model_assign(&m, x.start, x.start + len2, v);
+            struct shp_range *got = shp_ranges_starting(&r, x.start);
+            bad_exact += got && (got->end != x.start + len2 || got->value != v);
         } else if (what == 2 && i % 500 == 0) {
             shp_ranges_clear(&r, ref, &c);
             m.n = 0;

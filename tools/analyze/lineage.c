@@ -40,15 +40,28 @@ struct an_region {
     bool replayed; /* a graph replay executed the producer */
 };
 
+/* The ancestors' ring: a power of two above the AN_MAX_LINEAGE - 1 ancestors a chain keeps. */
+#define ANC_RING 8
+_Static_assert(ANC_RING >= AN_MAX_LINEAGE && (ANC_RING & (ANC_RING - 1)) == 0,
+               "a ring of a power of two, with room for a chain and one more");
+
 struct an_origin {
     struct an_ref ref; /* the producing call */
     /* A producer that a graph replay executed: the launch (rec NULL otherwise). */
     struct an_ref launch;
     /* Where the bytes came from, nearest first, copied from the parent when this region was
-     * written: a chain of in-place collectives would otherwise keep every ancestor alive. */
-    uint8_t nanc;
-    struct an_ref anc[AN_MAX_LINEAGE - 1];
+     * written: a chain of in-place collectives would otherwise keep every ancestor alive. A
+     * ring: the i-th is anc[(head + i) % ANC_RING], so that an in-place write, which puts its
+     * region's producer in front of the chain (rewrite), moves nothing. */
+    uint8_t nanc, head;
+    struct an_ref anc[ANC_RING];
 };
+
+/* The i-th ancestor of o. */
+static inline const struct an_ref *anc_at(const struct an_origin *o, unsigned i)
+{
+    return &o->anc[(o->head + i) & (ANC_RING - 1)];
+}
 
 struct group {
     uint32_t site;
@@ -86,6 +99,20 @@ struct an_lineage {
 
 static void retire(struct an_lineage *L, uint32_t region);
 static void judge(struct an_lineage *L, uint32_t region, const struct group *g);
+
+/* Judge the region's groups of reads (one at least) and free them. */
+static void judge_groups(struct an_lineage *L, uint32_t region)
+{
+    struct an_region *r = &L->regions[region - 1];
+    for (uint32_t g = r->groups; g;) {
+        uint32_t next = L->groups[g - 1].next;
+        judge(L, region, &L->groups[g - 1]);
+        L->groups[g - 1].next = L->free_group;
+        L->free_group = g;
+        g = next;
+    }
+    r->groups = 0;
+}
 
 static void drop_node_ref(struct an_lineage *L, uint32_t region)
 {
@@ -201,7 +228,9 @@ static bool stale_of(const struct an_region *newer, const struct an_region *old)
            old->start == newer->start && old->len > newer->len;
 }
 
-static void on_read(void *arg, const struct shp_range *n)
+/* Inline where do_read calls it for the one range it found (most reads), as well as through the
+ * visit's pointer: the call was a third of its cost. */
+static inline __attribute__((always_inline)) void on_read(void *arg, const struct shp_range *n)
 {
     struct read_ctx *rc = arg;
     uint64_t a = n->start > rc->s ? n->start : rc->s, b = n->end < rc->e ? n->end : rc->e;
@@ -271,9 +300,20 @@ static void report_stale(struct an_lineage *L, const struct an_step *st, const s
                  total - fresh, onote);
 }
 
+/* The range that begins at s and reaches e or past it, where the hash of starts finds it: the
+ * only one a read of [s, e) touches (no range before it can reach s). A buffer read whole, or
+ * its head: an all-gather's input inside what a copy wrote, a step's activations shorter than
+ * the last step's. */
+static struct shp_range *covering(struct an_lineage *L, uint64_t s, uint64_t e)
+{
+    struct shp_range *r = shp_ranges_starting(&L->map, s);
+    return r && r->end >= e ? r : NULL;
+}
+
 /* Read [s, e) in the step's process; returns the main producer (region + 1) or 0. The first
  * read of a step that finds one hands its chain to the passes after this one. x: the range
- * exactly [s, e) when the caller found it (shp_ranges_exact), the only one the read touches. */
+ * that begins at s and reaches e or past it when the caller found it (covering), the only one
+ * the read touches. */
 static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, uint64_t e,
                         const struct shp_span *then, const struct shp_range *x)
 {
@@ -291,10 +331,43 @@ static uint32_t do_read(struct an_lineage *L, struct an_step *st, uint64_t s, ui
     if (rc.best && L->producers && !st->nproducers) {
         const struct an_origin *o = &L->origins[rc.best - 1];
         st->producers[0] = o->ref;
-        memcpy(st->producers + 1, o->anc, o->nanc * sizeof(o->anc[0]));
+        for (unsigned i = 0; i < o->nanc; i++)
+            st->producers[1 + i] = *anc_at(o, i);
         st->nproducers = 1 + o->nanc;
     }
     return rc.best;
+}
+
+/* An in-place write of the only range of region `parent`, what it read (an all-reduce's buffer):
+ * the region ends and a new one begins with the same bytes, its chain the old one's with the old
+ * producer first. The old region's readers are judged as retire would judge them, and its slot
+ * is the new region's: no slot taken from the free list and given back, no range changed in the
+ * map. */
+static uint32_t rewrite(struct an_lineage *L, struct an_step *st, uint32_t parent, uint64_t pitch,
+                        uint64_t width, int dtype)
+{
+    struct an_region *r = &L->regions[parent - 1];
+    struct an_origin *o = &L->origins[parent - 1];
+    if (r->groups)
+        judge_groups(L, parent);
+    size_t n = o->nanc < AN_MAX_LINEAGE - 2 ? o->nanc : AN_MAX_LINEAGE - 2;
+    /* In front of the ring, where the farthest beyond the chain's length was, or a free slot. */
+    o->head = (uint8_t)((o->head - 1) & (ANC_RING - 1));
+    o->anc[o->head] = o->ref;
+    o->nanc = (uint8_t)(1 + n);
+    o->ref = *st->ref;
+    o->launch = st->launch ? *st->launch : (struct an_ref){0};
+    r->pitch = pitch;
+    r->width = width;
+    r->site = st->e->stack;
+    r->replayed = st->launch != NULL;
+    r->replay = st->replay;
+    /* A copy keeps the datatype of what it copies: here, its own. */
+    if (dtype >= 0) {
+        r->dtype = dtype;
+        r->esize = (int)shp_dtype_size((unsigned)dtype);
+    }
+    return parent;
 }
 
 /* The step's call writes the span w (rows when w->pitch is set), made of what `parent` holds.
@@ -307,6 +380,8 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
     uint64_t s = w->start, len = w->len, pitch = w->pitch, width = w->width;
     if (!len)
         return 0;
+    if (x && x->value == parent && !(pitch && width < pitch) && L->regions[parent - 1].nodes == 1)
+        return rewrite(L, st, parent, pitch, width, dtype);
     uint32_t id = L->free_region;
     if (id) {
         L->free_region = L->regions[id - 1].next_free;
@@ -341,15 +416,16 @@ static uint32_t do_write(struct an_lineage *L, struct an_step *st, const struct 
     r->replayed = st->launch != NULL;
     r->replay = st->replay;
     r->nodes = r->groups = r->next_free = 0;
-    o->nanc = 0;
+    o->nanc = o->head = 0;
     if (parent) {
         const struct an_origin *po = &L->origins[parent - 1];
         size_t n = po->nanc < AN_MAX_LINEAGE - 2 ? po->nanc : AN_MAX_LINEAGE - 2;
-        o->anc[0] = po->ref;
         /* All the slots, whatever nanc says: a copy of a constant size is a few moves, where
          * one of n was a call into memcpy for every write (the slots past nanc are never
-         * read). */
-        memcpy(o->anc + 1, po->anc, (AN_MAX_LINEAGE - 2) * sizeof(o->anc[0]));
+         * read). The parent's producer goes in front, as rewrite puts it. */
+        memcpy(o->anc, po->anc, sizeof(o->anc));
+        o->head = (uint8_t)((po->head - 1) & (ANC_RING - 1));
+        o->anc[o->head] = po->ref;
         o->nanc = (uint8_t)(1 + n);
     }
     /* A copy keeps the datatype of what it copies. */
@@ -398,7 +474,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
         /* A 2-D read is its rows, at the source pitch. */
         if (rd.rows == 1 && rd.len) {
             parent = do_read(L, s, rd.start, rd.start + rd.len, NULL,
-                             shp_ranges_exact(&L->map, rd.start, rd.start + rd.len));
+                             covering(L, rd.start, rd.start + rd.len));
         } else {
             for (uint64_t row = 0; row < rd.rows && row < 65536 && rd.len; row++) {
                 uint64_t from = rd.start + row * rd.pitch;
@@ -415,8 +491,7 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
     case SHP_REC_P2P: {
         /* A buffer read or written again with the same bounds is found without a search; an
          * in-place collective's, once for both (reading changes nothing in the map). */
-        struct shp_range *x =
-            rd.len ? shp_ranges_exact(&L->map, rd.start, rd.start + rd.len) : NULL;
+        struct shp_range *x = rd.len ? covering(L, rd.start, rd.start + rd.len) : NULL;
         bool in_place = rd.len && rd.start == wr.start && rd.len == wr.len;
         /* do_write clears a 1-D span whole, once it has a region for it (a free slot, or
          * room for one). */
@@ -424,6 +499,8 @@ static void lineage_event(void *st, struct an_ctx *ctx, struct an_step *s)
                          !wr.pitch && (L->free_region || L->nregions < L->cap) ? &wr : NULL, x);
         if (!in_place)
             x = wr.len ? shp_ranges_exact(&L->map, wr.start, wr.start + wr.len) : NULL;
+        else if (x && x->end != wr.start + wr.len)
+            x = NULL;
         do_write(L, s, &wr, e->op == SHP_OP_ncclRecv ? 0 : parent, e->dtype, x);
         break;
     }
@@ -498,8 +575,8 @@ static void chain(struct an_lineage *L, struct an_finding *f, uint32_t region)
         return;
     const struct an_origin *o = &L->origins[region - 1];
     f->lineage[f->nlineage++] = o->ref;
-    for (int i = 0; i < o->nanc && f->nlineage < AN_MAX_LINEAGE; i++)
-        f->lineage[f->nlineage++] = o->anc[i];
+    for (unsigned i = 0; i < o->nanc && f->nlineage < AN_MAX_LINEAGE; i++)
+        f->lineage[f->nlineage++] = *anc_at(o, i);
 }
 
 /* A region's reads from one site, judged against the rows the region was written in. */
@@ -568,14 +645,9 @@ static void judge(struct an_lineage *L, uint32_t region, const struct group *g)
 static void retire(struct an_lineage *L, uint32_t region)
 {
     struct an_region *r = &L->regions[region - 1];
-    for (uint32_t g = r->groups; g;) {
-        uint32_t next = L->groups[g - 1].next;
-        judge(L, region, &L->groups[g - 1]);
-        L->groups[g - 1].next = L->free_group;
-        L->free_group = g;
-        g = next;
-    }
-    r->groups = 0;
+    /* Most regions have none (no group for a region without rows): no call. */
+    if (r->groups)
+        judge_groups(L, region);
     r->next_free = L->free_region;
     L->free_region = region;
 }

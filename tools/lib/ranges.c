@@ -78,7 +78,7 @@ static inline size_t count_below(const uint64_t *a, size_t stride, size_t n, uin
 
 _Static_assert(sizeof(((struct shp_ranges *)0)->starts) /
                        sizeof(((struct shp_ranges *)0)->starts[0]) ==
-                   256,
+                   1024,
                "shp_ranges_slot takes the hash's top 8 bits");
 
 /* Note that a range starting at s is at p. */
@@ -99,8 +99,20 @@ static struct pos find(struct shp_ranges *m, uint64_t s)
      * still there. */
     size_t k = shp_ranges_slot(s);
     struct pos p = {m->starts[k].ci, m->starts[k].j};
-    if (m->starts[k].s == s && p.ci < m->n && p.j < m->c[p.ci]->n && m->c[p.ci]->v[p.j].start == s)
-        goto found;
+    if (m->starts[k].s == s && p.ci < m->n) {
+        const struct shp_rchunk *c = m->c[p.ci];
+        if (p.j < c->n && c->v[p.j].start == s)
+            goto found;
+        /* Moved by changes before it in its chunk (fragments of other buffers that a shorter
+         * write left, a third of the look-ups of a serving loop's): still in that chunk while
+         * the chunk spans s, which one search of the chunk finds. */
+        if (c->v[0].start <= s && s <= c->v[c->n - 1].start) {
+            p.j = count_below(&c->v[0].start, sizeof(c->v[0]) / sizeof(uint64_t), c->n, s, false);
+            if (c->v[p.j].start == s)
+                note_start(m, s, p);
+            goto found;
+        }
+    }
     size_t lo = count_below(m->first, 1, m->n, s, true);
     p = (struct pos){lo ? lo - 1 : 0, 0};
     if (!m->n)
@@ -181,6 +193,51 @@ static bool insert(struct shp_ranges *m, struct pos *pp, const struct shp_range 
     return true;
 }
 
+/* [s, e) written with value over the range at chunk ci, place j, which begins at s: cut or grown
+ * inside its chunk, without a search. That is the lineage pass's other common case, about half
+ * of a serving loop's writes: a step's buffer written again from its start with another token
+ * count. Returns false, m unchanged, where the general path must do it: a full chunk for a
+ * shorter range, or a longer one that reaches the next chunk. */
+static bool assign_from_start(struct shp_ranges *m, size_t ci, size_t j, uint64_t s, uint64_t e,
+                              uint32_t value, shp_ranges_ref_fn ref, void *arg)
+{
+    struct shp_rchunk *c = m->c[ci];
+    struct shp_range *r = &c->v[j];
+    if (e < r->end) {
+        /* Shorter: the old range keeps its tail, after the new one. */
+        if (c->n == CHUNK)
+            return false;
+        memmove(c->v + j + 1, c->v + j, (c->n - j) * sizeof(*c->v));
+        c->v[j + 1].start = e;
+        c->v[j] = (struct shp_range){s, e, value};
+        c->n++;
+        note_start(m, s, (struct pos){ci, j});
+        ref(arg, value, 1);
+        return true;
+    }
+    /* Longer or the same: the ranges that end by e go, the next one loses its head below e.
+     * The ranges are sorted and do not overlap, so the first that ends past e is the only one
+     * that can be cut. */
+    size_t k = j + 1;
+    while (k < c->n && c->v[k].end <= e)
+        k++;
+    if (k == c->n && ci + 1 < m->n && m->first[ci + 1] < e)
+        return false;
+    /* In address order, as the general path tells them. */
+    for (size_t i = j; i < k; i++)
+        ref(arg, c->v[i].value, -1);
+    if (k < c->n && c->v[k].start < e)
+        c->v[k].start = e;
+    *r = (struct shp_range){s, e, value};
+    if (k > j + 1) {
+        memmove(c->v + j + 1, c->v + k, (c->n - k) * sizeof(*c->v));
+        c->n -= k - j - 1;
+    }
+    note_start(m, s, (struct pos){ci, j});
+    ref(arg, value, 1);
+    return true;
+}
+
 static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
                   shp_ranges_ref_fn ref, void *arg)
 {
@@ -189,14 +246,19 @@ static int assign(struct shp_ranges *m, uint64_t s, uint64_t e, uint32_t value,
     struct pos p = find(m, s);
     m->version++; /* what follows changes m */
     struct shp_range *r = at(m, p);
-    /* The common case: a buffer written again whole (a caching allocator's block, an in-place
-     * collective) replaces one range exactly. */
-    if (r && r->start == s && r->end == e && value) {
-        uint32_t old = r->value;
-        r->value = value;
-        ref(arg, value, 1);
-        ref(arg, old, -1);
-        return 0;
+    if (r && r->start == s && value) {
+        /* The common case: a buffer written again whole (a caching allocator's block, an
+         * in-place collective) replaces one range exactly. */
+        if (r->end == e) {
+            uint32_t old = r->value;
+            r->value = value;
+            ref(arg, value, 1);
+            ref(arg, old, -1);
+            return 0;
+        }
+        struct pos q = p.j < m->c[p.ci]->n ? p : (struct pos){p.ci + 1, 0};
+        if (assign_from_start(m, q.ci, q.j, s, e, value, ref, arg))
+            return 0;
     }
     struct shp_range *b = before(m, p);
     if (b && b->end > s) {
