@@ -265,6 +265,11 @@ static inline void *shp_reserve_call(unsigned type, size_t size)
             __atomic_compare_exchange_n(&h->tail, &off, end, false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED)) {
             void *r = shp_wh.seg[off >> shp_wh.shift] + (off & shp_wh.mask);
+            /* The line a few records on, asked for now: a record is stored into a line no one
+             * has touched since the helper faulted its page in, and each such store waited for
+             * the line (on the 2-core machine, bench/ab.sh: a copy 13.5 to 14.2 ns less, a
+             * launch 6.3 to 9.4). A prefetch never faults, past the mapping too. */
+            __builtin_prefetch((char *)r + 1024, 1, 3);
             shp_rec_mark_reserved(r, size);
             return r;
         }
