@@ -12,7 +12,7 @@ static const char *const op_names[SHP_OP_COUNT] = {[SHP_OP_NONE] = "none", SHP_C
 #undef SHP_X_NAME
 
 #define SHP_X_CLASS(num, lib, cls, name, facts, params, args, desc) [num] = cls,
-static const int op_classes[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_CLASS)};
+const int shp_op_classes[SHP_OP_COUNT] = {SHP_CALLS(SHP_X_CLASS)};
 #undef SHP_X_CLASS
 
 #define SHP_X_LIB(num, lib, cls, name, facts, params, args, desc) [num] = SHP_LIB_##lib,
@@ -26,11 +26,6 @@ const char *const shp_comm_kind_names[7] = {"?",        "init",    "split", "shr
 const char *shp_op_name(unsigned op)
 {
     return op < SHP_OP_COUNT ? op_names[op] : "?";
-}
-
-int shp_op_class(unsigned op)
-{
-    return op < SHP_OP_COUNT ? op_classes[op] : 0;
 }
 
 int shp_op_lib(unsigned op)
@@ -75,11 +70,11 @@ const char *shp_redop_name(unsigned redop)
 
 #define SHP_X_SIZE(num, lib, cls, name, facts, params, args, desc)                                 \
     [num] = {SHP_NCCL_SEND facts, SHP_NCCL_RECV facts},
-static const unsigned char elem_rule[SHP_OP_COUNT][2] = {SHP_NCCL_CALLS(SHP_X_SIZE)};
+const unsigned char shp_op_elem_rules[SHP_OP_COUNT][2] = {SHP_NCCL_CALLS(SHP_X_SIZE)};
 #undef SHP_X_SIZE
 
 #define SHP_X_ROOT(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_ROOT facts,
-static const unsigned char op_roots[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ROOT)};
+const unsigned char shp_op_roots[SHP_OP_COUNT] = {SHP_NCCL_CALLS(SHP_X_ROOT)};
 #undef SHP_X_ROOT
 
 #define SHP_X_REDOP(num, lib, cls, name, facts, params, args, desc) [num] = SHP_NCCL_REDOP facts,
@@ -156,19 +151,6 @@ static inline __attribute__((unused)) void op_numbers_are_used_once(int num)
 #undef SHP_X_SIG_CASE
 #undef SHP_X_NUM_CASE
 /* clang-format on */
-
-void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send, uint64_t *recv)
-{
-    uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
-    const unsigned char *r = op < SHP_OP_COUNT ? elem_rule[op] : elem_rule[0];
-    *send = r[0] == SHP_SIZE_ONE ? count : r[0] == SHP_SIZE_ALL ? count * n : 0;
-    *recv = r[1] == SHP_SIZE_ONE ? count : r[1] == SHP_SIZE_ALL ? count * n : 0;
-}
-
-int shp_op_root(unsigned op)
-{
-    return op < SHP_OP_COUNT ? op_roots[op] : SHP_ROOT_NONE;
-}
 
 bool shp_op_redop(unsigned op)
 {

@@ -10,8 +10,17 @@
 /* The API name of an op ("ncclAllGather"), "?" for an unknown number. */
 const char *shp_op_name(unsigned op);
 
+/* The tables of the call list's columns, by op number (ops.c), for the inline look-ups below:
+ * the analyzer's readers ask them of every record. */
+extern const int shp_op_classes[SHP_OP_COUNT];
+extern const unsigned char shp_op_elem_rules[SHP_OP_COUNT][2]; /* send, recv: SHP_SIZE_* */
+extern const unsigned char shp_op_roots[SHP_OP_COUNT];
+
 /* The op's SHP_CLS_* class, 0 for an unknown number. */
-int shp_op_class(unsigned op);
+static inline int shp_op_class(unsigned op)
+{
+    return op < SHP_OP_COUNT ? shp_op_classes[op] : 0;
+}
 
 /* The op's library (SHP_LIB_*, the call list's lib column), -1 for an unknown number. */
 int shp_op_lib(unsigned op);
@@ -30,11 +39,21 @@ const char *shp_redop_name(unsigned redop);
  * communicator size (the call list's send and recv facts, NCCL's rule for each op: all-gather
  * receives count x nranks, reduce-scatter sends count x nranks, ...). Both 0 for ops that are
  * not collectives or p2p, and for unknown numbers. */
-void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send, uint64_t *recv);
+static inline void shp_op_elems(unsigned op, uint64_t count, int nranks, uint64_t *send,
+                                uint64_t *recv)
+{
+    uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
+    const unsigned char *r = shp_op_elem_rules[op < SHP_OP_COUNT ? op : 0];
+    *send = r[0] == SHP_SIZE_ONE ? count : r[0] == SHP_SIZE_ALL ? count * n : 0;
+    *recv = r[1] == SHP_SIZE_ONE ? count : r[1] == SHP_SIZE_ALL ? count * n : 0;
+}
 
 /* The op's root fact: SHP_ROOT_SENDS (only the root's send buffer is read), SHP_ROOT_RECVS
  * (only the root's receive buffer is written), SHP_ROOT_NONE (no root, or an unknown number). */
-int shp_op_root(unsigned op);
+static inline int shp_op_root(unsigned op)
+{
+    return op < SHP_OP_COUNT ? shp_op_roots[op] : SHP_ROOT_NONE;
+}
 
 /* True if the op takes a reduction (the redop fact). */
 bool shp_op_redop(unsigned op);

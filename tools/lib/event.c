@@ -56,35 +56,6 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) static void clear(
     e->mark_text[0] = 0;
 }
 
-/* What decoding takes from an op's row of the call list (calls.h), by op: its class and, for
- * NCCL's calls, each buffer's size rule and the root fact. common/ops.c answers each with a call
- * of its own, and the decoder asked them of every record (callgrind: a sixth of decoding). */
-struct op_facts {
-    unsigned char cls, send, recv, root;
-};
-#define X_CLASS(num, lib, class, name, facts, params, args, desc) [num].cls = class,
-#define X_NCCL(num, lib, cls, name, facts, params, args, desc)                                     \
-    [num].send = SHP_NCCL_SEND facts, [num].recv = SHP_NCCL_RECV facts,                            \
-    [num].root = SHP_NCCL_ROOT facts,
-static const struct op_facts op_facts[SHP_OP_COUNT] = {SHP_CALLS(X_CLASS) SHP_NCCL_CALLS(X_NCCL)};
-#undef X_CLASS
-#undef X_NCCL
-
-/* op_class(op), from the table. */
-static inline int op_class(unsigned op)
-{
-    return op < SHP_OP_COUNT ? op_facts[op].cls : 0;
-}
-
-/* The elements of each buffer for one of the count, as shp_op_elems(op, 1, nranks, ...). */
-static inline void op_elems(unsigned op, int nranks, uint64_t *send, uint64_t *recv)
-{
-    uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
-    const struct op_facts *f = &op_facts[op < SHP_OP_COUNT ? op : 0];
-    *send = f->send == SHP_SIZE_ONE ? 1 : f->send == SHP_SIZE_ALL ? n : 0;
-    *recv = f->recv == SHP_SIZE_ONE ? 1 : f->recv == SHP_SIZE_ALL ? n : 0;
-}
-
 /* shp_trace_comm_at, with a communicator of the reader's table (nearly every call's) inline. */
 static inline struct shp_trace_comm comm_at(const struct shp_trace *t, unsigned idx)
 {
@@ -94,7 +65,7 @@ static inline struct shp_trace_comm comm_at(const struct shp_trace *t, unsigned 
 static void decode_ev(const struct shp_trace *t, const struct shp_ev *ev, struct shp_event *e)
 {
     e->op = ev->op;
-    e->cls = op_class(ev->op);
+    e->cls = shp_op_class(ev->op);
     e->tid = ev->tid;
     e->t_ns = shp_trace_wall_ns(t, shp_trace_mono_ns(t, ev->t));
     uint64_t dur = __atomic_load_n(&ev->dur, __ATOMIC_ACQUIRE);
@@ -153,7 +124,7 @@ coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count, uns
     /* The op's rule as multipliers of the count (0, 1 or nranks), so that each product is
      * checked: 2^62 fp32 elements are 2^64 bytes, not 0. */
     uint64_t sm, rm;
-    op_elems(op, nranks, &sm, &rm);
+    shp_op_elems(op, 1, nranks, &sm, &rm);
     e->bytes = mul3(e, count, 1, es);
     e->send_bytes = type == SHP_REC_P2P && !sm ? SHP_NONE : times(e, count, sm, es);
     e->recv_bytes = type == SHP_REC_P2P && !rm ? SHP_NONE : times(e, count, rm, es);
@@ -161,7 +132,7 @@ coll_fields(struct shp_event *e, unsigned type, unsigned op, uint64_t count, uns
      * buffer of a reduce or a gather, nor the send buffer of a broadcast or a scatter, on a
      * non-root rank. They touch 0 bytes there (the address passed is still shown). */
     if (root >= 0 && comm_rank >= 0 && comm_rank != root) {
-        int only = op < SHP_OP_COUNT ? op_facts[op].root : SHP_ROOT_NONE;
+        int only = shp_op_root(op);
         if (only == SHP_ROOT_RECVS)
             e->recv_bytes = 0;
         else if (only == SHP_ROOT_SENDS)
@@ -226,7 +197,7 @@ static void copy_shape(struct shp_event *e, uint64_t src, uint64_t dst, uint64_t
 static void decode_head(const struct shp_trace *t, const struct shp_head *h, struct shp_event *e)
 {
     e->op = h->op;
-    e->cls = op_class(h->op);
+    e->cls = shp_op_class(h->op);
     e->tid = h->tid;
     e->t_ns = shp_trace_wall_ns(t, shp_trace_mono_ns(t, h->t));
     uint64_t done = __atomic_load_n(&h->done, __ATOMIC_ACQUIRE);
@@ -242,7 +213,7 @@ static void decode_head(const struct shp_trace *t, const struct shp_head *h, str
  * run of unknown places 2^64 long). */
 static bool call_of_its_type(unsigned type, unsigned op)
 {
-    return op_class(op) == (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL);
+    return shp_op_class(op) == (type == SHP_REC_P2P ? SHP_CLS_P2P : SHP_CLS_COLL);
 }
 
 static inline __attribute__((always_inline)) bool decode_compact(const struct shp_trace *t,
