@@ -4,94 +4,6 @@
 
 #include <string.h>
 
-/* The offsets a reader from outside needs (rt_interp_head to ts_native_tid) were checked with
- * offsetof against each version's installed internal headers (3.10.13, 3.11.7, 3.12.1). */
-static const struct shp_py_layout layouts[] = {
-    {.minor = 10,
-     .ts_frame = 24,
-     .cf_current = -1,
-     .fr_back = 24,
-     .fr_code = 32,
-     .fr_instr = 96,
-     .fr_owner = -1,
-     .fr_is_entry = -1,
-     .owner_generator = -1,
-     .owner_cstack = -1,
-     .co_filename = 104,
-     .co_name = 112,
-     .co_qualname = 0,
-     .co_linetable = 120,
-     .co_firstlineno = 40,
-     .co_firsttraceable = -1,
-     .co_code = 0,
-     .str_ascii = 48,
-     .str_compact = 72,
-     .rt_finalizing = 16,
-     .rt_interp_head = 32,
-     .interp_next = 0,
-     .interp_threads = 8,
-     .ts_next = 8,
-     .ts_thread_id = 176,
-     .ts_native_tid = -1},
-    {.minor = 11,
-     .ts_frame = 56,
-     .cf_current = 8,
-     .fr_back = 48,
-     .fr_code = 32,
-     .fr_instr = 56,
-     .fr_owner = 69,
-     .fr_is_entry = 68,
-     .owner_generator = 1,
-     .owner_cstack = -1,
-     .co_filename = 112,
-     .co_name = 120,
-     .co_qualname = 128,
-     .co_linetable = 136,
-     .co_firstlineno = 72,
-     .co_firsttraceable = 168,
-     .co_code = 184,
-     .str_ascii = 48,
-     .str_compact = 72,
-     .rt_finalizing = 24,
-     .rt_interp_head = 40,
-     .interp_next = 0,
-     .interp_threads = 16,
-     .ts_next = 8,
-     .ts_thread_id = 152,
-     .ts_native_tid = 160},
-    {.minor = 12,
-     .ts_frame = 56,
-     .cf_current = 0,
-     .fr_back = 8,
-     .fr_code = 0,
-     .fr_instr = 56,
-     .fr_owner = 70,
-     .fr_is_entry = -1,
-     .owner_generator = 1,
-     .owner_cstack = 3,
-     .co_filename = 112,
-     .co_name = 120,
-     .co_qualname = 128,
-     .co_linetable = 136,
-     .co_firstlineno = 68,
-     .co_firsttraceable = 176,
-     .co_code = 192,
-     .str_ascii = 40,
-     .str_compact = 56,
-     .rt_finalizing = 24,
-     .rt_interp_head = 40,
-     .interp_next = 0,
-     .interp_threads = 72,
-     .ts_next = 8,
-     .ts_thread_id = 136,
-     .ts_native_tid = 144},
-};
-
-const struct shp_py_layout *shp_py_layout_table(unsigned minor)
-{
-    return minor >= 10 && minor <= 12 ? &layouts[minor - 10] : NULL;
-}
-
 bool shp_py_layout_from_debug(const struct shp_py_debug_offsets *d, uint32_t version,
                               struct shp_py_layout *L)
 {
@@ -103,7 +15,8 @@ bool shp_py_layout_from_debug(const struct shp_py_debug_offsets *d, uint32_t ver
     uint64_t in_fr[] = {d->fr_previous, d->fr_executable, d->fr_instr_ptr, d->fr_owner};
     uint64_t in_co[] = {d->co_filename,  d->co_name,        d->co_qualname,
                         d->co_linetable, d->co_firstlineno, d->co_code_adaptive};
-    uint64_t in_ts[] = {d->ts_current_frame, d->ts_next, d->ts_thread_id, d->ts_native_thread_id};
+    uint64_t in_ts[] = {d->ts_current_frame, d->ts_next, d->ts_interp, d->ts_thread_id,
+                        d->ts_native_thread_id};
     for (size_t i = 0; i < sizeof(in_fr) / sizeof(in_fr[0]); i++)
         if (in_fr[i] + 8 > d->fr_size)
             return false;
@@ -133,9 +46,10 @@ bool shp_py_layout_from_debug(const struct shp_py_debug_offsets *d, uint32_t ver
         .co_qualname = (uint32_t)d->co_qualname,
         .co_linetable = (uint32_t)d->co_linetable,
         .co_firstlineno = (uint32_t)d->co_firstlineno,
-        /* Not among the debug offsets: 3.13.0's, where the fields around it are where 3.13.0
+        /* Not among the debug offsets: 3.13.0's, where the fields around them are where 3.13.0
          * has them. */
         .co_firsttraceable = d->co_code_adaptive == 200 ? 184 : -1,
+        .co_version = d->co_code_adaptive == 200 ? 92 : -1,
         .co_code = (uint32_t)d->co_code_adaptive,
         .str_ascii = (uint32_t)d->str_asciiobject_size,
         .str_compact = (uint32_t)d->str_asciiobject_size + 16,
@@ -144,6 +58,7 @@ bool shp_py_layout_from_debug(const struct shp_py_debug_offsets *d, uint32_t ver
         .interp_next = (uint32_t)d->interp_next,
         .interp_threads = (uint32_t)d->interp_threads_head,
         .ts_next = (uint32_t)d->ts_next,
+        .ts_interp = (uint32_t)d->ts_interp,
         .ts_thread_id = (uint32_t)d->ts_thread_id,
         .ts_native_tid = (int32_t)d->ts_native_thread_id,
     };

@@ -26,6 +26,8 @@ struct shp_py_layout {
     int owner_cstack;    /* FRAME_OWNED_BY_CSTACK (3.12+: an eval call's entry); -1 */
     uint32_t co_filename, co_name, co_qualname, co_linetable, co_firstlineno;
     int32_t co_firsttraceable; /* frames before it have not started; -1: not checked */
+    int32_t co_version;        /* 3.12+: uint32_t co_version, which no other code object of the
+                                * interpreter got (0 once the numbers ran out); -1: not known */
     uint32_t co_code;          /* 3.11+: co_code_adaptive, the bytecode inside the object */
     uint32_t str_ascii;        /* sizeof(PyASCIIObject): an ASCII str's data */
     uint32_t str_compact;      /* sizeof(PyCompactUnicodeObject): other compact strs' data */
@@ -35,13 +37,108 @@ struct shp_py_layout {
     uint32_t interp_next;    /* PyInterpreterState.next */
     uint32_t interp_threads; /* PyInterpreterState -> its first thread state */
     uint32_t ts_next;        /* PyThreadState.next */
+    uint32_t ts_interp;      /* PyThreadState.interp */
     uint32_t ts_thread_id;   /* PyThreadState.thread_id: the thread's pthread_t */
     int32_t ts_native_tid;   /* PyThreadState.native_thread_id (3.11+); -1 on 3.10 */
 };
 
 /* The layout of CPython 3.minor for minor 10 to 12, NULL for any other (3.13's comes from its
- * debug offsets, shp_py_layout_from_debug). */
-const struct shp_py_layout *shp_py_layout_table(unsigned minor);
+ * debug offsets, shp_py_layout_from_debug). Inline, so that a reader given a constant minor gets
+ * the offsets as constants (the preload's walk of 3.12 frames). The offsets a reader from outside
+ * needs (rt_interp_head to ts_native_tid) were checked with offsetof against each version's
+ * installed internal headers (3.10.13, 3.11.7, 3.12.1); the code object's and the thread state's
+ * fields are checked against every installed CPython's headers by
+ * test_python_layouts_are_the_headers (tests/test_preload.py). */
+static inline const struct shp_py_layout *shp_py_layout_table(unsigned minor)
+{
+    static const struct shp_py_layout layouts[] = {
+        {.minor = 10,
+         .ts_frame = 24,
+         .cf_current = -1,
+         .fr_back = 24,
+         .fr_code = 32,
+         .fr_instr = 96,
+         .fr_owner = -1,
+         .fr_is_entry = -1,
+         .owner_generator = -1,
+         .owner_cstack = -1,
+         .co_filename = 104,
+         .co_name = 112,
+         .co_qualname = 0,
+         .co_linetable = 120,
+         .co_firstlineno = 40,
+         .co_firsttraceable = -1,
+         .co_version = -1,
+         .co_code = 0,
+         .str_ascii = 48,
+         .str_compact = 72,
+         .rt_finalizing = 16,
+         .rt_interp_head = 32,
+         .interp_next = 0,
+         .interp_threads = 8,
+         .ts_next = 8,
+         .ts_interp = 16,
+         .ts_thread_id = 176,
+         .ts_native_tid = -1},
+        {.minor = 11,
+         .ts_frame = 56,
+         .cf_current = 8,
+         .fr_back = 48,
+         .fr_code = 32,
+         .fr_instr = 56,
+         .fr_owner = 69,
+         .fr_is_entry = 68,
+         .owner_generator = 1,
+         .owner_cstack = -1,
+         .co_filename = 112,
+         .co_name = 120,
+         .co_qualname = 128,
+         .co_linetable = 136,
+         .co_firstlineno = 72,
+         .co_firsttraceable = 168,
+         .co_version = -1,
+         .co_code = 184,
+         .str_ascii = 48,
+         .str_compact = 72,
+         .rt_finalizing = 24,
+         .rt_interp_head = 40,
+         .interp_next = 0,
+         .interp_threads = 16,
+         .ts_next = 8,
+         .ts_interp = 16,
+         .ts_thread_id = 152,
+         .ts_native_tid = 160},
+        {.minor = 12,
+         .ts_frame = 56,
+         .cf_current = 0,
+         .fr_back = 8,
+         .fr_code = 0,
+         .fr_instr = 56,
+         .fr_owner = 70,
+         .fr_is_entry = -1,
+         .owner_generator = 1,
+         .owner_cstack = 3,
+         .co_filename = 112,
+         .co_name = 120,
+         .co_qualname = 128,
+         .co_linetable = 136,
+         .co_firstlineno = 68,
+         .co_firsttraceable = 176,
+         .co_version = 92,
+         .co_code = 192,
+         .str_ascii = 40,
+         .str_compact = 56,
+         .rt_finalizing = 24,
+         .rt_interp_head = 40,
+         .interp_next = 0,
+         .interp_threads = 72,
+         .ts_next = 8,
+         .ts_interp = 16,
+         .ts_thread_id = 136,
+         .ts_native_tid = 144},
+    };
+    return minor >= 10 && minor <= 12 ? &layouts[minor - 10] : NULL;
+}
 
 /* The beginning of 3.13's _Py_DebugOffsets (internal/pycore_runtime.h), up to what the readers
  * use: the first bytes of _PyRuntime. */
