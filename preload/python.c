@@ -97,19 +97,19 @@ static inline uint64_t str_hash(const char *s)
     return ok_ptr(s) ? (uint64_t)ld_i64(s, 24) : 0;
 }
 
-/* A line table's length and its first 8 bytes, mixed: most often on its header's line. A bytes
- * object's data is at 32 and its allocation holds at least 8 bytes there (the data, its NUL, and
- * pymalloc's 16-byte rounding of a 33-byte minimum), of which only `len` are the table's. */
+/* A line table's length and its first 8 bytes (a bytes object's data is at 32), mixed: most often
+ * on its header's line. */
 static inline uint64_t table_sample(const char *lt)
 {
     if (!ok_ptr(lt) || ld_ptr(lt, 8) != py.bytes_type)
         return 0;
     int64_t len = ld_i64(lt, 16);
-    if (len <= 0)
-        return 0;
-    uint64_t first = (uint64_t)ld_i64(lt, 32);
-    if (len < 8)
-        first &= ~0ull >> (64 - 8 * len);
+    uint64_t first = 0;
+    if (len >= 8)
+        first = (uint64_t)ld_i64(lt, 32);
+    else
+        for (int64_t i = 0; i < len; i++)
+            first |= (uint64_t)(unsigned char)lt[32 + i] << (8 * i);
     return (uint64_t)len * 0x9e3779b97f4a7c15ull + first * 0xd6e8feb86659fd93ull;
 }
 
