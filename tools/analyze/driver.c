@@ -117,7 +117,10 @@ static void process_step(void *arg, struct an_step *s)
 static void process_event(struct worker *w, struct an_step *s)
 {
     w->events++;
-    an_replay_step(&w->replay, s, process_step, w);
+    if (an_replay_plain(s))
+        process_step(w, s);
+    else
+        an_replay_step(&w->replay, s, process_step, w);
 }
 
 /* The walk of p is over. */
