@@ -41,17 +41,12 @@ unsigned shp_op_lookup(const char *name)
     return SHP_OP_NONE;
 }
 
-static const unsigned char dtype_sizes[SHP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+const unsigned char shp_dtype_sizes[SHP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 static const char *const dtype_names[SHP_DTYPE_COUNT] = {
     "int8", "uint8", "int32", "uint32", "int64",   "uint64",
     "fp16", "fp32",  "fp64",  "bf16",   "fp8e4m3", "fp8e5m2",
 };
 static const char *const redop_names[] = {"sum", "prod", "max", "min", "avg"};
-
-unsigned shp_dtype_size(unsigned dtype)
-{
-    return dtype < SHP_DTYPE_COUNT ? dtype_sizes[dtype] : 0;
-}
 
 const char *shp_dtype_name(unsigned dtype)
 {

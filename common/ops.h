@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "include/shapetrace/calls.h"
+#include "include/shapetrace/trace.h"
 
 /* The API name of an op ("ncclAllGather"), "?" for an unknown number. */
 const char *shp_op_name(unsigned op);
@@ -28,8 +29,15 @@ int shp_op_lib(unsigned op);
 /* The op number for an exact API name, SHP_OP_NONE if it is not in the list. */
 unsigned shp_op_lookup(const char *name);
 
-/* Bytes of one element of NCCL datatype number `dtype`, 0 if unknown. */
-unsigned shp_dtype_size(unsigned dtype);
+/* Bytes of one element of each NCCL datatype (ops.c), for the inline look-up below. */
+extern const unsigned char shp_dtype_sizes[SHP_DTYPE_COUNT];
+
+/* Bytes of one element of NCCL datatype number `dtype`, 0 if unknown. Inline: the analyzer's
+ * readers ask it of every collective they decode and every region lineage writes. */
+static inline unsigned shp_dtype_size(unsigned dtype)
+{
+    return dtype < SHP_DTYPE_COUNT ? shp_dtype_sizes[dtype] : 0;
+}
 
 /* The dump name of a datatype ("bf16") or reduction ("sum"); "?" if unknown. */
 const char *shp_dtype_name(unsigned dtype);

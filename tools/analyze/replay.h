@@ -18,6 +18,13 @@ struct an_replay {
  * launches (from 1) as replay. Out of memory loses captured calls silently. */
 void an_replay_step(struct an_replay *r, struct an_step *s,
                     void (*fn)(void *arg, struct an_step *s), void *arg);
+/* Whether s's event executes itself and nothing else (neither a call recorded during a capture
+ * nor a graph record): an_replay_step would hand fn s alone. Most events are; the caller takes
+ * them straight to its passes. */
+static inline bool an_replay_plain(const struct an_step *s)
+{
+    return !(s->e->flags & SHP_EV_CAPTURED) && s->e->type != SHP_REC_GRAPH;
+}
 /* Frees what r holds; r is zeroed for another walk. */
 void an_replay_free(struct an_replay *r);
 

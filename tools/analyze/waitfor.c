@@ -100,17 +100,19 @@ static struct wcomm *comm_get(struct waitfor *W, uint64_t id, int nranks)
     return c;
 }
 
-/* The member of c that process p's call e speaks for; NULL when another process holds it. */
-static struct wmember *member_of(struct waitfor *W, struct wcomm *c, int p,
-                                 const struct shp_event *e)
+/* The member of c that process p's call e speaks for; NULL when another process holds it.
+ * Inline, the claim out of line: nearly every call is at a member its process claimed. */
+static inline struct wmember *member_of(struct waitfor *W, struct wcomm *c, int p,
+                                        const struct shp_event *e)
 {
     if (!c || e->comm_rank < 0 || e->comm_rank >= c->nranks)
         return NULL;
     struct wmember *m = &c->m[e->comm_rank];
-    if (m->proc >= 0 && m->proc != p)
+    if (m->proc == p)
+        return m;
+    if (m->proc >= 0)
         return NULL;
-    if (m->proc < 0)
-        an_memberships_add(&W->members, (size_t)p, c->index, e->comm_rank);
+    an_memberships_add(&W->members, (size_t)p, c->index, e->comm_rank);
     m->proc = p;
     return m;
 }

@@ -188,7 +188,7 @@ void shp_json_str(FILE *f, const char *s)
     shp_out_flush(&o);
 }
 
-bool shp_grow(void **arr, size_t *cap, size_t n, size_t size)
+bool shp_grow_slow(void **arr, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap)
         return true;

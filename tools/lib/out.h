@@ -73,8 +73,14 @@ void shp_out_json_str(struct shp_out *o, const char *s);
 
 /* Room for one more of n elements of size bytes in the growing array *arr of capacity *cap
  * (doubled, from 64). Returns false when out of memory or the size would overflow, *arr and *cap
- * unchanged. The tools' growing tables all grow so. */
-bool shp_grow(void **arr, size_t *cap, size_t n, size_t size);
+ * unchanged. The tools' growing tables all grow so. shp_grow_slow is the part past the inline
+ * test of room. */
+bool shp_grow_slow(void **arr, size_t *cap, size_t n, size_t size);
+/* Inline while there is room: the analyzer's merge asks it for every collective. */
+static inline bool shp_grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+    return n < *cap || shp_grow_slow(arr, cap, n, size);
+}
 
 /* The cores this process may run on (its affinity mask), at least 1: what a command's threads
  * default to. */
