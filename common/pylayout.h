@@ -42,6 +42,13 @@ struct shp_py_layout {
     int32_t ts_native_tid;   /* PyThreadState.native_thread_id (3.11+); -1 on 3.10 */
 };
 
+/* Frames and code objects as 3.12 and 3.13.0 both lay them out (the fields they share, in the
+ * order of struct shp_py_layout). */
+#define SHP_PY_FRAMES_312                                                                          \
+    .fr_back = 8, .fr_code = 0, .fr_instr = 56, .fr_owner = 70, .fr_is_entry = -1,                 \
+    .owner_generator = 1, .owner_cstack = 3, .co_filename = 112, .co_name = 120,                   \
+    .co_qualname = 128, .co_linetable = 136, .co_firstlineno = 68
+
 /* The layout of CPython 3.minor for minor 10 to 12, NULL for any other (3.13's comes from its
  * debug offsets, shp_py_layout_from_debug). Inline, so that a reader given a constant minor gets
  * the offsets as constants (the preload's walk of 3.12 frames). The offsets a reader from outside
@@ -111,18 +118,7 @@ static inline const struct shp_py_layout *shp_py_layout_table(unsigned minor)
         {.minor = 12,
          .ts_frame = 56,
          .cf_current = 0,
-         .fr_back = 8,
-         .fr_code = 0,
-         .fr_instr = 56,
-         .fr_owner = 70,
-         .fr_is_entry = -1,
-         .owner_generator = 1,
-         .owner_cstack = 3,
-         .co_filename = 112,
-         .co_name = 120,
-         .co_qualname = 128,
-         .co_linetable = 136,
-         .co_firstlineno = 68,
+         SHP_PY_FRAMES_312,
          .co_firsttraceable = 176,
          .co_version = 92,
          .co_code = 192,
@@ -138,6 +134,33 @@ static inline const struct shp_py_layout *shp_py_layout_table(unsigned minor)
          .ts_native_tid = 144},
     };
     return minor >= 10 && minor <= 12 ? &layouts[minor - 10] : NULL;
+}
+
+/* What the debug offsets of CPython 3.13.0 give (shp_py_layout_from_debug): the preload walks a
+ * 3.13 whose layout is this one with these offsets as constants.
+ * test_python_layouts_are_the_headers checks them against 3.13.0's. */
+static inline const struct shp_py_layout *shp_py_layout_313(void)
+{
+    static const struct shp_py_layout l = {
+        .minor = 13,
+        .ts_frame = 72,
+        .cf_current = -1,
+        SHP_PY_FRAMES_312,
+        .co_firsttraceable = 184,
+        .co_version = 92,
+        .co_code = 200,
+        .str_ascii = 40,
+        .str_compact = 56,
+        .rt_finalizing = 608,
+        .rt_interp_head = 632,
+        .interp_next = 7264,
+        .interp_threads = 7344,
+        .ts_next = 8,
+        .ts_interp = 16,
+        .ts_thread_id = 152,
+        .ts_native_tid = 160,
+    };
+    return &l;
 }
 
 /* The beginning of 3.13's _Py_DebugOffsets (internal/pycore_runtime.h), up to what the readers

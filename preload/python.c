@@ -37,6 +37,7 @@ static struct {
     _Atomic int state; /* PY_* */
     pthread_mutex_t mu;
     struct shp_py_layout L;
+    bool layout_313;  /* L is shp_py_layout_313(): walked with constant offsets */
     uint32_t version; /* PY_VERSION_HEX */
     this_tstate_fn this_tstate;
     is_initialized_fn is_initialized;
@@ -98,7 +99,8 @@ static inline uint64_t str_hash(const char *s)
 }
 
 /* A line table's length and its first 8 bytes (a bytes object's data is at 32), mixed: most often
- * on its header's line. */
+ * on its header's line. A table of 1 to 7 bytes is read as the 8 bytes that end with it (the rest
+ * are the object's header) and shifted down to its own: nothing past its end is read. */
 static inline uint64_t table_sample(const char *lt)
 {
     if (!ok_ptr(lt) || ld_ptr(lt, 8) != py.bytes_type)
@@ -107,9 +109,8 @@ static inline uint64_t table_sample(const char *lt)
     uint64_t first = 0;
     if (len >= 8)
         first = (uint64_t)ld_i64(lt, 32);
-    else
-        for (int64_t i = 0; i < len; i++)
-            first |= (uint64_t)(unsigned char)lt[32 + i] << (8 * i);
+    else if (len > 0)
+        first = (uint64_t)ld_i64(lt + len, 24) >> (64 - 8 * len);
     return (uint64_t)len * 0x9e3779b97f4a7c15ull + first * 0xd6e8feb86659fd93ull;
 }
 
@@ -118,7 +119,7 @@ code_key(const struct shp_py_layout *L, const char *co, uint64_t units, uint64_t
 {
     uint64_t h = (uintptr_t)co * 0x9e3779b97f4a7c15ull;
     uint32_t version = L->co_version >= 0 ? (uint32_t)ld_i32(co, (uint32_t)L->co_version) : 0;
-    if (version) {
+    if (__builtin_expect(version != 0, 1)) {
         h += (uint64_t)version * 0xc2b2ae3d27d4eb4full + interp;
     } else {
         const char *file = ld_ptr(co, L->co_filename), *name = ld_ptr(co, L->co_name);
@@ -151,7 +152,7 @@ struct py_walk {
  * code slot that holds no code object): the layout is not what we think, and the caller stops
  * reading Python frames. The layout is copied in, and each version family gets a walk of its own
  * (walk), so that the offsets stay in registers across the stores into *w and the other
- * versions' tests drop out (bench/pystack.py's 20 frames on 3.12: 2,578 to 1,481 instructions
+ * versions' tests drop out (bench/pystack.py's 20 frames on 3.12: 2,578 to 1,381 instructions
  * a walk, with code_key's number). */
 static inline __attribute__((always_inline)) bool
 walk_as(const char *ts, struct py_walk *w, const struct shp_py_layout *layout, const unsigned minor)
@@ -234,7 +235,7 @@ static bool walk(const char *ts, struct py_walk *w)
     case 12:
         return walk_as(ts, w, shp_py_layout_table(12), 12);
     default: /* 3.13, from its debug offsets */
-        return walk_as(ts, w, &py.L, 12);
+        return py.layout_313 ? walk_as(ts, w, shp_py_layout_313(), 12) : walk_as(ts, w, &py.L, 12);
     }
 }
 
@@ -452,6 +453,7 @@ static int resolve(void)
                           "Python 3.13's debug offsets are not as expected: native stacks only");
             return PY_OFF;
         }
+        py.layout_313 = memcmp(&py.L, shp_py_layout_313(), sizeof(py.L)) == 0;
     } else {
         py.L = *shp_py_layout_table(minor);
     }

@@ -1066,6 +1066,7 @@ def test_python_code_generated_at_run_time_alike():
 LAYOUT_C = r"""#include <Python.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include "common/pylayout.h"
 static int bad;
 static void eq(const char *what, long table, long header)
@@ -1088,6 +1089,11 @@ int main(void)
         return 1;
     }
     L = &l13;
+    /* The preload walks a 3.13 laid out as 3.13.0 is with shp_py_layout_313's constants. */
+    if (PY_VERSION_HEX == 0x030d00f0 && memcmp(L, shp_py_layout_313(), sizeof(*L)) != 0) {
+        printf("3.13.0's debug offsets are not shp_py_layout_313()\n");
+        bad++;
+    }
 #endif
     EQ(co_filename, offsetof(PyCodeObject, co_filename));
     EQ(co_name, offsetof(PyCodeObject, co_name));
