@@ -7,6 +7,9 @@ libc's dlsym past the preload's hook), both through one ctypes prototype. Prints
   pycopy_cpu NS     their mean in this thread's CPU time over the whole run, first batch included
   pycopy_direct_cpu NS  the same for the direct calls
   pycopy_added NS   pycopy_cpu less pycopy_direct_cpu: what the preload added a call
+  pycopy_added_pairs NS  the median over the batch pairs after the first of the same difference
+                    (each pair run back to back: steadier where the machine's speed drifts
+                    within the process; stores of the first calls and page faults left out)
 Run it untraced and traced with --stacks native and python: the differences are shapetrace's.
 Usage: pystack.py LIBCUDART N"""
 import ctypes
@@ -52,13 +55,20 @@ ways = {"bound": bound, "direct": direct}
 wall = dict.fromkeys(ways, 0)
 cpu = dict.fromkeys(ways, 0)
 calls = dict.fromkeys(ways, 0)
+pairs = []  # each batch pair after the first: bound less direct, CPU ns a call
 for b in range(BATCHES + 1):
+    here = {}
     for k in (("bound", "direct") if b % 2 else ("direct", "bound")):
         w, c = nest(DEPTH - 3, ways[k], per)
         wall[k] += w
         cpu[k] += c
         calls[k] += per
+        here[k] = c / per
+    if b:
+        pairs.append(here["bound"] - here["direct"])
 print("pycopy %.1f" % (wall["bound"] / calls["bound"]))
 print("pycopy_cpu %.1f" % (cpu["bound"] / calls["bound"]))
 print("pycopy_direct_cpu %.1f" % (cpu["direct"] / calls["direct"]))
 print("pycopy_added %.1f" % ((cpu["bound"] - cpu["direct"]) / calls["bound"]))
+pairs.sort()
+print("pycopy_added_pairs %.1f" % ((pairs[(len(pairs) - 1) // 2] + pairs[len(pairs) // 2]) / 2))

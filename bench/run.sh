@@ -269,23 +269,31 @@ PN=${PYN:-$((N / 2))}
 if "$PY" -c 'import ctypes' 2>/dev/null; then
     echo
     echo "Python call sites ($("$PY" -c 'import sys; print(sys.version.split()[0])'), ctypes," \
-        "20 Python frames; $PN calls a run, added as above (bench/pystack.py), median of 5 runs)"
-    pymeasure() { # KEY then the command prefix; prints the median of KEY over 5 runs
+        "20 Python frames; $PN calls a run, added as above (bench/pystack.py), median of 5 runs;" \
+        "batch pairs: the median of each run's back-to-back batch pairs, then of the runs)"
+    pyruns() { # NAME then the command prefix: 5 runs' outputs into $tmp/py.NAME
         k=$1
         shift
         for i in 1 2 3 4 5; do
             rm -rf "$tmp/run"
-            "$@" "$PY" bench/pystack.py "$B/tests/libcudart.so.13" "$PN" 2>/dev/null |
-                awk -v k="$k" '$1 == k {print $2}'
-        done | median
+            "$@" "$PY" bench/pystack.py "$B/tests/libcudart.so.13" "$PN" 2>/dev/null
+        done >"$tmp/py.$k"
     }
-    pu=$(pymeasure pycopy env)
-    pc=$(pymeasure pycopy_added env)
-    pn=$(pymeasure pycopy_added "$TOOL" run --dir "$tmp/run" --stacks native --)
-    pp=$(pymeasure pycopy_added "$TOOL" run --dir "$tmp/run" --stacks python --)
-    printf "%-28s %12s\n" "configuration" "copy ns/call"
-    printf "%-28s %12s\n" "untraced (wall)" "$pu" "untraced, added (noise)" "$pc" \
-        "traced native, added" "$pn" "traced python, added" "$pp"
+    pykey() { # NAME KEY: the median of KEY over NAME's runs
+        awk -v k="$2" '$1 == k {print $2}' "$tmp/py.$1" | median
+    }
+    pyruns untraced env
+    pyruns native "$TOOL" run --dir "$tmp/run" --stacks native --
+    pyruns python "$TOOL" run --dir "$tmp/run" --stacks python --
+    pu=$(pykey untraced pycopy)
+    pn=$(pykey native pycopy_added)
+    pp=$(pykey python pycopy_added)
+    printf "%-28s %12s %12s\n" "configuration" "copy ns/call" "batch pairs"
+    printf "%-28s %12s\n" "untraced (wall)" "$pu"
+    printf "%-28s %12s %12s\n" "untraced, added (noise)" "$(pykey untraced pycopy_added)" \
+        "$(pykey untraced pycopy_added_pairs)" "traced native, added" "$pn" \
+        "$(pykey native pycopy_added_pairs)" "traced python, added" "$pp" \
+        "$(pykey python pycopy_added_pairs)"
     figure "Python frames over native stacks" "$(echo "$pp $pn" | awk '{printf "%.0f", $1 - $2}')" \
         "ns/call" 2000 le
     # The same call sites timed inside the process (--debug INFO's exit line): each part of a
