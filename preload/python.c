@@ -25,6 +25,8 @@
 enum { PY_UNRESOLVED, PY_READY, PY_ABSENT, PY_OFF };
 
 #define CODE_SLOTS (1u << 16)
+#define MEMO_SLOTS (1u << 14) /* a Python stack's fingerprint -> its stack id (3.12+) */
+#define MEMO_PROBES 8
 #define MAX_HOPS (4 * SHP_PYSTACK_MAX_FRAMES) /* frames looked at, skipped ones included */
 #define NAME_MAX_BYTES 1024
 #define FILE_MAX_BYTES 4096
@@ -45,6 +47,7 @@ static struct {
     const void *code_type, *unicode_type, *bytes_type, *none;
     uint64_t eval_lo, eval_hi, interp_lo, interp_hi;
     struct shp_intern_slot *code_tab; /* code object identity -> PYCODE id */
+    struct shp_intern_slot *memo;     /* after code_tab's slots, in its mapping */
     _Atomic uint32_t next_code_id;
     _Atomic int info_written;
 } py = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -471,13 +474,14 @@ static int resolve(void)
         py.interp_hi = f.hi;
     }
 
-    void *tab = mmap(NULL, sizeof(struct shp_intern_slot) * CODE_SLOTS, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *tab = mmap(NULL, sizeof(struct shp_intern_slot) * (CODE_SLOTS + MEMO_SLOTS),
+                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (tab == MAP_FAILED) {
         SHP_WARN_ONCE(&shp_log, SHP_SUB_STACK, "no memory for Python code objects: native stacks");
         return PY_OFF;
     }
     py.code_tab = tab;
+    py.memo = py.code_tab + CODE_SLOTS;
     SHP_LOG(&shp_log, SHP_LOG_INFO, SHP_SUB_STACK, "Python %u.%u.%u call sites", major, minor,
             (py.version >> 8) & 0xff);
     return PY_READY;
@@ -495,18 +499,9 @@ static int setup(void)
     return st;
 }
 
-uint32_t shp_py_stack(uint32_t native)
+/* The stack of thread state ts's frames over native stack `native`, walked in full. */
+static inline __attribute__((always_inline)) uint32_t walked_stack(const char *ts, uint32_t native)
 {
-    int st = atomic_load_explicit(&py.state, memory_order_acquire);
-    if (__builtin_expect(st != PY_READY, 0) && (st != PY_UNRESOLVED || setup() != PY_READY))
-        return native;
-    /* Not yet, or no longer, a running interpreter: at finalization the main thread frees other
-     * threads' states, and a daemon thread may be in here. */
-    if (!py.is_initialized() || ld_ptr(py.runtime, py.L.rt_finalizing))
-        return native;
-    const char *ts = py.this_tstate();
-    if (!ts)
-        return native;
     struct py_walk w;
     w.native = native;
     w.flags = 0;
@@ -528,6 +523,95 @@ uint32_t shp_py_stack(uint32_t native)
     return id ? id : native;
 }
 
+/* From 3.12, what a walk's stack depends on, read cheaply: for each frame its code object's
+ * address and number (code_key), its instruction pointer and owner (lasti, the entry marks, a
+ * frame not started), or that it is an entry or shim frame; with the native stack and the
+ * interpreter. Equal prints, equal stacks: a print seen before gives its stack from the memo,
+ * without the code objects' other fields, the keys and the record's hash (walk). 0: no print
+ * (a frame without a number, a pointer that is not one, too many frames): walk in full. */
+static inline __attribute__((always_inline)) uint64_t print_as(const char *ts, uint32_t native,
+                                                               const struct shp_py_layout *layout)
+{
+    const struct shp_py_layout L = *layout;
+    const char *const none = py.none;
+    uint64_t h = shp_hash_word(0x8f1bbcdcca62c1d6ull ^ (uintptr_t)ld_ptr(ts, L.ts_interp), native);
+    const char *f = ld_ptr(ts, L.ts_frame);
+    if (L.cf_current >= 0) {
+        if (!ok_ptr(f))
+            return 0;
+        f = ld_ptr(f, (uint32_t)L.cf_current);
+    }
+    for (int hops = 0; f; hops++, f = ld_ptr(f, L.fr_back)) {
+        if (hops == MAX_HOPS || !ok_ptr(f))
+            return 0;
+        const char *co = ld_ptr(f, L.fr_code);
+        int owner = *(const signed char *)(f + L.fr_owner);
+        uint64_t v;
+        if (owner == L.owner_cstack || co == none) {
+            v = (uint64_t)owner + 1;
+        } else {
+            if (!ok_ptr(co))
+                return 0;
+            uint32_t version = (uint32_t)ld_i32(co, (uint32_t)L.co_version);
+            if (!version)
+                return 0;
+            v = (uintptr_t)co * 0x9e3779b97f4a7c15ull + (uint64_t)version * 0xc2b2ae3d27d4eb4full +
+                (uintptr_t)ld_ptr(f, L.fr_instr) * 0x165667b19e3779f9ull + (uint64_t)owner;
+        }
+        h = shp_hash_word(h, v);
+    }
+    return h ? h : 1;
+}
+
+static uint64_t print_of(const char *ts, uint32_t native)
+{
+    if (py.L.minor == 12)
+        return print_as(ts, native, shp_py_layout_table(12));
+    if (py.layout_313)
+        return print_as(ts, native, shp_py_layout_313());
+    return print_as(ts, native, &py.L);
+}
+
+/* The stack for `print` from the memo, or walked in full and kept there. A slot claimed by
+ * another thread that has not published yet is not waited for: this call walks on its own. */
+static uint32_t memo_stack(uint64_t print, const char *ts, uint32_t native)
+{
+    for (uint32_t i = 0; i < MEMO_PROBES; i++) {
+        struct shp_intern_slot *s = &py.memo[(print + i) & (MEMO_SLOTS - 1)];
+        uint64_t cur = atomic_load_explicit(&s->hash, memory_order_acquire);
+        if (cur == print) {
+            uint32_t id = atomic_load_explicit(&s->id, memory_order_acquire);
+            if (id)
+                return id == UINT32_MAX ? 0 : id;
+            return walked_stack(ts, native);
+        }
+        if (cur == 0 && atomic_compare_exchange_strong(&s->hash, &cur, print)) {
+            uint32_t id = walked_stack(ts, native);
+            atomic_store_explicit(&s->id, id ? id : UINT32_MAX, memory_order_release);
+            return id;
+        }
+        if (cur == print)
+            return walked_stack(ts, native);
+    }
+    return walked_stack(ts, native);
+}
+
+uint32_t shp_py_stack(uint32_t native)
+{
+    int st = atomic_load_explicit(&py.state, memory_order_acquire);
+    if (__builtin_expect(st != PY_READY, 0) && (st != PY_UNRESOLVED || setup() != PY_READY))
+        return native;
+    /* Not yet, or no longer, a running interpreter: at finalization the main thread frees other
+     * threads' states, and a daemon thread may be in here. */
+    if (!py.is_initialized() || ld_ptr(py.runtime, py.L.rt_finalizing))
+        return native;
+    const char *ts = py.this_tstate();
+    if (!ts)
+        return native;
+    uint64_t print = py.L.co_version >= 0 && ok_ptr(ts) ? print_of(ts, native) : 0;
+    return print ? memo_stack(print, ts, native) : walked_stack(ts, native);
+}
+
 void shp_py_modules_changed(void)
 {
     int expect = PY_ABSENT;
@@ -538,7 +622,7 @@ void shp_py_atfork_child(void)
 {
     /* The child's trace starts empty: code objects and the interpreter are written again. */
     if (py.code_tab)
-        memset(py.code_tab, 0, sizeof(*py.code_tab) * CODE_SLOTS);
+        memset(py.code_tab, 0, sizeof(*py.code_tab) * (CODE_SLOTS + MEMO_SLOTS));
     atomic_store(&py.next_code_id, 0);
     atomic_store(&py.info_written, 0);
     pthread_mutex_init(&py.mu, NULL);

@@ -828,6 +828,55 @@ def test_python_call_sites_after_fork():
     assert seen == {"parent_side", "child_side"}, seen
 
 
+FORK_SAME_PY = """import ctypes, os, sys
+cudart = ctypes.CDLL(sys.argv[1])
+
+
+def alloc():
+    dev = ctypes.c_void_p()
+    assert cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+
+
+def site():
+    alloc()
+
+
+pid = -1
+for i in range(3):
+    if i == 1:
+        pid = os.fork()
+    site()
+if pid == 0:
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+"""
+
+
+def test_python_call_sites_after_fork_same_place():
+    """The parent calls from one Python stack before and after fork(), and so does the child:
+    the child's trace names the call site with records of its own (what was learnt of that stack
+    before the fork, the memo of prints included, stays the parent's), on every CPython here."""
+    script = os.path.join(TMP, "fork_same_py.py")
+    with open(script, "w") as f:
+        f.write(FORK_SAME_PY)
+    want = [("alloc", script, line_of(script, contains="cudart.cudaMalloc(")),
+            ("site", script, line_of(script, exact="alloc()")),
+            ("<module>", script, line_of(script, exact="site()"))]
+    for py in [shutil.which("python3")] + other_pythons():
+        d, _ = traced("pyforksame-" + os.path.basename(os.path.realpath(py)),
+                      [py, script, f"{T}/libcudart.so.13"])
+        traces = sorted(os.path.join(d, x) for x in os.listdir(d) if x.endswith(".shptrace"))
+        assert len(traces) == 2, traces
+        counts = []
+        for t in traces:
+            ev, _ = dump(t)
+            allocs = ops(ev, "cudaMalloc")
+            counts.append(len(allocs))
+            for e in allocs:
+                assert py_frames(e)[0] == want, (py, t, e["stack"])
+        assert sorted(counts) == [2, 3], (py, counts)
+
+
 def lines_script(path):
     """Write a script whose cudaMalloc calls (size = site number) sit in many shapes of code and
     at line distances that need long entries in every line-table format; return {size: line}."""
