@@ -572,28 +572,30 @@ static uint64_t print_of(const char *ts, uint32_t native)
     return print_as(ts, native, &py.L);
 }
 
-/* The stack for `print` from the memo, or walked in full and kept there. A slot claimed by
- * another thread that has not published yet is not waited for: this call walks on its own. */
+/* The stack for `print` from the memo, or walked in full and kept there (in the first free slot
+ * of its probes, claimed; none free: not kept). A slot claimed by another thread that has not
+ * published yet is not waited for: this call walks on its own. */
 static uint32_t memo_stack(uint64_t print, const char *ts, uint32_t native)
 {
+    struct shp_intern_slot *claimed = NULL;
     for (uint32_t i = 0; i < MEMO_PROBES; i++) {
         struct shp_intern_slot *s = &py.memo[(print + i) & (MEMO_SLOTS - 1)];
         uint64_t cur = atomic_load_explicit(&s->hash, memory_order_acquire);
+        if (cur == 0 && atomic_compare_exchange_strong(&s->hash, &cur, print)) {
+            claimed = s;
+            break;
+        }
         if (cur == print) {
             uint32_t id = atomic_load_explicit(&s->id, memory_order_acquire);
             if (id)
                 return id == UINT32_MAX ? 0 : id;
-            return walked_stack(ts, native);
+            break;
         }
-        if (cur == 0 && atomic_compare_exchange_strong(&s->hash, &cur, print)) {
-            uint32_t id = walked_stack(ts, native);
-            atomic_store_explicit(&s->id, id ? id : UINT32_MAX, memory_order_release);
-            return id;
-        }
-        if (cur == print)
-            return walked_stack(ts, native);
     }
-    return walked_stack(ts, native);
+    uint32_t id = walked_stack(ts, native);
+    if (claimed)
+        atomic_store_explicit(&claimed->id, id ? id : UINT32_MAX, memory_order_release);
+    return id;
 }
 
 uint32_t shp_py_stack(uint32_t native)
